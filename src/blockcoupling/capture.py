@@ -1,0 +1,162 @@
+"""Record every block's real call in one forward pass, then re-invoke one block alone.
+
+The forward pass runs with ``use_cache=False``: a KV cache left in the recorded kwargs would be
+appended to on re-invocation, so the block would attend to every token twice (silently wrong
+Jacobians on Llama-family blocks, a shape error on Falcon). Rotary embeddings, masks and ALiBi
+are whatever the model passed to the block, so no per-architecture code is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from blockcoupling.models import blocks_of
+
+
+@dataclass
+class BlockCall:
+    """One block's recorded call: ``block(*args, **kwargs)``; the hidden state sits at
+    ``args[0]`` or ``kwargs['hidden_states']``. ``input``/``output``: ``(token, d)``."""
+
+    block: nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    input: torch.Tensor
+    output: torch.Tensor
+
+
+def _hidden_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0]
+    if isinstance(kwargs.get("hidden_states"), torch.Tensor):
+        return kwargs["hidden_states"]
+    raise TypeError("cannot find the block's hidden-state argument (args[0] or hidden_states=)")
+
+
+def _output_tensor(output: Any) -> torch.Tensor:
+    """Blocks return a Tensor (Llama in transformers 5) or a tuple whose first entry is it."""
+    return output if isinstance(output, torch.Tensor) else output[0]
+
+
+def _detach(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, tuple):
+        return tuple(_detach(v) for v in value)
+    if isinstance(value, list):
+        return [_detach(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _detach(v) for k, v in value.items()}
+    return value
+
+
+def _check_no_cache(kwargs: dict[str, Any]) -> None:
+    from transformers.cache_utils import Cache
+
+    for name, value in kwargs.items():
+        if isinstance(value, Cache):
+            raise RuntimeError(
+                f"the recorded block call carries a KV cache in {name!r}; record with use_cache=False"
+            )
+
+
+def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
+    """Run one forward pass (no grad, ``use_cache=False``) and record every block's call.
+
+    ``model_inputs`` are what the model takes, e.g. ``input_ids`` of shape ``(1, token)``.
+    Returns L calls in depth order; batch size must be 1.
+    """
+    blocks = blocks_of(model)
+    pending: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+    calls: dict[int, BlockCall] = {}
+    handles = []
+
+    def pre_hook(index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            pending[index] = (_detach(args), _detach(kwargs))
+
+        return hook
+
+    def post_hook(index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+            rec_args, rec_kwargs = pending.pop(index)
+            hidden = _hidden_of(rec_args, rec_kwargs)
+            if hidden.shape[0] != 1:
+                raise ValueError(f"record_calls needs batch size 1, got {hidden.shape[0]}")
+            calls[index] = BlockCall(module, rec_args, rec_kwargs, hidden[0], _output_tensor(output).detach()[0])
+
+        return hook
+
+    for index, block in enumerate(blocks):
+        handles.append(block.register_forward_pre_hook(pre_hook(index), with_kwargs=True))
+        handles.append(block.register_forward_hook(post_hook(index), with_kwargs=True))
+    try:
+        with torch.no_grad():
+            model(**model_inputs, use_cache=False) if _accepts_use_cache(model) else model(**model_inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if len(calls) != len(blocks):
+        raise RuntimeError(f"recorded {len(calls)} of {len(blocks)} block calls")
+    for call in calls.values():
+        _check_no_cache(call.kwargs)
+    return [calls[i] for i in range(len(blocks))]
+
+
+def _accepts_use_cache(model: nn.Module) -> bool:
+    return hasattr(getattr(model, "config", None), "use_cache")
+
+
+def states(calls: list[BlockCall]) -> torch.Tensor:
+    """Token states through depth, ``(layer, token, d)`` for layer = 0..L: the first block's input,
+    then every block's output (taken from the blocks, never from ``output_hidden_states``)."""
+    return torch.stack([calls[0].input] + [call.output for call in calls])
+
+
+def _cast(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, tuple):
+        return tuple(_cast(v, dtype) for v in value)
+    if isinstance(value, list):
+        return [_cast(v, dtype) for v in value]
+    if isinstance(value, dict):
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    return value
+
+
+def compute_dtype(block: nn.Module) -> torch.dtype:
+    """float64 for a float64 block (tests), float32 otherwise (half, bfloat16, quantized)."""
+    floating = [p.dtype for p in block.parameters() if p.is_floating_point()]
+    return torch.float64 if floating and all(d == torch.float64 for d in floating) else torch.float32
+
+
+def residual_function(call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``f(x) = block(x) - x`` for ``x`` of shape ``(token, d)``, re-invoking the block with its
+    recorded arguments, in the compute dtype (a float32 copy of a half-precision block)."""
+    dtype = compute_dtype(call.block)
+    block = call.block
+    needs_copy = any(p.is_floating_point() and p.dtype != dtype for p in block.parameters())
+    quantized = any(not p.is_floating_point() for p in block.parameters())
+    if needs_copy and not quantized:
+        import copy
+
+        block = copy.deepcopy(block).to(dtype)
+    args = _cast(call.args, dtype)
+    kwargs = _cast(call.kwargs, dtype)
+    in_kwargs = not (args and isinstance(args[0], torch.Tensor))
+
+    def residual(x: torch.Tensor) -> torch.Tensor:
+        hidden = x.unsqueeze(0)
+        if in_kwargs:
+            out = block(*args, **{**kwargs, "hidden_states": hidden})
+        else:
+            out = block(hidden, *args[1:], **kwargs)
+        return _output_tensor(out)[0].to(x.dtype) - x
+
+    return residual

@@ -1,0 +1,123 @@
+"""The coupling metric m_K (science.md) and its exact sufficient statistics.
+
+``A_ij = P_j^T J_i Q_j`` with ``(P, Q) = (U, V)`` ("ujv", default) or ``(V, U)`` ("vju"), top K.
+- reading "authors" (default): ``m_K = || |A_ij| - S_{i,K} ||_F / norm(S_{i,K})``
+- reading "offdiag" (paper eq. 13-14): ``m_K = || A_ij - diag(A_ij) ||_F / norm(S_{i,K})``
+with norm ``||S_{i,K}||_p`` ("p") or ``trace(S_{i,K})`` ("trace").
+
+Extraction stores, per pair, ``diag[a] = A[a, a]`` and ``corner[k-1] = sum_{a,b<k} A[a, b]^2`` from
+the K_max x K_max matrix; since ``A[:K, :K]`` is exactly the matrix of m_K, every K <= K_max,
+reading, p and normalisation follows with no Jacobian (``mis_coupling_from_stats``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from blockcoupling.spectral import SVD, svd
+
+READINGS = ("authors", "offdiag")
+VARIANTS = ("ujv", "vju")
+NORMS = ("p", "trace")
+
+
+def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+
+
+def bases(factors: SVD, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left and right bases ``(P, Q)``, each ``(..., d, K)``, of a variant."""
+    _check("variant", variant, VARIANTS)
+    return (factors.u, factors.v) if variant == "ujv" else (factors.v, factors.u)
+
+
+def cross_stats(
+    jacs: torch.Tensor, left: torch.Tensor, right: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Statistics of every ``J_i`` seen in every reference basis ``j``.
+
+    ``jacs (m, d, d)``; ``left, right (m', d, K)``. Returns ``diag (m, m', K)`` and
+    ``corner (m, m', K)`` of ``A_ij = left_j^T J_i right_j``. Loops over references to bound
+    memory at ``m * K * d`` floats.
+    """
+    diags, corners = [], []
+    for j in range(left.shape[0]):
+        a = torch.matmul(left[j].mT, torch.matmul(jacs, right[j]))  # (m, K, K)
+        d, c = matrix_stats(a)
+        diags.append(d)
+        corners.append(c)
+    return torch.stack(diags, dim=1), torch.stack(corners, dim=1)
+
+
+def matrix_stats(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``diag (..., K)`` and cumulative corner sums of squares ``corner (..., K)`` of ``a (..., K, K)``,
+    in float64: m_K is the square root of a difference of these sums, so near m = 0 their rounding
+    error is amplified (float64 keeps it near 1e-8)."""
+    a = a.to(torch.float64)
+    cumulative = torch.cumsum(torch.cumsum(a.square(), dim=-1), dim=-2)
+    return torch.diagonal(a, dim1=-2, dim2=-1), torch.diagonal(cumulative, dim1=-2, dim2=-1)
+
+
+def normaliser(s: np.ndarray, k: int, norm: str, p: float) -> np.ndarray:
+    """``||S_K||_p`` or ``sum S_K`` over the last axis of ``s (..., >=K)``."""
+    _check("norm", norm, NORMS)
+    top = np.abs(s[..., :k])
+    return top.sum(axis=-1) if norm == "trace" else np.linalg.norm(top, ord=p, axis=-1)
+
+
+def mis_coupling_from_stats(
+    diag: np.ndarray,
+    corner: np.ndarray,
+    s_i: np.ndarray,
+    k: int,
+    reading: str = "authors",
+    norm: str = "p",
+    p: float = 2.0,
+) -> np.ndarray:
+    """m_K from statistics: ``diag (..., K_max)``, ``corner (..., K_max)``, J_i's singular values
+    ``s_i (..., >=K)`` (broadcast against the pair axes). Returns ``(...)``."""
+    _check("reading", reading, READINGS)
+    if not 1 <= k <= diag.shape[-1]:
+        raise ValueError(f"K={k} is outside 1..{diag.shape[-1]} (K_max of the stored statistics)")
+    dk, sk, total = diag[..., :k], s_i[..., :k], corner[..., k - 1]
+    if reading == "authors":
+        squared = total - 2.0 * np.sum(np.abs(dk) * sk, axis=-1) + np.sum(sk**2, axis=-1)
+    else:
+        squared = total - np.sum(dk**2, axis=-1)
+    return np.sqrt(np.clip(squared, 0.0, None)) / normaliser(s_i, k, norm, p)
+
+
+def coupling_matrix_direct(a: torch.Tensor, s_i: torch.Tensor, reading: str) -> torch.Tensor:
+    """The numerator ``|| |A| - S ||_F`` or ``|| A - diag(A) ||_F`` from an explicit ``a (K, K)``."""
+    _check("reading", reading, READINGS)
+    if reading == "authors":
+        return torch.linalg.matrix_norm(a.abs() - torch.diag(s_i))
+    return torch.linalg.matrix_norm(a - torch.diag(torch.diagonal(a)))
+
+
+def mis_coupling(
+    jac_i: torch.Tensor,
+    jac_j: torch.Tensor,
+    k: int,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    p: float = 2.0,
+) -> float:
+    """m_K(J_i, J_j) computed directly from two ``(d, d)`` Jacobians (notebooks, tests)."""
+    d = jac_i.shape[-1]
+    if not 1 <= k <= d:
+        raise ValueError(f"K={k} is outside 1..{d} (d)")
+    factors_i, factors_j = svd(jac_i).top(k), svd(jac_j).top(k)
+    left, right = bases(factors_j, variant)
+    a = left.mT @ jac_i @ right
+    numerator = coupling_matrix_direct(a, factors_i.s, reading)
+    return float(numerator) / float(normaliser(factors_i.s.detach().cpu().numpy(), k, norm, p))
+
+
+def depth_mis_coupling(jacs: torch.Tensor, k: int, **options: str | float) -> np.ndarray:
+    """``(layer, layer_ref)`` matrix of m_K over a stack of Jacobians ``(layer, d, d)``."""
+    n = jacs.shape[0]
+    return np.array([[mis_coupling(jacs[i], jacs[j], k, **options) for j in range(n)] for i in range(n)])

