@@ -1,0 +1,33 @@
+# blockcoupling: transformer block coupling and generalization, end to end.
+#   snakemake --cores 2                                   (the embedded default, CPU, no hub)
+#   snakemake --profile profiles/slurm --configfile config/paper.yaml   (the paper suite)
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+validate(config, "schemas/config.schema.yaml")
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/prompts.smk"
+include: "rules/models.smk"
+include: "rules/train.smk"
+include: "rules/extract.smk"
+include: "rules/metrics.smk"
+include: "rules/evaluate.smk"
+include: "rules/combine.smk"
+include: "rules/stats.smk"
+include: "rules/figures.smk"
+
+
+rule all:
+    input:
+        final_targets(),
+    default_target: True

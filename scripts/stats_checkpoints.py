@@ -1,0 +1,22 @@
+"""Rule stats_checkpoints: coupling, LSS, expodistance and validation loss per checkpoint."""
+import pandas as pd
+
+from blockcoupling import stats
+from blockcoupling.io import read_netcdf
+from blockcoupling.workflow import run_script
+
+
+def main(sm):
+    spec = sm.params.stats
+    select = {key: spec[key] for key in ("k", "reading", "variant", "norm") if key in spec}
+    histories = []
+    for model, run in sm.params.runs.items():
+        history = pd.read_csv(f"results/train/{run}/history.csv")
+        histories.append(history.assign(model=model))
+    history = pd.concat(histories, ignore_index=True) if histories else pd.DataFrame(columns=["model", "step", "val_loss"])
+    table = stats.checkpoint_table(read_netcdf(sm.input.coupling), history, read_netcdf(sm.input.trajectories), **select)
+    table.to_csv(sm.output.table, index=False)
+    stats.checkpoint_correlations(table).to_csv(sm.output.correlations, index=False)
+
+
+run_script(snakemake, main)

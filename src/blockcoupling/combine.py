@@ -1,0 +1,68 @@
+"""Concatenate per-model, per-step datasets into one (dims ``model`` x ``init`` or ``step``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from blockcoupling.workflow import META_FIELDS, TRAINED_INITS
+
+# Which variables each combined file keeps (None: all).
+SELECTIONS: dict[str, tuple[str, ...] | None] = {
+    "coupling": ("depth_mis", "coupling", "adjacent_coupling"),
+    "tokens": ("self_mis", "fixed_in_mis", "fixed_out_mis"),
+    "trajectories": None,
+    "spectra": None,
+    "evaluation": None,
+}
+PER_MODEL_COORDS = ("n_tokens", "token_position")
+KEEP_ATTRS = ("k_max", "ks", "p", "blockcoupling_version", "torch_version", "transformers_version", "config", "measure_config")
+
+
+def _label(step: str, along: str) -> str | int:
+    return TRAINED_INITS[step] if along == "init" else int(step)
+
+
+def _select(dataset: xr.Dataset, name: str) -> xr.Dataset:
+    wanted = SELECTIONS[name]
+    if wanted is None:
+        return dataset
+    return dataset[[v for v in wanted if v in dataset.data_vars]]
+
+
+def _meta_coord(values: list[Any]) -> np.ndarray:
+    if all(isinstance(v, bool) or v is None for v in values):
+        return np.array([bool(v) for v in values])
+    if all(isinstance(v, (int, float)) or v is None for v in values):
+        return np.array([np.nan if v is None else float(v) for v in values])
+    return np.array(["" if v is None else str(v) for v in values])
+
+
+def combine(parts: dict[tuple[str, str], xr.Dataset], name: str, along: str, meta: dict[str, dict[str, Any]]) -> xr.Dataset:
+    """``parts``: ``(model, step) -> dataset``; ``along``: ``init`` (step final/random) or ``step``
+    (checkpoint ints). Outer join: NaN where a model has fewer layers or a prompt fewer tokens.
+    Model metadata (docs/datasets.md) become coords along ``model``."""
+    if name not in SELECTIONS:
+        raise ValueError(f"unknown combined dataset {name!r}; one of {', '.join(SELECTIONS)}")
+    if not parts:
+        raise ValueError("nothing to combine")
+    per_model: dict[str, list[xr.Dataset]] = {}
+    for (model, step), dataset in parts.items():
+        dataset = _select(dataset, name)
+        dataset = dataset.reset_coords([c for c in PER_MODEL_COORDS if c in dataset.coords])
+        dataset = dataset.expand_dims({along: [_label(step, along)]})
+        per_model.setdefault(model, []).append(dataset)
+    models = sorted(per_model)
+    stacked = [
+        xr.concat(per_model[m], dim=along, join="outer", combine_attrs="drop_conflicts").expand_dims(model=[m])
+        for m in models
+    ]
+    combined = xr.concat(stacked, dim="model", join="outer", combine_attrs="drop_conflicts")
+    if along == "step":
+        combined = combined.sortby("step")
+    for field in META_FIELDS:
+        combined = combined.assign_coords({field: ("model", _meta_coord([meta.get(m, {}).get(field) for m in models]))})
+    combined.attrs = {key: value for key, value in combined.attrs.items() if key in KEEP_ATTRS}
+    return combined
