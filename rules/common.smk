@@ -1,4 +1,5 @@
 # Input functions, target lists and config checks shared by the rules.
+import os
 import sys
 
 from blockcoupling.workflow import FINAL, RANDOM, code_hash, model_entries, train_steps
@@ -7,6 +8,22 @@ from blockcoupling.workflow import FINAL, RANDOM, code_hash, model_entries, trai
 def config_error(message):
     sys.exit(f"config error: {message}")
 
+
+def resource_path(path):
+    """A relative path is taken from the working directory, else from the workflow's folder
+    (the files shipped with it, e.g. resources/prompts/default.jsonl)."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    return os.path.join(workflow.basedir, path)
+
+
+if config.get("model_table"):
+    config["model_table"] = resource_path(config["model_table"])
+for _set in config["prompts"]["sets"].values():
+    if "file" in _set:
+        _set["file"] = resource_path(_set["file"])
+        if not os.path.isfile(_set["file"]):
+            config_error(f"prompt file {_set['file']!r} does not exist")
 
 try:
     MODELS = model_entries(config)
@@ -44,7 +61,7 @@ COMBINE_SOURCES = {
 
 # Code hashes: Snakemake's code trigger sees only a rule's script file, not the library it imports.
 EXTRACT_CODE = code_hash("capture", "jacobians", "spectral", "coupling", "trajectories", "measure", "models")
-METRIC_CODE = code_hash("coupling", "measure")
+METRIC_CODE = code_hash("coupling", "metrics")
 EVALUATE_CODE = code_hash("evaluate", "corpus", "models")
 STATS_CODE = code_hash("stats")
 FIGURE_CODE = code_hash("figures")

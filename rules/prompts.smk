@@ -1,4 +1,6 @@
 rule sample_prompts:
+    input:
+        lambda wildcards: [config["prompts"]["sets"][wildcards.set]["file"]] if "file" in config["prompts"]["sets"][wildcards.set] else [],
     output:
         "results/prompts/{set}.jsonl",
     params:

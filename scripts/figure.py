@@ -4,12 +4,12 @@ import pandas as pd
 from blockcoupling import figures
 from blockcoupling.io import read_netcdf
 from blockcoupling.stats import select
-from blockcoupling.workflow import run_script
+from blockcoupling.workflow import run_script, selection
 
 
 def main(sm):
     name, spec, path = sm.params.figure, sm.params.stats, sm.output.png
-    at = {key: spec[key] for key in ("k", "reading", "variant", "norm") if key in spec}
+    at = selection(spec)
     source = sm.input[0]
     data = pd.read_csv(source) if source.endswith(".csv") else read_netcdf(source)
     if name == "coupling_vs_score":

@@ -1,6 +1,6 @@
 """Rule metrics: m_K for the configured K list, readings and norms, from stored statistics."""
 from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.measure import MetricConfig, coupling_dataset
+from blockcoupling.metrics import MetricConfig, coupling_dataset
 from blockcoupling.workflow import run_script
 
 

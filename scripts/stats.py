@@ -1,12 +1,12 @@
 """Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep."""
 from blockcoupling import stats
 from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.workflow import run_script
+from blockcoupling.workflow import run_script, selection
 
 
 def main(sm):
     spec = sm.params.stats
-    select = {key: spec[key] for key in ("reading", "variant", "norm") if key in spec}
+    select = selection(spec, with_k=False)
     coupling = read_netcdf(sm.input.coupling)
     evaluation = read_netcdf(sm.input.evaluation) if sm.input.evaluation else None
     per_model = stats.model_coupling(coupling, k=spec.get("k", 10), n_boot=spec.get("n_boot", 1000), seed=spec.get("seed", 0), **select)

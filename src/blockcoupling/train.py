@@ -1,0 +1,367 @@
+"""Train a small Pythia-architecture (GPT-NeoX) suite from scratch on Shakespeare, on CPU.
+
+Layout of ``out_dir`` (see :func:`train`)::
+
+    train_config.json        the TrainConfig (a resumed run must match it)
+    tokenizer/               the byte-level BPE (trained on the training plays only)
+    step{N}/                 save_pretrained model + tokenizer, trainer_state.pt (+ optimizer.pt
+                             in the newest checkpoint only: the resume point)
+    history.csv              step, train_loss, val_loss, val_accuracy, tokens_seen, elapsed_s
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tqdm.auto import tqdm
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
+
+from blockcoupling import corpus
+
+EOS = "<|endoftext|>"
+PAD = "<|padding|>"
+HISTORY_COLUMNS = ("step", "train_loss", "val_loss", "val_accuracy", "tokens_seen", "elapsed_s")
+_TRAIN_STREAM, _VAL_STREAM = 0, 1
+
+
+@dataclass
+class TrainConfig:
+    """One model of the suite and its training recipe (AdamW, linear warmup, cosine decay)."""
+
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    intermediate_size: int | None = None  # None: 4 * d_model
+    context_length: int = 128  # tokens per training window
+    batch_size: int = 16  # windows per step
+    learning_rate: float = 2e-3  # peak
+    warmup_fraction: float = 0.05  # of total_steps, linear from 0
+    min_lr_fraction: float = 0.1  # cosine decays to this fraction of the peak
+    weight_decay: float = 0.01  # on matrices only
+    grad_clip: float = 1.0
+    total_steps: int = 1000
+    seed: int = 0  # initialisation and data order
+    split_seed: int = 0  # train/validation split of the plays (keep equal across a suite)
+    vocab_size: int = 4096
+    n_even_checkpoints: int = 10
+    checkpoint_steps: list[int] | None = None  # None: checkpoint_schedule(total_steps, n_even_checkpoints)
+    n_val_windows: int = 64
+    max_train_chars: int | None = None  # cap on the training text (tests, quick runs)
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "n_heads", "context_length", "batch_size", "total_steps",
+                     "n_even_checkpoints", "n_val_windows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.vocab_size < 258:
+            raise ValueError(f"vocab_size must be >= 258 (256 bytes + 2 special tokens), got {self.vocab_size}")
+        if self.checkpoint_steps is not None:
+            steps = sorted(set(int(s) for s in self.checkpoint_steps) | {0, self.total_steps})
+            if steps[0] < 0 or steps[-1] > self.total_steps:
+                raise ValueError(f"checkpoint_steps must lie in [0, total_steps={self.total_steps}]")
+            self.checkpoint_steps = steps
+
+    @property
+    def steps(self) -> list[int]:
+        """The checkpoint steps (sorted, with 0 and total_steps)."""
+        if self.checkpoint_steps is not None:
+            return list(self.checkpoint_steps)
+        return checkpoint_schedule(self.total_steps, self.n_even_checkpoints)
+
+
+# Measured with bench/train_speed.py on 2 CPU threads: ~3.7 and ~1.7 steps/s, ~5.5 and ~6 minutes.
+DEFAULT_SUITE: dict[str, TrainConfig] = {
+    "shakespeare-4x128": TrainConfig(n_layers=4, d_model=128, n_heads=4, total_steps=1200),
+    "shakespeare-8x192": TrainConfig(n_layers=8, d_model=192, n_heads=6, total_steps=600),
+}
+
+
+def checkpoint_schedule(total_steps: int, n_even: int) -> list[int]:
+    """Pythia-like steps: 0 and the powers of two below the even spacing, then ``n_even`` evenly
+    spaced steps ending at ``total_steps``. Sorted, unique, contains 0 and total_steps."""
+    if total_steps < 1 or n_even < 1:
+        raise ValueError(f"need total_steps >= 1 and n_even >= 1, got {total_steps}, {n_even}")
+    even = {round(k * total_steps / n_even) for k in range(1, n_even + 1)}
+    first_even = min(even)
+    powers = {2**i for i in range(total_steps.bit_length()) if 2**i < first_even}
+    return sorted({0} | powers | even)
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE (GPT-2 style, no BOS added) with ``<|endoftext|>`` as bos/eos and a pad token."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, PAD],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=PAD)
+
+
+def model_config(cfg: TrainConfig, tokenizer: PreTrainedTokenizerFast) -> GPTNeoXConfig:
+    """GPT-NeoX (Pythia) config: rotary on 25% of the head dims, parallel residual, no dropout, float32."""
+    return GPTNeoXConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, intermediate_size=cfg.intermediate_size or 4 * cfg.d_model,
+        max_position_embeddings=cfg.context_length, use_parallel_residual=True, tie_word_embeddings=False,
+        hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, dtype="float32",
+    )
+
+
+def learning_rate_factor(step: int, cfg: TrainConfig) -> float:
+    """LR multiplier of update ``step`` (0-based): linear warmup, then cosine to min_lr_fraction."""
+    warmup = max(1, round(cfg.warmup_fraction * cfg.total_steps))
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, cfg.total_steps - warmup)
+    return cfg.min_lr_fraction + (1 - cfg.min_lr_fraction) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _generator(seed: int, stream: int, step: int) -> torch.Generator:
+    """A torch generator that is a pure function of (seed, stream, step)."""
+    state = np.random.SeedSequence([seed, stream, step]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def _windows(stream: torch.Tensor, n: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """(n, length) int64 random contiguous windows of a 1-D token stream."""
+    if stream.numel() < length:
+        raise ValueError(f"token stream of {stream.numel()} tokens is shorter than a window of {length}")
+    starts = torch.randint(0, stream.numel() - length + 1, (n,), generator=gen)
+    return stream[starts[:, None] + torch.arange(length)]
+
+
+def _token_stream(texts: list[str], tokenizer: PreTrainedTokenizerFast) -> torch.Tensor:
+    """1-D int64 stream: each text's tokens followed by ``<|endoftext|>``."""
+    ids: list[int] = []
+    for enc in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]:
+        ids.extend(enc)
+        ids.append(tokenizer.eos_token_id)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def _texts(cfg: TrainConfig) -> tuple[list[str], list[str]]:
+    """(training texts, validation texts) of the split; training text capped at max_train_chars."""
+    train_slugs, val_slugs = corpus.split_plays(cfg.split_seed)
+    texts = corpus.plays()
+    train = [texts[s] for s in train_slugs]
+    if cfg.max_train_chars is not None:
+        joined = "\n".join(train)[: cfg.max_train_chars]
+        train = [joined]
+    return train, [texts[s] for s in val_slugs]
+
+
+@torch.no_grad()
+def _loss_and_accuracy(model: GPTNeoXForCausalLM, windows: torch.Tensor, batch_size: int) -> tuple[float, float]:
+    """Mean next-token cross-entropy (nats) and accuracy over (n, T) windows."""
+    model.eval()
+    nll, correct, count = 0.0, 0, 0
+    for chunk in windows.split(batch_size):
+        logits = model(input_ids=chunk).logits[:, :-1].float()
+        target = chunk[:, 1:]
+        nll += torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="sum").item()
+        correct += int((logits.argmax(-1) == target).sum())
+        count += target.numel()
+    model.train()
+    return nll / count, correct / count
+
+
+@contextmanager
+def run_settings(threads: int | None) -> Iterator[None]:
+    """Deterministic algorithms (without the NaN-filling of new tensors, which makes CPU training
+    ~5x slower), the thread count and no transformers save/load bars for the duration; restored
+    afterwards."""
+    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    old_fill, old_bars = torch.utils.deterministic.fill_uninitialized_memory, hf_logging.is_progress_bar_enabled()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det)
+        torch.utils.deterministic.fill_uninitialized_memory = old_fill
+        if old_bars:
+            hf_logging.enable_progress_bar()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _write_history(out_dir: Path, history: list[dict[str, float]]) -> None:
+    tmp = out_dir / "history.csv.tmp"
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS)
+        writer.writeheader()
+        writer.writerows(history)
+    os.replace(tmp, out_dir / "history.csv")
+
+
+def _config_json(cfg: TrainConfig) -> str:
+    return json.dumps(asdict(cfg), indent=2, sort_keys=True)
+
+
+def _prepare(cfg: TrainConfig, out_dir: Path) -> PreTrainedTokenizerFast:
+    """Create or check ``out_dir`` and return its tokenizer (trained once, then reloaded)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = out_dir / "train_config.json"
+    if cfg_path.exists():
+        if json.loads(cfg_path.read_text()) != json.loads(_config_json(cfg)):
+            raise ValueError(f"{out_dir} holds a run with a different TrainConfig; use another out_dir")
+    else:
+        _write_atomic(cfg_path, _config_json(cfg))
+    tok_dir = out_dir / "tokenizer"
+    if not tok_dir.is_dir():
+        tokenizer = train_tokenizer(_texts(cfg)[0], cfg.vocab_size)
+        tokenizer.model_max_length = cfg.context_length
+        tmp = out_dir / "tokenizer.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, tok_dir)
+    return PreTrainedTokenizerFast.from_pretrained(tok_dir)
+
+
+def _last_checkpoint(cfg: TrainConfig, out_dir: Path) -> int | None:
+    """Newest complete checkpoint step of ``out_dir`` (None when there is none)."""
+    done = [s for s in cfg.steps if (out_dir / f"step{s}" / "trainer_state.pt").is_file()]
+    return max(done) if done else None
+
+
+def train(cfg: TrainConfig, out_dir: str | Path, progress: bool = True, threads: int | None = None,
+          stop_after: int | None = None) -> Path:
+    """Train ``cfg`` from scratch (or resume it) and return the newest checkpoint dir ``out_dir/step{N}``.
+
+    Checkpoints at ``cfg.steps`` (step 0 = the initialisation) are ``save_pretrained`` dirs of model
+    and tokenizer, written to ``step{N}.tmp`` and renamed. Validation loss (nats/token) and
+    next-token accuracy use fixed seeded windows of the validation plays; train_loss is the mean
+    loss of the updates since the previous checkpoint (step 0: the first batch at initialisation).
+    Data order is a function of (seed, step), so a killed run resumes from its newest checkpoint to
+    the same final weights. ``stop_after``: return after the first checkpoint at or past that step.
+    ``threads``: torch intra-op threads for the run.
+    """
+    out_dir = Path(out_dir)
+    with run_settings(threads):
+        tokenizer = _prepare(cfg, out_dir)
+        start = _last_checkpoint(cfg, out_dir)
+        if start is not None and (start == cfg.total_steps or stop_after is not None and start >= stop_after):
+            return out_dir / f"step{start}"
+        train_texts, val_texts = _texts(cfg)
+        train_stream = _token_stream(train_texts, tokenizer)
+        val_windows = _windows(_token_stream(val_texts, tokenizer), cfg.n_val_windows, cfg.context_length,
+                               _generator(cfg.seed, _VAL_STREAM, 0))
+        model, optimizer, scheduler, state = _init_or_resume(cfg, out_dir, tokenizer, start)
+        if start is None:
+            start = 0
+            last = _checkpoint(model, tokenizer, optimizer, scheduler, state, [], cfg, out_dir, train_stream, val_windows)
+            if stop_after is not None and stop_after <= 0:
+                return last
+        steps, losses = set(cfg.steps), []
+        t0 = time.perf_counter() - state["elapsed_s"]
+        bar = tqdm(total=cfg.total_steps, initial=start, disable=not progress, desc=f"train L{cfg.n_layers} d{cfg.d_model}")
+        for step in range(start, cfg.total_steps):
+            batch = _windows(train_stream, cfg.batch_size, cfg.context_length, _generator(cfg.seed, _TRAIN_STREAM, step))
+            loss = model(input_ids=batch, labels=batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if step + 1 in steps:
+                state.update(step=step + 1, elapsed_s=time.perf_counter() - t0)
+                last = _checkpoint(model, tokenizer, optimizer, scheduler, state, losses, cfg, out_dir,
+                                   train_stream, val_windows)
+                losses = []
+                if stop_after is not None and step + 1 >= stop_after:
+                    break
+        bar.close()
+        return last
+
+
+def _init_or_resume(cfg: TrainConfig, out_dir: Path, tokenizer: PreTrainedTokenizerFast, start: int | None
+                    ) -> tuple[GPTNeoXForCausalLM, torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR, dict]:
+    """Model, optimizer, scheduler and trainer state: seeded initialisation when ``start`` is None,
+    else exactly as saved in ``out_dir/step{start}``."""
+    if start is None:
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        model = GPTNeoXForCausalLM(model_config(cfg, tokenizer))
+        state: dict = {"step": 0, "history": [], "elapsed_s": 0.0}
+    else:
+        ckpt = out_dir / f"step{start}"
+        model = GPTNeoXForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+        state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+    model.train()
+    optimizer = make_optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, cfg))
+    if start is not None:
+        saved = torch.load(out_dir / f"step{start}" / "optimizer.pt", weights_only=True)
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+    return model, optimizer, scheduler, state
+
+
+def make_optimizer(model: GPTNeoXForCausalLM, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW (betas 0.9, 0.95) with weight decay on matrices only, as in Pythia."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.95), eps=1e-8)
+
+
+def _checkpoint(model: GPTNeoXForCausalLM, tokenizer: PreTrainedTokenizerFast, optimizer: torch.optim.Optimizer,
+                scheduler: torch.optim.lr_scheduler.LRScheduler, state: dict, losses: list[float],
+                cfg: TrainConfig, out_dir: Path, train_stream: torch.Tensor, val_windows: torch.Tensor) -> Path:
+    """Validate, write ``step{N}`` atomically, rewrite history.csv, drop the previous optimizer state."""
+    step = state["step"]
+    if losses:
+        train_loss = float(np.mean(losses))
+    else:
+        first = _windows(train_stream, cfg.batch_size, cfg.context_length, _generator(cfg.seed, _TRAIN_STREAM, 0))
+        train_loss = _loss_and_accuracy(model, first, cfg.batch_size)[0]
+    val_loss, val_acc = _loss_and_accuracy(model, val_windows, cfg.batch_size)
+    state["history"] = [r for r in state["history"] if r["step"] < step] + [{
+        "step": step, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
+        "tokens_seen": step * cfg.batch_size * cfg.context_length, "elapsed_s": state["elapsed_s"]}]
+    state["torch_rng"] = torch.get_rng_state()
+    state["python_rng"] = random.getstate()
+    final, tmp = out_dir / f"step{step}", out_dir / f"step{step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+    torch.save(state, tmp / "trainer_state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    _write_history(out_dir, state["history"])
+    for older in cfg.steps:
+        if older < step:
+            (out_dir / f"step{older}" / "optimizer.pt").unlink(missing_ok=True)
+    return final

@@ -1,0 +1,132 @@
+"""The Shakespeare corpus split and the small GPT-NeoX training loop (tiny configs, seconds each)."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from blockcoupling import corpus
+from blockcoupling.train import TrainConfig, checkpoint_schedule, train
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest, and steadiest on a shared machine, on one thread."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+TINY = TrainConfig(n_layers=2, d_model=32, n_heads=2, context_length=32, batch_size=8, learning_rate=3e-3,
+                   total_steps=16, vocab_size=300, n_even_checkpoints=4, n_val_windows=16, max_train_chars=150_000)
+
+
+def _weights(step_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(step_dir / "model.safetensors")
+
+
+def _history(run: Path) -> list[dict[str, float]]:
+    with (run / "history.csv").open() as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    train(TINY, out, progress=False, threads=1)
+    return out
+
+
+def test_split_is_by_play_and_seeded() -> None:
+    train_a, val_a = corpus.split_plays(0)
+    assert not set(train_a) & set(val_a)
+    assert sorted(train_a + val_a) == sorted(corpus.plays()) and len(val_a) == 4
+    assert corpus.split_plays(0) == (train_a, val_a)
+    assert corpus.split_plays(1)[1] != val_a
+    with pytest.raises(ValueError):
+        corpus.split_plays(0, validation_fraction=1.0)
+
+
+def test_plays_are_plain_text() -> None:
+    texts = corpus.plays()
+    assert len(texts) == 38
+    hamlet = texts["hamlet"]
+    assert "HAMLET\nTo be, or not to be" in hamlet
+    assert not any(mark in hamlet for mark in ("**", "#", "\\[", "_"))
+
+
+@pytest.mark.parametrize("total,n_even", [(1, 1), (16, 4), (1000, 10), (143000, 143), (37, 5)])
+def test_checkpoint_schedule(total: int, n_even: int) -> None:
+    steps = checkpoint_schedule(total, n_even)
+    assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == total
+    spacing = total / n_even
+    evens = [round(k * spacing) for k in range(1, n_even + 1)]
+    assert set(evens) <= set(steps)
+    assert all(s & (s - 1) == 0 for s in steps if 0 < s < evens[0])  # powers of two before the even part
+    assert 1 in steps
+
+
+def test_checkpoint_schedule_like_pythia() -> None:
+    steps = checkpoint_schedule(143000, 143)
+    assert steps[:12] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000] and len(steps) == 154
+    with pytest.raises(ValueError):
+        checkpoint_schedule(0, 3)
+
+
+def test_checkpoints_load_and_loss_drops(run: Path) -> None:
+    assert sorted(int(p.name[4:]) for p in run.glob("step*")) == TINY.steps
+    assert not list(run.glob("*.tmp"))
+    model = AutoModelForCausalLM.from_pretrained(run / f"step{TINY.total_steps}")
+    tokenizer = AutoTokenizer.from_pretrained(run / f"step{TINY.total_steps}")
+    assert model.config.model_type == "gpt_neox" and model.config.num_hidden_layers == 2
+    assert model.dtype == torch.float32 and model.config.use_parallel_residual
+    assert tokenizer.eos_token == tokenizer.bos_token == "<|endoftext|>" and tokenizer.pad_token is not None
+    text = "To be, or not to be: that is the question."
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+    hist = _history(run)
+    assert [int(r["step"]) for r in hist] == TINY.steps
+    assert hist[-1]["val_loss"] < hist[0]["val_loss"] - 0.3
+    assert hist[-1]["train_loss"] < hist[0]["train_loss"]
+    assert hist[-1]["tokens_seen"] == TINY.total_steps * TINY.batch_size * TINY.context_length
+    assert all(0.0 <= r["val_accuracy"] <= 1.0 for r in hist)
+    assert (run / "step0" / "trainer_state.pt").is_file()
+    assert [p.parent.name for p in run.glob("step*/optimizer.pt")] == [f"step{TINY.total_steps}"]
+
+
+def test_same_seed_same_weights_other_seed_differs(run: Path, tmp_path: Path) -> None:
+    train(TINY, tmp_path / "again", progress=False, threads=1)
+    final = f"step{TINY.total_steps}"
+    a, b = _weights(run / final), _weights(tmp_path / "again" / final)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    other = TrainConfig(**{**TINY.__dict__, "seed": 1, "total_steps": 1, "checkpoint_steps": None})
+    train(other, tmp_path / "other", progress=False, threads=1)
+    c = _weights(tmp_path / "other" / "step0")
+    assert not torch.equal(c["gpt_neox.embed_in.weight"], _weights(run / "step0")["gpt_neox.embed_in.weight"])
+
+
+def test_resume_gives_the_uninterrupted_weights(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "resumed"
+    last = train(TINY, out, progress=False, threads=1, stop_after=5)
+    assert last.name == "step8" and not (out / "step12").exists()
+    assert [int(r["step"]) for r in _history(out)] == [0, 1, 2, 4, 8]
+    shutil.copytree(out / "step8", out / "step12.tmp")  # debris of a kill during a checkpoint write
+    last = train(TINY, out, progress=False, threads=1)
+    assert last.name == f"step{TINY.total_steps}" and not list(out.glob("*.tmp"))
+    a, b = _weights(run / last.name), _weights(last)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["val_loss"] for r in _history(out)] == [r["val_loss"] for r in _history(run)]
+    with pytest.raises(ValueError, match="different TrainConfig"):
+        train(TrainConfig(**{**TINY.__dict__, "learning_rate": 1e-3}), out, progress=False)
+
+
+def test_bad_config_is_refused() -> None:
+    with pytest.raises(ValueError, match="divisible"):
+        TrainConfig(d_model=30, n_heads=4)
+    with pytest.raises(ValueError, match="checkpoint_steps"):
+        TrainConfig(total_steps=10, checkpoint_steps=[20])
