@@ -15,7 +15,10 @@ import time
 import torch
 from transformers import GPTNeoXForCausalLM
 
-from blockcoupling.train import DEFAULT_SUITE, TrainConfig, make_optimizer, model_config, run_settings
+import yaml
+
+from blockcoupling.schedule import TrainConfig
+from blockcoupling.train import make_optimizer, model_config, run_settings
 
 
 class _VocabOnly:
@@ -48,6 +51,7 @@ def steps_per_second(cfg: TrainConfig, n_steps: int, seed: int = 0) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="config.yaml", help="workflow config whose train.runs are timed")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int)
@@ -55,7 +59,8 @@ def main() -> None:
     args = parser.parse_args()
     overrides = {k: v for k, v in (("batch_size", args.batch_size), ("context_length", args.context_length)) if v}
     total = 0.0
-    for name, cfg in DEFAULT_SUITE.items():
+    runs = yaml.safe_load(open(args.config))["train"]["runs"]
+    for name, cfg in ((n, TrainConfig(**spec)) for n, spec in runs.items()):
         cfg = dataclasses.replace(cfg, **overrides)
         n_params = sum(p.numel() for p in GPTNeoXForCausalLM(model_config(cfg, _VocabOnly(cfg.vocab_size))).parameters())
         with run_settings(args.threads):  # the deterministic settings that train() uses

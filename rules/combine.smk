@@ -1,11 +1,11 @@
 # One dataset per metric across models (dims model x init) and across checkpoints (model x step).
 rule combine_models:
     input:
-        lambda wildcards: combined_inputs(CROSS_MODEL, COMBINE_SOURCES[wildcards.name]),
+        lambda wildcards: combined_inputs(CROSS_MODEL, wildcards.name),
     output:
         "results/combined/{name}.nc",
     params:
-        parts=lambda wildcards: model_steps(CROSS_MODEL),
+        parts=lambda wildcards: model_steps(combine_entries(CROSS_MODEL, wildcards.name)),
         meta={name: entry.meta for name, entry in CROSS_MODEL.items()},
         along="init",
     wildcard_constraints:
@@ -22,11 +22,11 @@ rule combine_models:
 
 rule combine_checkpoints:
     input:
-        lambda wildcards: combined_inputs(CHECKPOINT_MODELS, COMBINE_SOURCES[wildcards.name]),
+        lambda wildcards: combined_inputs(CHECKPOINT_MODELS, wildcards.name),
     output:
         "results/combined/checkpoints/{name}.nc",
     params:
-        parts=lambda wildcards: model_steps(CHECKPOINT_MODELS),
+        parts=lambda wildcards: model_steps(combine_entries(CHECKPOINT_MODELS, wildcards.name)),
         meta={name: entry.meta for name, entry in CHECKPOINT_MODELS.items()},
         along="step",
     wildcard_constraints:

@@ -49,8 +49,11 @@ EVALUATE = config.get("evaluate", {}).get("enabled", True)
 CROSS_MODEL = {name: e for name, e in MODELS.items() if not e.is_checkpoint_suite}
 CHECKPOINT_MODELS = {name: e for name, e in MODELS.items() if e.is_checkpoint_suite}
 EXTRACTED = ("depth", "spectra", "tokens", "trajectories")
+# Trained checkpoint suites carry their own generalization measure (validation loss in the
+# training history); hub checkpoint suites get the evaluate rule.
+HUB_CHECKPOINT_MODELS = {name: e for name, e in CHECKPOINT_MODELS.items() if "train" not in e.source}
 COMBINED_NAMES = ("coupling", "tokens", "trajectories", "spectra") + (("evaluation",) if EVALUATE else ())
-CHECKPOINT_NAMES = ("coupling", "trajectories") + (("evaluation",) if EVALUATE else ())
+CHECKPOINT_NAMES = ("coupling", "trajectories") + (("evaluation",) if EVALUATE and HUB_CHECKPOINT_MODELS else ())
 COMBINE_SOURCES = {
     "coupling": "results/metrics/{model}/{step}/coupling.nc",
     "tokens": "results/metrics/{model}/{step}/coupling.nc",
@@ -116,8 +119,16 @@ def mem_mb(wildcards):
     return MODELS[wildcards.model].resources.get("mem_mb", 8000)
 
 
-def combined_inputs(entries, pattern):
-    return [pattern.format(model=name, step=step) for name, step in model_steps(entries)]
+def combine_entries(entries, name):
+    """The models a combined file gathers: evaluation only where the evaluate rule runs."""
+    if name == "evaluation":
+        return {model: e for model, e in entries.items() if "train" not in e.source or not e.is_checkpoint_suite}
+    return entries
+
+
+def combined_inputs(entries, name):
+    pattern = COMBINE_SOURCES[name]
+    return [pattern.format(model=model, step=step) for model, step in model_steps(combine_entries(entries, name))]
 
 
 def final_targets():

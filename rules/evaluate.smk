@@ -1,8 +1,25 @@
 # Generalization measures that need no leaderboard: bits per byte on held-out text, and
 # multiple-choice accuracy by log-likelihood on the prompts that carry answers.
+rule heldout_text:
+    output:
+        "results/evaluate/heldout.txt",
+    params:
+        chars=config.get("evaluate", {}).get("heldout_chars", 20000),
+        code=code_hash("corpus", "evaluate"),
+    log:
+        "logs/evaluate/heldout_text.log",
+    benchmark:
+        "benchmarks/evaluate/heldout_text.tsv"
+    conda:
+        "../envs/torch.yaml"
+    script:
+        "../scripts/heldout_text.py"
+
+
 rule evaluate:
     input:
         prompts=prompt_file,
+        heldout="results/evaluate/heldout.txt",
         model=model_inputs,
     output:
         "results/evaluate/{model}/{step}.nc",

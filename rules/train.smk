@@ -12,7 +12,7 @@ for _run, _spec in TRAIN_RUNS.items():
                 run=_run,
                 step=MODELS_TRAIN_STEPS[_run],
             ),
-            history="results/train/" + _run + "/history.csv",
+            history=f"results/train/{_run}/history.csv",
         params:
             run=_run,
             spec=_spec,

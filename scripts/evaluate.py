@@ -1,6 +1,8 @@
 """Rule evaluate: bits per byte on held-out text and multiple-choice accuracy on the prompts."""
+from pathlib import Path
+
 from blockcoupling import prompts
-from blockcoupling.evaluate import evaluate, heldout_text
+from blockcoupling.evaluate import evaluate
 from blockcoupling.io import provenance, write_netcdf
 from blockcoupling.workflow import load_for_rule, run_script
 
@@ -13,7 +15,7 @@ def main(sm):
         for p in prompts.read_jsonl(sm.input.prompts)
         if p.choices and isinstance(p.answer, int)
     ]
-    text = heldout_text(spec.get("heldout_chars", 20000))
+    text = Path(sm.input.heldout).read_text(encoding="utf-8")
     result = evaluate(model, tokenizer, [text], items, context_length=spec.get("context_length"))
     result.attrs.update(provenance(spec, **attrs))
     write_netcdf(result, sm.output[0])

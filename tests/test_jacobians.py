@@ -149,3 +149,28 @@ def test_non_finite_jacobian_names_layer_and_tokens() -> None:
     engine = JacobianEngine(model, {"input_ids": IDS})
     with pytest.raises(NonFiniteJacobianError, match="layer 2, t2=3"):
         engine.output_token(2, 3)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_single_token_diagonal_path_matches_finite_differences(arch: str) -> None:
+    """J_tt through a snapshot of the prefix KV cache equals the FD reference and the
+    full-sequence path, and never falls back on these architectures."""
+    with float64_exact():
+        model = ARCHITECTURES[arch]()
+        engine = JacobianEngine(model, {"input_ids": IDS})
+        for layer, t in ((1, 5), (2, 3), (3, 0)):
+            fast = engine.diagonal(layer, t)
+            assert relative_error(fast, fd_jacobian(model, layer, t, t)) < 1e-6, f"{arch} layer {layer} t {t}"
+            assert relative_error(fast, engine.output_token(layer, t)[t]) < 1e-10
+            again = engine.diagonal(layer, t)  # the cache snapshot does not grow across calls
+            assert torch.equal(fast, again)
+        assert engine.fallbacks == 0
+
+
+def test_diagonal_falls_back_when_the_cached_call_disagrees() -> None:
+    model = ARCHITECTURES["llama"]()
+    engine = JacobianEngine(model, {"input_ids": IDS})
+    engine.full[1].output[4] += 1.0  # corrupt the reference: the guard must refuse the fast path
+    jac = engine.diagonal(2, 4)
+    assert engine.fallbacks == 1
+    assert torch.isfinite(jac).all()

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from blockcoupling import corpus
-from blockcoupling.train import TrainConfig, checkpoint_schedule, train
+from blockcoupling.schedule import TrainConfig, checkpoint_schedule
+from blockcoupling.train import train
 
 @pytest.fixture(autouse=True)
 def _one_thread():

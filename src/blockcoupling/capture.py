@@ -2,12 +2,15 @@
 
 The forward pass runs with ``use_cache=False``: a KV cache left in the recorded kwargs would be
 appended to on re-invocation, so the block would attend to every token twice (silently wrong
-Jacobians on Llama-family blocks, a shape error on Falcon). Rotary embeddings, masks and ALiBi
+Jacobians on Llama-family blocks, a shape error on Falcon). The one deliberate exception,
+``record_token_calls``, keeps a per-block snapshot of the prefix cache and copies it afresh on
+every re-invocation. Rotary embeddings, masks and ALiBi
 are whatever the model passed to the block, so no per-architecture code is needed.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -78,7 +81,7 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
 
     def pre_hook(index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            pending[index] = (_detach(args), _detach(kwargs))
+            pending[index] = (_snapshot(_detach(args)), _snapshot(_detach(kwargs)))
 
         return hook
 
@@ -95,17 +98,52 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
     for index, block in enumerate(blocks):
         handles.append(block.register_forward_pre_hook(pre_hook(index), with_kwargs=True))
         handles.append(block.register_forward_hook(post_hook(index), with_kwargs=True))
+    cached = "past_key_values" in model_inputs
     try:
         with torch.no_grad():
-            model(**model_inputs, use_cache=False) if _accepts_use_cache(model) else model(**model_inputs)
+            if cached:
+                model(**model_inputs, use_cache=True)
+            elif _accepts_use_cache(model):
+                model(**model_inputs, use_cache=False)
+            else:
+                model(**model_inputs)
     finally:
         for handle in handles:
             handle.remove()
     if len(calls) != len(blocks):
         raise RuntimeError(f"recorded {len(calls)} of {len(blocks)} block calls")
-    for call in calls.values():
-        _check_no_cache(call.kwargs)
+    if not cached:
+        for call in calls.values():
+            _check_no_cache(call.kwargs)
     return [calls[i] for i in range(len(blocks))]
+
+
+def record_token_calls(model: nn.Module, input_ids: torch.Tensor, t: int) -> list[BlockCall]:
+    """Every block's call on token ``t`` alone, with the KV cache of tokens ``< t`` as it stood
+    when that block was called (a snapshot: later blocks' appends are not in it).
+
+    Re-invoking such a call (``residual_function`` copies the snapshot on every call, so nothing
+    is appended twice) gives ``f(x)_t`` as a function of ``x_t`` alone, exactly the
+    ``J_{tt}`` of a causal block at ~1/t of the full-sequence cost. ``input``/``output``: ``(1, d)``.
+    """
+    if t == 0:
+        return record_calls(model, input_ids=input_ids[:, :1])
+    with torch.no_grad():
+        prefix = model(input_ids=input_ids[:, :t], use_cache=True)
+    return record_calls(model, input_ids=input_ids[:, t : t + 1], past_key_values=prefix.past_key_values)
+
+
+def _snapshot(value: Any) -> Any:
+    """Deep-copy any KV cache in a block's args or kwargs (the block will append to it)."""
+    from transformers.cache_utils import Cache
+
+    if isinstance(value, Cache):
+        return copy.deepcopy(value)
+    if isinstance(value, tuple):
+        return tuple(_snapshot(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    return value
 
 
 def _accepts_use_cache(model: nn.Module) -> bool:
@@ -144,8 +182,6 @@ def residual_function(call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]
     needs_copy = any(p.is_floating_point() and p.dtype != dtype for p in block.parameters())
     quantized = any(not p.is_floating_point() for p in block.parameters())
     if needs_copy and not quantized:
-        import copy
-
         block = copy.deepcopy(block).to(dtype)
     args = _cast(call.args, dtype)
     kwargs = _cast(call.kwargs, dtype)
@@ -153,10 +189,11 @@ def residual_function(call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]
 
     def residual(x: torch.Tensor) -> torch.Tensor:
         hidden = x.unsqueeze(0)
+        fresh_args, fresh = _snapshot((args, kwargs))  # a recorded KV-cache snapshot must not grow across calls
         if in_kwargs:
-            out = block(*args, **{**kwargs, "hidden_states": hidden})
+            out = block(*fresh_args, **{**fresh, "hidden_states": hidden})
         else:
-            out = block(hidden, *args[1:], **kwargs)
+            out = block(hidden, *fresh_args[1:], **fresh)
         return _output_tensor(out)[0].to(x.dtype) - x
 
     return residual

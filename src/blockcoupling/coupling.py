@@ -117,7 +117,18 @@ def mis_coupling(
     return float(numerator) / float(normaliser(factors_i.s.detach().cpu().numpy(), k, norm, p))
 
 
-def depth_mis_coupling(jacs: torch.Tensor, k: int, **options: str | float) -> np.ndarray:
-    """``(layer, layer_ref)`` matrix of m_K over a stack of Jacobians ``(layer, d, d)``."""
+def depth_mis_coupling(
+    jacs: torch.Tensor, k: int, reading: str = "authors", variant: str = "ujv", norm: str = "p", p: float = 2.0
+) -> np.ndarray:
+    """``(layer, layer_ref)`` matrix of m_K over a stack of Jacobians ``(layer, d, d)``, from the
+    explicit K x K matrices (one SVD per Jacobian; independent of the statistics path)."""
+    factors = svd(jacs).top(k)
+    left, right = bases(factors, variant)
+    s = factors.s.detach().cpu().numpy()
     n = jacs.shape[0]
-    return np.array([[mis_coupling(jacs[i], jacs[j], k, **options) for j in range(n)] for i in range(n)])
+    out = np.empty((n, n))
+    for j in range(n):
+        a = left[j].mT @ jacs @ right[j]  # (layer, K, K): every J_i in J_j's basis
+        for i in range(n):
+            out[i, j] = float(coupling_matrix_direct(a[i], factors.s[i], reading)) / float(normaliser(s[i], k, norm, p))
+    return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from blockcoupling.capture import BlockCall, compute_dtype, record_calls, residual_function
+from blockcoupling.capture import BlockCall, compute_dtype, record_calls, record_token_calls, residual_function
 from blockcoupling.models import adapter_for
 
 
@@ -84,7 +84,9 @@ class JacobianEngine:
         self.chunk_size = chunk_size
         self.causal = adapter_for(model).causal
         self._calls: dict[int, list[BlockCall]] = {}
+        self._token_calls: dict[int, list[BlockCall] | None] = {}
         self.full = self.calls_for(self.n_tokens)
+        self.fallbacks = 0  # diagonal Jacobians that had to take the full-sequence path
 
     @property
     def n_tokens(self) -> int:
@@ -107,6 +109,43 @@ class JacobianEngine:
             bad = sorted({int(t) for t in torch.nonzero(~torch.isfinite(jac))[:, 0]})
             raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t2={t2}, t1 in {bad}")
         return jac
+
+    def diagonal(self, layer: int, t: int) -> torch.Tensor:
+        """``J^layer_{tt}`` ``(d, d)``. For causal models with a KV cache the block is re-invoked on
+        token t alone with a snapshot of the cache of tokens < t (~t times cheaper); a forward-value
+        check against the full pass guards it, and any mismatch falls back to ``output_token``."""
+        call = self._token_call(layer, t)
+        if call is None:
+            self.fallbacks += 1
+            return self.output_token(layer, t)[t]
+        jac = output_token_jacobians(residual_function(call), call.input.to(compute_dtype(call.block)), 0, self.chunk_size)[0]
+        if not torch.isfinite(jac).all():
+            raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t1=t2={t}")
+        return jac
+
+    def _token_call(self, layer: int, t: int) -> BlockCall | None:
+        if not self.causal or "input_ids" not in self.inputs or not hasattr(self.model.config, "use_cache"):
+            return None
+        if t not in self._token_calls:
+            try:
+                self._token_calls[t] = record_token_calls(self.model, self.inputs["input_ids"], t)
+            except (RuntimeError, ValueError, TypeError, AttributeError):
+                self._token_calls[t] = None
+        calls = self._token_calls[t]
+        if calls is None:
+            return None
+        call, reference = calls[layer - 1], self.full[layer - 1]
+        dtype = compute_dtype(call.block)
+        try:
+            with torch.no_grad():
+                value = residual_function(call)(call.input.to(dtype))[0]
+        except (RuntimeError, ValueError, TypeError):
+            return None
+        expected = (reference.output[t] - reference.input[t]).to(dtype)
+        tolerance = 1e-8 if dtype == torch.float64 else 1e-3
+        if (value - expected).norm() > tolerance * max(float(expected.norm()), 1e-12):
+            return None
+        return call
 
     def jacobians(self, requests: Iterable[Request]) -> dict[Request, torch.Tensor]:
         """The requested ``(d, d)`` Jacobians; one VJP batch per distinct (layer, t2)."""

@@ -154,7 +154,7 @@ class _DepthResult:
 def _depth(engine: JacobianEngine, t: int, config: MeasureConfig, n_layers: int, bar: tqdm) -> _DepthResult:
     jacs = []
     for layer in range(1, n_layers + 1):
-        jacs.append(engine.output_token(layer, t)[t])
+        jacs.append(engine.diagonal(layer, t))
         bar.update(1)
     jac = torch.stack(jacs)
     factors = svd(jac)
@@ -187,7 +187,7 @@ def _token_families(
     for layer in layers:
         per_output = []
         for t2 in range(n):
-            per_output.append(engine.output_token(layer, t2))
+            per_output.append(engine.output_token(layer, t2)[: t2 + 1])  # t1 <= t2 (all t1 for encoders)
             bar.update(1)
         jacs[layer] = torch.cat(per_output)  # (pairs, d, d) in `index` order
         factors = svd(jacs[layer])

@@ -253,7 +253,7 @@ def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tup
         kwargs["quantization_config"] = quantization
     try:
         model = _auto_class(options.task).from_pretrained(where.name_or_path, **kwargs)
-    except OSError as error:
+    except (OSError, ValueError) as error:
         raise ModelSourceError(f"cannot load {source.describe()}: {str(error).splitlines()[0]}") from None
     if quantization is None:
         model = model.to(options.device)

@@ -19,7 +19,7 @@ import random
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 
@@ -31,76 +31,12 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerF
 from transformers.utils import logging as hf_logging
 
 from blockcoupling import corpus
+from blockcoupling.schedule import TrainConfig
 
 EOS = "<|endoftext|>"
 PAD = "<|padding|>"
 HISTORY_COLUMNS = ("step", "train_loss", "val_loss", "val_accuracy", "tokens_seen", "elapsed_s")
 _TRAIN_STREAM, _VAL_STREAM = 0, 1
-
-
-@dataclass
-class TrainConfig:
-    """One model of the suite and its training recipe (AdamW, linear warmup, cosine decay)."""
-
-    n_layers: int = 4
-    d_model: int = 128
-    n_heads: int = 4
-    intermediate_size: int | None = None  # None: 4 * d_model
-    context_length: int = 128  # tokens per training window
-    batch_size: int = 16  # windows per step
-    learning_rate: float = 2e-3  # peak
-    warmup_fraction: float = 0.05  # of total_steps, linear from 0
-    min_lr_fraction: float = 0.1  # cosine decays to this fraction of the peak
-    weight_decay: float = 0.01  # on matrices only
-    grad_clip: float = 1.0
-    total_steps: int = 1000
-    seed: int = 0  # initialisation and data order
-    split_seed: int = 0  # train/validation split of the plays (keep equal across a suite)
-    vocab_size: int = 4096
-    n_even_checkpoints: int = 10
-    checkpoint_steps: list[int] | None = None  # None: checkpoint_schedule(total_steps, n_even_checkpoints)
-    n_val_windows: int = 64
-    max_train_chars: int | None = None  # cap on the training text (tests, quick runs)
-
-    def __post_init__(self) -> None:
-        for name in ("n_layers", "d_model", "n_heads", "context_length", "batch_size", "total_steps",
-                     "n_even_checkpoints", "n_val_windows"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
-        if self.vocab_size < 258:
-            raise ValueError(f"vocab_size must be >= 258 (256 bytes + 2 special tokens), got {self.vocab_size}")
-        if self.checkpoint_steps is not None:
-            steps = sorted(set(int(s) for s in self.checkpoint_steps) | {0, self.total_steps})
-            if steps[0] < 0 or steps[-1] > self.total_steps:
-                raise ValueError(f"checkpoint_steps must lie in [0, total_steps={self.total_steps}]")
-            self.checkpoint_steps = steps
-
-    @property
-    def steps(self) -> list[int]:
-        """The checkpoint steps (sorted, with 0 and total_steps)."""
-        if self.checkpoint_steps is not None:
-            return list(self.checkpoint_steps)
-        return checkpoint_schedule(self.total_steps, self.n_even_checkpoints)
-
-
-# Measured with bench/train_speed.py on 2 CPU threads: ~3.7 and ~1.7 steps/s, ~5.5 and ~6 minutes.
-DEFAULT_SUITE: dict[str, TrainConfig] = {
-    "shakespeare-4x128": TrainConfig(n_layers=4, d_model=128, n_heads=4, total_steps=1200),
-    "shakespeare-8x192": TrainConfig(n_layers=8, d_model=192, n_heads=6, total_steps=600),
-}
-
-
-def checkpoint_schedule(total_steps: int, n_even: int) -> list[int]:
-    """Pythia-like steps: 0 and the powers of two below the even spacing, then ``n_even`` evenly
-    spaced steps ending at ``total_steps``. Sorted, unique, contains 0 and total_steps."""
-    if total_steps < 1 or n_even < 1:
-        raise ValueError(f"need total_steps >= 1 and n_even >= 1, got {total_steps}, {n_even}")
-    even = {round(k * total_steps / n_even) for k in range(1, n_even + 1)}
-    first_even = min(even)
-    powers = {2**i for i in range(total_steps.bit_length()) if 2**i < first_even}
-    return sorted({0} | powers | even)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:

