@@ -56,7 +56,7 @@ COMBINED_NAMES = ("coupling", "tokens", "trajectories", "spectra") + (("evaluati
 CHECKPOINT_NAMES = ("coupling", "trajectories") + (("evaluation",) if EVALUATE and HUB_CHECKPOINT_MODELS else ())
 COMBINE_SOURCES = {
     "coupling": "results/metrics/{model}/{step}/coupling.nc",
-    "tokens": "results/metrics/{model}/{step}/coupling.nc",
+    "tokens": "results/metrics/{model}/{step}/token_coupling.nc",
     "trajectories": "results/extract/{model}/{step}/trajectories.nc",
     "spectra": "results/extract/{model}/{step}/spectra.nc",
     "evaluation": "results/evaluate/{model}/{step}.nc",

@@ -5,7 +5,8 @@ rule metrics:
         depth="results/extract/{model}/{step}/depth.nc",
         tokens="results/extract/{model}/{step}/tokens.nc",
     output:
-        "results/metrics/{model}/{step}/coupling.nc",
+        depth="results/metrics/{model}/{step}/coupling.nc",
+        tokens="results/metrics/{model}/{step}/token_coupling.nc",
     params:
         metrics=config["metrics"],
         code=METRIC_CODE,

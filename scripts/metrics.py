@@ -1,6 +1,6 @@
 """Rule metrics: m_K for the configured K list, readings and norms, from stored statistics."""
 from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.metrics import MetricConfig, coupling_dataset
+from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.workflow import run_script
 
 
@@ -12,9 +12,8 @@ def main(sm):
         norms=tuple(spec.get("norms", ("p", "trace"))),
         p=float(spec.get("p", 2)),
     )
-    tokens = read_netcdf(sm.input.tokens)
-    result = coupling_dataset(read_netcdf(sm.input.depth), tokens if "self_diag" in tokens else None, config)
-    write_netcdf(result, sm.output[0])
+    write_netcdf(coupling_dataset(read_netcdf(sm.input.depth), config), sm.output.depth)
+    write_netcdf(token_coupling_dataset(read_netcdf(sm.input.tokens), config), sm.output.tokens)
 
 
 run_script(snakemake, main)

@@ -14,7 +14,7 @@ from blockcoupling import coupling, trajectories
 from blockcoupling.capture import record_calls, states
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.measure import MeasureConfig, measure
-from blockcoupling.metrics import MetricConfig, coupling_dataset
+from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.models import ADAPTERS, UnknownArchitectureError, blocks_of
 from tiny_models import ARCHITECTURES, VOCAB, CharTokenizer
 
@@ -47,7 +47,7 @@ def result(model) -> dict[str, xr.Dataset]:
 
 @pytest.fixture(scope="module")
 def metrics(result) -> xr.Dataset:
-    return coupling_dataset(result["depth"], result["tokens"], METRICS)
+    return xr.merge([coupling_dataset(result["depth"], METRICS), token_coupling_dataset(result["tokens"], METRICS)], join="outer")
 
 
 def ids_of(text: str) -> torch.Tensor:
@@ -113,7 +113,7 @@ def test_tokens_dataset_layout(result) -> None:
 def test_no_token_layers_gives_an_empty_tokens_dataset(model) -> None:
     out = measure(model, CharTokenizer(), ["abc"], MeasureConfig(k_max=2, token_prompts=3), progress=False)
     assert len(out["tokens"].data_vars) == 0
-    metrics = coupling_dataset(out["depth"], out["tokens"], MetricConfig(ks=(2,)))
+    metrics = token_coupling_dataset(out["tokens"], MetricConfig(ks=(2,)))
     assert "self_mis" not in metrics
 
 
@@ -201,7 +201,7 @@ def check_token_families(model: torch.nn.Module, text: str, layers: tuple[int, .
     """Every stored entry of the three families against coupling.mis_coupling on the engine's
     Jacobians (one reading, variant, norm), and one entry of each for every option."""
     out = measure(model, CharTokenizer(), [text], MeasureConfig(k_max=k, token_layers=layers, token_prompts=1), progress=False)
-    metrics = coupling_dataset(out["depth"], out["tokens"], MetricConfig(ks=(k,)))
+    metrics = token_coupling_dataset(out["tokens"], MetricConfig(ks=(k,)))
     jacs = token_jacobians(model, text, layers)
     n = len(text)
 
@@ -301,7 +301,7 @@ def test_bad_metric_options() -> None:
 
 def test_k_above_k_max_is_refused(result) -> None:
     with pytest.raises(ValueError, match=f"K=10 exceeds K_max={K_MAX}"):
-        coupling_dataset(result["depth"], None, MetricConfig(ks=(10,)))
+        coupling_dataset(result["depth"], MetricConfig(ks=(10,)))
 
 
 def test_unknown_architecture_names_the_supported_ones() -> None:

@@ -55,34 +55,40 @@ def _mis_array(diag: xr.DataArray, corner: xr.DataArray, s_i: xr.DataArray, conf
     return xr.DataArray(out, dims=dims, coords=coords)
 
 
-def coupling_dataset(depth: xr.Dataset, tokens: xr.Dataset | None, config: MetricConfig = MetricConfig()) -> xr.Dataset:
-    """m_K of every stored pair, and the per-prompt model summaries.
+def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
+    """m_K of every depth pair, and the per-prompt model summaries.
 
     ``coupling`` = minus the mean of ``depth_mis`` over l != l'; ``adjacent_coupling`` = minus the
-    mean over |l - l'| = 1 (both per reading, variant, norm, k, prompt).
+    mean over |l - l'| = 1 (both per reading, norm, k, variant, prompt).
     """
-    s = depth["singular_values"].rename(layer="layer")  # J_i's spectrum: i = layer
-    depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), s, config)
-    layer = depth_mis["layer"]
-    layer_ref = depth_mis["layer_ref"]
-    off = layer != layer_ref
-    adjacent = abs(layer - layer_ref) == 1
+    depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), depth["singular_values"], config)
+    layer, layer_ref = depth_mis["layer"], depth_mis["layer_ref"]
     data = {
         "depth_mis": depth_mis,
-        "coupling": -depth_mis.where(off).mean(("layer", "layer_ref")),
-        "adjacent_coupling": -depth_mis.where(adjacent).mean(("layer", "layer_ref")),
+        "coupling": -depth_mis.where(layer != layer_ref).mean(("layer", "layer_ref")),
+        "adjacent_coupling": -depth_mis.where(abs(layer - layer_ref) == 1).mean(("layer", "layer_ref")),
     }
-    if tokens is not None and "self_diag" in tokens:
-        s_tok = tokens["singular_values"]
-        # J_i of each family: self (t, t); fixed_in (token_in, token); fixed_out (token, token_out)
-        diag_self = xr.DataArray(np.diagonal(s_tok.values, axis1=2, axis2=3), dims=("prompt", "layer", "rank", "token"))
-        s_self = diag_self.transpose("prompt", "layer", "token", "rank")
-        s_in = s_tok.rename(token_out="token")
-        s_out = s_tok.rename(token_in="token")
-        for family, s_i in (("self", s_self), ("fixed_in", s_in), ("fixed_out", s_out)):
-            mis = _mis_array(tokens[f"{family}_diag"], tokens[f"{family}_corner"].rename(k="kk"), s_i, config)
-            data[f"{family}_mis"] = mis.reset_coords(drop=True)  # a subset of the prompts: NaN elsewhere
     ds = xr.Dataset(data, attrs={**depth.attrs, "ks": list(config.ks), "p": config.p})
     ds["depth_mis"].attrs["description"] = "m_K(J^layer, J^layer_ref) at the depth token"
     ds["coupling"].attrs["description"] = "minus the mean m_K over layer pairs l != l'"
     return ds
+
+
+def token_coupling_dataset(tokens: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
+    """m_K of the token families (``self_mis``, ``fixed_in_mis``, ``fixed_out_mis``), on the token
+    layers and token prompts only; an empty dataset when none were extracted."""
+    if "self_diag" not in tokens:
+        return xr.Dataset(attrs={**tokens.attrs, "ks": list(config.ks), "p": config.p})
+    s_tok = tokens["singular_values"]  # (prompt, layer, token_in, token_out, rank): J_{t1 t2}
+    # J_i of each family: self J_tt; fixed_in J_{token_in, token}; fixed_out J_{token, token_out}
+    s_self = xr.DataArray(
+        np.diagonal(s_tok.values, axis1=2, axis2=3),
+        dims=("prompt", "layer", "rank", "token"),
+        coords={"prompt": s_tok["prompt"], "layer": s_tok["layer"], "rank": s_tok["rank"], "token": tokens["token"].values},
+    ).transpose("prompt", "layer", "token", "rank")
+    spectra = {"self": s_self, "fixed_in": s_tok.rename(token_out="token"), "fixed_out": s_tok.rename(token_in="token")}
+    data = {
+        f"{family}_mis": _mis_array(tokens[f"{family}_diag"], tokens[f"{family}_corner"].rename(k="kk"), s_i, config)
+        for family, s_i in spectra.items()
+    }
+    return xr.Dataset(data, attrs={**tokens.attrs, "ks": list(config.ks), "p": config.p})
