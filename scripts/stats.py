@@ -1,4 +1,6 @@
 """Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep."""
+from pathlib import Path
+
 from blockcoupling import stats
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.workflow import run_script, selection
@@ -18,8 +20,7 @@ def main(sm):
         "partial": stats.partial_correlation(table),
         "k_sweep": stats.k_sweep(coupling, table, **select),
     }
-    for name, frame in frames.items():
-        frame.to_csv(sm.output[name], index=False)
+    stats.write_tables(frames, Path(sm.output.summary).parent)
     write_netcdf(per_model, sm.output.model_coupling)
 
 

@@ -1,4 +1,6 @@
 """Rule stats_checkpoints: coupling, LSS, expodistance and validation loss per checkpoint."""
+from pathlib import Path
+
 import pandas as pd
 
 from blockcoupling import stats
@@ -15,8 +17,8 @@ def main(sm):
         histories.append(history.assign(model=model))
     history = pd.concat(histories, ignore_index=True) if histories else pd.DataFrame(columns=["model", "step", "val_loss"])
     table = stats.checkpoint_table(read_netcdf(sm.input.coupling), history, read_netcdf(sm.input.trajectories), **select)
-    table.to_csv(sm.output.table, index=False)
-    stats.checkpoint_correlations(table).to_csv(sm.output.correlations, index=False)
+    frames = {"checkpoint_table": table, "checkpoint_correlations": stats.checkpoint_correlations(table)}
+    stats.write_tables(frames, Path(sm.output.table).parent)
 
 
 run_script(snakemake, main)

@@ -15,14 +15,6 @@ from blockcoupling.spectral import svd
 READINGS, VARIANTS, NORMS = coupling.READINGS, coupling.VARIANTS, coupling.NORMS
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small SVDs are ~500x slower with 2 OpenMP threads on a busy 2-core machine (0.36 s vs
-    0.6 ms for 64 x 64); one thread is plenty for these sizes."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def random_orthogonal(d: int, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -17,13 +17,6 @@ from blockcoupling.evaluate import (bits_per_byte, choice_loglikelihoods, evalua
                                     multiple_choice_accuracy)
 from blockcoupling.train import train_tokenizer
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest, and steadiest on a shared machine, on one thread."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 TEXT = "Now is the winter of our discontent\nMade glorious summer by this sun of York;\n"

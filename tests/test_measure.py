@@ -26,13 +26,6 @@ CONFIG = MeasureConfig(k_max=K_MAX, token_layers=TOKEN_LAYERS, token_prompts=1)
 METRICS = MetricConfig(ks=KS)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: one thread avoids OpenMP contention on a busy 2-core machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

@@ -42,14 +42,11 @@ OFF = ~np.eye(len(LAYERS), dtype=bool)
 
 @pytest.fixture(scope="module")
 def loaded():
-    """(model, twin, tokenizer), with one torch thread: on the shared 2-core machine two threads are
-    ~2x slower for these Jacobians (bench/jacobian_speed.py)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
+    """(model, twin, tokenizer); conftest pins one torch thread (on the shared 2-core machine two
+    threads were ~2x slower for these Jacobians, bench/jacobian_speed.py)."""
     model, tokenizer = models.load_model(models.parse_source(SOURCE))
     twin = models.random_twin(model, seed=0)
-    yield model, twin, tokenizer
-    torch.set_num_threads(previous)
+    return model, twin, tokenizer
 
 
 def depth_jacobians(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:

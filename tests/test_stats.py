@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
-from blockcoupling import stats
+from blockcoupling import io, stats
 
 Z95 = 1.959963984540054  # standard normal 97.5% quantile
 
@@ -296,6 +296,16 @@ def test_checkpoint_table_and_correlations():
     assert row(corr, subset="m0", predictor="coupling")["reason"] == "n=3 < 4"
 
 
+def test_checkpoint_table_drops_steps_a_model_never_had():
+    """Combined checkpoint files are the union of the models' steps (NaN elsewhere)."""
+    ds, history, traj = make_checkpoints()
+    for name in ("coupling", "adjacent_coupling"):
+        ds[name] = ds[name].where(~((ds["model"] == "m1") & (ds["step"] == 0)))
+    table = stats.checkpoint_table(ds, history, traj)
+    assert len(table) == 5
+    assert [(m, s) for m, s in zip(table["model"], table["step"])] == [("m0", 0), ("m0", 10), ("m0", 100), ("m1", 10), ("m1", 100)]
+
+
 # --------------------------------------------------------------------------- writers
 def test_atomic_writers_round_trip(tmp_path):
     table = make_table()
@@ -303,7 +313,7 @@ def test_atomic_writers_round_trip(tmp_path):
     assert [p.name for p in paths] == ["corr.csv", "table.csv"]
     pd.testing.assert_frame_equal(pd.read_csv(paths[1]), table, check_dtype=False)
     mc = stats.model_coupling(make_coupling(), n_boot=50)
-    nc = stats.write_netcdf(mc, tmp_path / "nc" / "model_coupling.nc")
+    nc = io.write_netcdf(mc, tmp_path / "nc" / "model_coupling.nc")
     with xr.open_dataset(nc) as back:
         np.testing.assert_allclose(back["coupling"], mc["coupling"])
         assert back.attrs["k"] == 10

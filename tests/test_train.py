@@ -15,13 +15,6 @@ from blockcoupling import corpus
 from blockcoupling.schedule import TrainConfig, checkpoint_schedule
 from blockcoupling.train import train
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest, and steadiest on a shared machine, on one thread."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 TINY = TrainConfig(n_layers=2, d_model=32, n_heads=2, context_length=32, batch_size=8, learning_rate=3e-3,

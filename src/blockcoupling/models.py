@@ -240,14 +240,8 @@ def _quantization_config(options: LoadOptions) -> Any:
 def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tuple[nn.Module, Any]:
     """Load ``(model, tokenizer)`` in eval mode with eager attention (needed for batched VJPs and
     forward-mode AD; sdpa has neither on CPU). The tokenizer is None for non-text models."""
-    import transformers
-
     where = resolve(source)
-    kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": DTYPES[options.dtype], **options.extra}
-    if where.gguf_file:
-        kwargs["gguf_file"] = where.gguf_file
-    if where.revision:
-        kwargs["revision"] = where.revision
+    kwargs = _pretrained_kwargs(where, options)
     quantization = _quantization_config(options)
     if quantization is not None:
         kwargs["quantization_config"] = quantization
@@ -257,12 +251,49 @@ def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tup
         raise ModelSourceError(f"cannot load {source.describe()}: {str(error).splitlines()[0]}") from None
     if quantization is None:
         model = model.to(options.device)
-    tokenizer = None
-    if options.task == "causal-lm":
-        token_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision") if k in kwargs}
-        tokenizer = transformers.AutoTokenizer.from_pretrained(where.name_or_path, **token_kwargs)
     model.eval()
-    return model, tokenizer
+    return model, _tokenizer(where, options)
+
+
+def load_random_twin(source: ModelSource, seed: int, options: LoadOptions = LoadOptions()) -> tuple[nn.Module, Any]:
+    """``(twin, tokenizer)``: the source's config with a seeded random initialisation, without
+    reading its weights (equal to ``random_twin(load_model(source)[0], seed)``)."""
+    import transformers
+
+    where = resolve(source)
+    kwargs = {k: v for k, v in _pretrained_kwargs(where, options).items() if k in ("gguf_file", "revision")}
+    try:
+        config = transformers.AutoConfig.from_pretrained(where.name_or_path, **kwargs)
+    except (OSError, ValueError) as error:
+        raise ModelSourceError(f"cannot load the config of {source.describe()}: {str(error).splitlines()[0]}") from None
+    cls = _auto_class(options.task)._model_mapping[type(config)]
+    twin = _seeded_init(cls, config, DTYPES[options.dtype], seed)
+    return twin.to(options.device), _tokenizer(where, options)
+
+
+def _pretrained_kwargs(where: Resolved, options: LoadOptions) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": DTYPES[options.dtype], **options.extra}
+    if where.gguf_file:
+        kwargs["gguf_file"] = where.gguf_file
+    if where.revision:
+        kwargs["revision"] = where.revision
+    return kwargs
+
+
+def _tokenizer(where: Resolved, options: LoadOptions) -> Any:
+    if options.task != "causal-lm":
+        return None
+    import transformers
+
+    kwargs = {k: v for k, v in (("gguf_file", where.gguf_file), ("revision", where.revision)) if v}
+    return transformers.AutoTokenizer.from_pretrained(where.name_or_path, **kwargs)
+
+
+def _seeded_init(cls: type, config: Any, dtype: torch.dtype, seed: int) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls._from_config(config, dtype=dtype, attn_implementation="eager")
+    return model.eval()
 
 
 def random_twin(model: nn.Module, seed: int) -> nn.Module:
@@ -270,10 +301,7 @@ def random_twin(model: nn.Module, seed: int) -> nn.Module:
     same dtype and device (quantized models get a float32 twin)."""
     parameter = next(model.parameters())
     dtype = parameter.dtype if parameter.is_floating_point() else torch.float32
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        twin = type(model)._from_config(model.config, dtype=dtype, attn_implementation="eager")
-    return twin.to(parameter.device).eval()
+    return _seeded_init(type(model), model.config, dtype, seed).to(parameter.device)
 
 
 def parameter_count(model: nn.Module) -> int:

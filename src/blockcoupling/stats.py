@@ -9,7 +9,6 @@ mean mis-coupling, so larger = more coupled. Every table-level analysis runs per
 from __future__ import annotations
 
 import os
-import tempfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,6 +18,8 @@ import pandas as pd
 import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
+
+from blockcoupling.io import atomic_write
 
 MIN_N_CORRELATION = 4
 METHODS = ("pearson", "spearman")
@@ -423,6 +424,8 @@ def checkpoint_table(
     hist = hist[[c for c in ("model", "step", "val_loss", "val_accuracy") if c in hist.columns]]
     table = table.merge(hist.drop_duplicates(["model", "step"], keep="last"), on=["model", "step"], how="left")
     table["neg_val_loss"] = -table["val_loss"]
+    # the combined file is the union of every model's steps: drop (model, step) pairs never measured
+    table = table.dropna(subset=["coupling", "adjacent_coupling"], how="all")
     return table.sort_values(["model", "step"], ignore_index=True)
 
 
@@ -445,27 +448,7 @@ def checkpoint_correlations(
 
 
 # --------------------------------------------------------------------------- atomic writers
-def _atomic(path: Path, write) -> Path:
-    """Call write(tmp) on a temp file next to `path`, then os.replace it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
-
-
 def write_tables(frames: Mapping[str, pd.DataFrame], csv_dir: str | os.PathLike) -> list[Path]:
     """Write each frame to `csv_dir/{name}.csv` atomically; returns the written paths."""
-    return [_atomic(Path(csv_dir) / f"{name}.csv", lambda tmp, f=frame: f.to_csv(tmp, index=False))
+    return [atomic_write(Path(csv_dir) / f"{name}.csv", lambda tmp, f=frame: f.to_csv(tmp, index=False))
             for name, frame in frames.items()]
-
-
-def write_netcdf(ds: xr.Dataset, path: str | os.PathLike) -> Path:
-    """Write `ds` to NetCDF atomically (temp file in the same folder, then os.replace)."""
-    return _atomic(Path(path), ds.to_netcdf)

@@ -184,15 +184,16 @@ def finite_or_none(value: Any) -> Any:
 def load_for_rule(spec: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """Load a rule's model from ``model_params`` (source, load options, twin): ``(model,
     tokenizer, attrs)`` with the provenance attrs of its files."""
-    from blockcoupling.models import LoadOptions, load_model, parse_source, random_twin
+    from blockcoupling.models import LoadOptions, load_model, load_random_twin, parse_source
 
     source = parse_source(spec["source"])
     options = LoadOptions(**spec.get("load", {}))
-    logging.info("loading %s (%s)", spec["name"], source.describe())
-    model, tokenizer = load_model(source, options)
     if spec.get("random_twin"):
-        model = random_twin(model, spec.get("twin_seed", 0))
-        logging.info("random-init twin with seed %s", spec.get("twin_seed", 0))
+        logging.info("random-init twin of %s (%s), seed %s", spec["name"], source.describe(), spec.get("twin_seed", 0))
+        model, tokenizer = load_random_twin(source, spec.get("twin_seed", 0), options)
+    else:
+        logging.info("loading %s (%s)", spec["name"], source.describe())
+        model, tokenizer = load_model(source, options)
     attrs = {
         "model": spec["name"],
         "model_id": source.location,
