@@ -2,7 +2,8 @@
 import os
 import sys
 
-from blockcoupling.workflow import FINAL, RANDOM, code_hash, model_entries, train_steps
+from blockcoupling.models import parse_source
+from blockcoupling.workflow import RANDOM, code_hash, model_entries, train_steps
 
 
 def config_error(message):
@@ -40,10 +41,13 @@ for _k in config["metrics"]["ks"]:
 if config.get("stats", {}).get("k", config["metrics"]["ks"][0]) not in config["metrics"]["ks"]:
     config_error(f"stats.k={config['stats']['k']} is not in metrics.ks {config['metrics']['ks']}")
 for _name, _entry in MODELS.items():
-    if _entry.source.get("package") and not _entry.source.get("assemble") and not _entry.source.get("file"):
-        config_error(f"models.{_name}.source: a package source needs 'file' or 'assemble: true'")
+    if "train" not in _entry.source:
+        try:
+            parse_source(_entry.source)
+        except ValueError as error:
+            config_error(f"models.{_name}.source: {error}")
 TRAIN_RUNS = config.get("train", {}).get("runs", {})
-MODELS_TRAIN_STEPS = {run: train_steps(spec) for run, spec in TRAIN_RUNS.items()}
+TRAIN_STEPS = {run: train_steps(spec) for run, spec in TRAIN_RUNS.items()}
 EVALUATE = config.get("evaluate", {}).get("enabled", True)
 
 CROSS_MODEL = {name: e for name, e in MODELS.items() if not e.is_checkpoint_suite}

@@ -10,7 +10,7 @@ for _run, _spec in TRAIN_RUNS.items():
             checkpoints=expand(
                 "results/train/{run}/step{step}/model.safetensors",
                 run=_run,
-                step=MODELS_TRAIN_STEPS[_run],
+                step=TRAIN_STEPS[_run],
             ),
             history=f"results/train/{_run}/history.csv",
         params:

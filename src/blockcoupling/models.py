@@ -12,10 +12,11 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # torch is imported where weights are touched: parsing sources stays light
+    import torch
+    from torch import nn
 
 
 class ModelSourceError(ValueError):
@@ -198,7 +199,14 @@ def resolve(source: ModelSource) -> Resolved:
     raise ModelSourceError(f"unknown model source kind {source.kind!r}")
 
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def torch_dtype(name: str) -> "torch.dtype":
+    """The torch dtype of a DTYPES name."""
+    import torch
+
+    return getattr(torch, name)
 TASKS = ("causal-lm", "encoder")
 
 
@@ -233,7 +241,7 @@ def _quantization_config(options: LoadOptions) -> Any:
     from transformers import BitsAndBytesConfig
 
     if options.quantization == "4bit":
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32)
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch_dtype("float32"))
     return BitsAndBytesConfig(load_in_8bit=True)
 
 
@@ -267,12 +275,12 @@ def load_random_twin(source: ModelSource, seed: int, options: LoadOptions = Load
     except (OSError, ValueError) as error:
         raise ModelSourceError(f"cannot load the config of {source.describe()}: {str(error).splitlines()[0]}") from None
     cls = _auto_class(options.task)._model_mapping[type(config)]
-    twin = _seeded_init(cls, config, DTYPES[options.dtype], seed)
+    twin = _seeded_init(cls, config, torch_dtype(options.dtype), seed)
     return twin.to(options.device), _tokenizer(where, options)
 
 
 def _pretrained_kwargs(where: Resolved, options: LoadOptions) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": DTYPES[options.dtype], **options.extra}
+    kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": torch_dtype(options.dtype), **options.extra}
     if where.gguf_file:
         kwargs["gguf_file"] = where.gguf_file
     if where.revision:
@@ -289,7 +297,9 @@ def _tokenizer(where: Resolved, options: LoadOptions) -> Any:
     return transformers.AutoTokenizer.from_pretrained(where.name_or_path, **kwargs)
 
 
-def _seeded_init(cls: type, config: Any, dtype: torch.dtype, seed: int) -> nn.Module:
+def _seeded_init(cls: type, config: Any, dtype: "torch.dtype", seed: int) -> "nn.Module":
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls._from_config(config, dtype=dtype, attn_implementation="eager")
@@ -300,10 +310,5 @@ def random_twin(model: nn.Module, seed: int) -> nn.Module:
     """The same architecture and config with a fresh, seeded random initialisation, in eval mode,
     same dtype and device (quantized models get a float32 twin)."""
     parameter = next(model.parameters())
-    dtype = parameter.dtype if parameter.is_floating_point() else torch.float32
+    dtype = parameter.dtype if parameter.is_floating_point() else torch_dtype("float32")
     return _seeded_init(type(model), model.config, dtype, seed).to(parameter.device)
-
-
-def parameter_count(model: nn.Module) -> int:
-    """Number of parameters (quantized storage counted as its logical size where known)."""
-    return int(getattr(model, "num_parameters", lambda: sum(p.numel() for p in model.parameters()))())

@@ -7,7 +7,6 @@ import csv
 import hashlib
 import importlib.util
 import logging
-import math
 import sys
 import traceback
 from collections.abc import Callable
@@ -172,13 +171,6 @@ def selection(stats_config: dict[str, Any], with_k: bool = True) -> dict[str, An
     if not with_k:
         chosen.pop("k")
     return chosen
-
-
-def finite_or_none(value: Any) -> Any:
-    """None for a missing/NaN number (metadata coords), else the value."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return value
 
 
 def load_for_rule(spec: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
