@@ -114,16 +114,20 @@ class JacobianEngine:
         """``J^layer_{tt}`` ``(d, d)``. For causal models with a KV cache the block is re-invoked on
         token t alone with a snapshot of the cache of tokens < t (~t times cheaper); a forward-value
         check against the full pass guards it, and any mismatch falls back to ``output_token``."""
-        call = self._token_call(layer, t)
-        if call is None:
+        checked = self._token_call(layer, t)
+        if checked is None:
             self.fallbacks += 1
             return self.output_token(layer, t)[t]
-        jac = output_token_jacobians(residual_function(call), call.input.to(compute_dtype(call.block)), 0, self.chunk_size)[0]
+        residual, x = checked
+        jac = output_token_jacobians(residual, x, 0, self.chunk_size)[0]
         if not torch.isfinite(jac).all():
             raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t1=t2={t}")
         return jac
 
-    def _token_call(self, layer: int, t: int) -> BlockCall | None:
+    def _token_call(
+        self, layer: int, t: int
+    ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor] | None:
+        """The single-token residual function and its input ``(1, d)``, if it passes the guard."""
         if not self.causal or "input_ids" not in self.inputs or not hasattr(self.model.config, "use_cache"):
             return None
         if t not in self._token_calls:
@@ -136,16 +140,17 @@ class JacobianEngine:
             return None
         call, reference = calls[layer - 1], self.full[layer - 1]
         dtype = compute_dtype(call.block)
+        residual, x = residual_function(call), call.input.to(dtype)
         try:
             with torch.no_grad():
-                value = residual_function(call)(call.input.to(dtype))[0]
+                value = residual(x)[0]
         except (RuntimeError, ValueError, TypeError):
             return None
         expected = (reference.output[t] - reference.input[t]).to(dtype)
         tolerance = 1e-8 if dtype == torch.float64 else 1e-3
         if (value - expected).norm() > tolerance * max(float(expected.norm()), 1e-12):
             return None
-        return call
+        return residual, x
 
     def jacobians(self, requests: Iterable[Request]) -> dict[Request, torch.Tensor]:
         """The requested ``(d, d)`` Jacobians; one VJP batch per distinct (layer, t2)."""

@@ -187,7 +187,7 @@ def _token_families(
     for layer in layers:
         per_output = []
         for t2 in range(n):
-            per_output.append(engine.output_token(layer, t2)[: t2 + 1])  # t1 <= t2 (all t1 for encoders)
+            per_output.append(engine.output_token(layer, t2)[: t2 + 1])  # t1 <= t2 (encoders return every t1)
             bar.update(1)
         jacs[layer] = torch.cat(per_output)  # (pairs, d, d) in `index` order
         factors = svd(jacs[layer])
