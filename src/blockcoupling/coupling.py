@@ -22,14 +22,15 @@ VARIANTS = ("ujv", "vju")
 NORMS = ("p", "trace")
 
 
-def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
+def check_option(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """One clear error for an option outside its allowed values."""
     if value not in allowed:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}")
 
 
 def bases(factors: SVD, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Left and right bases ``(P, Q)``, each ``(..., d, K)``, of a variant."""
-    _check("variant", variant, VARIANTS)
+    check_option("variant", variant, VARIANTS)
     return (factors.u, factors.v) if variant == "ujv" else (factors.v, factors.u)
 
 
@@ -62,7 +63,7 @@ def matrix_stats(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def normaliser(s: np.ndarray, k: int, norm: str, p: float) -> np.ndarray:
     """``||S_K||_p`` or ``sum S_K`` over the last axis of ``s (..., >=K)``."""
-    _check("norm", norm, NORMS)
+    check_option("norm", norm, NORMS)
     top = np.abs(s[..., :k])
     return top.sum(axis=-1) if norm == "trace" else np.linalg.norm(top, ord=p, axis=-1)
 
@@ -78,7 +79,7 @@ def mis_coupling_from_stats(
 ) -> np.ndarray:
     """m_K from statistics: ``diag (..., K_max)``, ``corner (..., K_max)``, J_i's singular values
     ``s_i (..., >=K)`` (broadcast against the pair axes). Returns ``(...)``."""
-    _check("reading", reading, READINGS)
+    check_option("reading", reading, READINGS)
     if not 1 <= k <= diag.shape[-1]:
         raise ValueError(f"K={k} is outside 1..{diag.shape[-1]} (K_max of the stored statistics)")
     dk, sk, total = diag[..., :k], s_i[..., :k], corner[..., k - 1]
@@ -91,7 +92,7 @@ def mis_coupling_from_stats(
 
 def coupling_matrix_direct(a: torch.Tensor, s_i: torch.Tensor, reading: str) -> torch.Tensor:
     """The numerator ``|| |A| - S ||_F`` or ``|| A - diag(A) ||_F`` from an explicit ``a (K, K)``."""
-    _check("reading", reading, READINGS)
+    check_option("reading", reading, READINGS)
     if reading == "authors":
         return torch.linalg.matrix_norm(a.abs() - torch.diag(s_i))
     return torch.linalg.matrix_norm(a - torch.diag(torch.diagonal(a)))

@@ -74,6 +74,15 @@ def validate_requests(requests: Iterable[Request], n_layers: int, n_tokens: int,
     return checked
 
 
+def _finite(jac: torch.Tensor, layer: int, t2: int, first_t1: int = 0) -> torch.Tensor:
+    """``jac (t1, d, d)`` unchanged, or an error naming the layer and tokens of non-finite entries
+    (``first_t1``: the token of ``jac[0]``)."""
+    if not torch.isfinite(jac).all():
+        bad = sorted({first_t1 + int(t) for t in torch.nonzero(~torch.isfinite(jac))[:, 0]})
+        raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t2={t2}, t1 in {bad}")
+    return jac
+
+
 class JacobianEngine:
     """Jacobians of one prompt's blocks. ``inputs``: the model inputs of the prompt, batch 1,
     e.g. ``{'input_ids': (1, token)}``. Recorded calls of each prefix are cached."""
@@ -104,11 +113,7 @@ class JacobianEngine:
         length = t2 + 1 if self.causal else self.n_tokens
         call = self.calls_for(length)[layer - 1]
         x = call.input.to(compute_dtype(call.block))
-        jac = output_token_jacobians(residual_function(call), x, t2, self.chunk_size)
-        if not torch.isfinite(jac).all():
-            bad = sorted({int(t) for t in torch.nonzero(~torch.isfinite(jac))[:, 0]})
-            raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t2={t2}, t1 in {bad}")
-        return jac
+        return _finite(output_token_jacobians(residual_function(call), x, t2, self.chunk_size), layer, t2)
 
     def diagonal(self, layer: int, t: int) -> torch.Tensor:
         """``J^layer_{tt}`` ``(d, d)``. For causal models with a KV cache the block is re-invoked on
@@ -119,10 +124,7 @@ class JacobianEngine:
             self.fallbacks += 1
             return self.output_token(layer, t)[t]
         residual, x = checked
-        jac = output_token_jacobians(residual, x, 0, self.chunk_size)[0]
-        if not torch.isfinite(jac).all():
-            raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t1=t2={t}")
-        return jac
+        return _finite(output_token_jacobians(residual, x, 0, self.chunk_size), layer, t, first_t1=t)[0]
 
     def _token_call(
         self, layer: int, t: int

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from blockcoupling import trajectories
 from blockcoupling.capture import states
-from blockcoupling.coupling import VARIANTS, bases, cross_stats
+from blockcoupling.coupling import VARIANTS, bases, check_option, cross_stats
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.models import blocks_of
 from blockcoupling.spectral import svd
@@ -50,8 +50,7 @@ class MeasureConfig:
 
     def __post_init__(self) -> None:
         for variant in self.variants:
-            if variant not in VARIANTS:
-                raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
+            check_option("variant", variant, VARIANTS)
         if self.k_max < 1:
             raise ValueError(f"k_max must be >= 1, got {self.k_max}")
         if self.max_tokens is not None and self.max_tokens < 2:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from blockcoupling.coupling import NORMS, READINGS, mis_coupling_from_stats
+from blockcoupling.coupling import NORMS, READINGS, check_option, mis_coupling_from_stats
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,9 @@ class MetricConfig:
 
     def __post_init__(self) -> None:
         for reading in self.readings:
-            if reading not in READINGS:
-                raise ValueError(f"reading {reading!r} is not one of {', '.join(READINGS)}")
+            check_option("reading", reading, READINGS)
         for norm in self.norms:
-            if norm not in NORMS:
-                raise ValueError(f"norm {norm!r} is not one of {', '.join(NORMS)}")
+            check_option("norm", norm, NORMS)
 
 
 def _mis_array(diag: xr.DataArray, corner: xr.DataArray, s_i: xr.DataArray, config: MetricConfig) -> xr.DataArray:

@@ -52,7 +52,7 @@ def _number(value: str) -> float | None:
     return float(value) if value not in ("", None) else None
 
 
-def table_entries(path: str | Path, defaults: dict[str, Any]) -> dict[str, ModelEntry]:
+def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
     """Model entries from a TSV such as resources/paper_models.tsv (name, hub_id, metadata,
     gpu_mem_gb); scores missing in the table stay missing."""
     entries = {}
@@ -72,15 +72,16 @@ def table_entries(path: str | Path, defaults: dict[str, Any]) -> dict[str, Model
             entries[row["name"]] = ModelEntry(
                 name=row["name"],
                 source={"hub": row["hub_id"]},
-                steps=_default_steps(defaults),
+                steps=_default_steps(random_init),
                 meta=meta,
                 resources={"gpu_mem_gb": gpu, "mem_mb": max(16000, gpu * 1500)},
             )
     return entries
 
 
-def _default_steps(defaults: dict[str, Any]) -> tuple[str, ...]:
-    return (FINAL, RANDOM) if defaults.get("random_init", True) else (FINAL,)
+def _default_steps(random_init: bool) -> tuple[str, ...]:
+    """``final``, and ``random`` (the twin) when random-init twins are on."""
+    return (FINAL, RANDOM) if random_init else (FINAL,)
 
 
 def train_steps(train_spec: dict[str, Any]) -> list[int]:
@@ -92,10 +93,10 @@ def train_steps(train_spec: dict[str, Any]) -> list[int]:
 
 def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
     """All models of a config: the model table's rows, then ``models:`` (which may override them)."""
-    defaults = {"random_init": config.get("random_init", {}).get("enabled", True)}
+    random_init = config.get("random_init", {}).get("enabled", True)
     entries: dict[str, ModelEntry] = {}
     if config.get("model_table"):
-        entries.update(table_entries(config["model_table"], defaults))
+        entries.update(table_entries(config["model_table"], random_init))
     for name, spec in (config.get("models") or {}).items():
         source = dict(spec["source"])
         if "train" in source:
@@ -105,13 +106,13 @@ def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
             run_steps = train_steps(runs[source["train"]])
             if source.get("checkpoint") == "last":  # one model of the cross-model analysis
                 source["step"] = run_steps[-1]
-                steps = _default_steps({"random_init": spec.get("random_init", defaults["random_init"])})
+                steps = _default_steps(spec.get("random_init", random_init))
             else:
                 steps = tuple(str(s) for s in run_steps)
         elif spec.get("steps"):
             steps = tuple(str(int(s)) for s in spec["steps"])
         else:
-            steps = _default_steps({"random_init": spec.get("random_init", defaults["random_init"])})
+            steps = _default_steps(spec.get("random_init", random_init))
         entries[name] = ModelEntry(
             name=name,
             source=source,
