@@ -28,6 +28,6 @@ include: "rules/figures.smk"
 
 
 rule all:
+    default_target: True
     input:
         final_targets(),
-    default_target: True

@@ -55,11 +55,25 @@ def best_time(engine: JacobianEngine, layer: int, t2: int, repeats: int) -> floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=13, help="truncate the prompt to this many tokens")
-    parser.add_argument("--layer", type=int, default=15, help="block (1-based) of the single-layer timings")
-    parser.add_argument("--repeats", type=int, default=2, help="timed repeats per setting (best is reported)")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")
-    parser.add_argument("--chunk-sizes", type=chunk_value, nargs="+", default=[None, 64, 192], help="vmap chunk sizes ('none': all d)")
+    parser.add_argument(
+        "--tokens", type=int, default=13, help="truncate the prompt to this many tokens"
+    )
+    parser.add_argument(
+        "--layer", type=int, default=15, help="block (1-based) of the single-layer timings"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="timed repeats per setting (best is reported)"
+    )
+    parser.add_argument(
+        "--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts"
+    )
+    parser.add_argument(
+        "--chunk-sizes",
+        type=chunk_value,
+        nargs="+",
+        default=[None, 64, 192],
+        help="vmap chunk sizes ('none': all d)",
+    )
     parser.add_argument("--k-max", type=int, default=50, help="k_max of the measure() timing")
     parser.add_argument("--skip-measure", action="store_true", help="only the single-layer timings")
     args = parser.parse_args()
@@ -67,7 +81,9 @@ def main() -> None:
     print(f"before: {uptime()}")
     start = time.perf_counter()
     model, tokenizer = load_model(parse_source(SOURCE))
-    print(f"load: {time.perf_counter() - start:.1f} s  (L={model.config.num_hidden_layers}, d={model.config.hidden_size})")
+    print(
+        f"load: {time.perf_counter() - start:.1f} s  (L={model.config.num_hidden_layers}, d={model.config.hidden_size})"
+    )
     ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"][:, : args.tokens]
     n = int(ids.shape[1])
     text = tokenizer.decode(ids[0])
@@ -80,7 +96,9 @@ def main() -> None:
             engine = JacobianEngine(model, {"input_ids": ids}, chunk_size=chunk)
             rows.append((threads, chunk, best_time(engine, args.layer, n - 1, args.repeats)))
     reference = rows[0][2]
-    print(f"\nlayer {args.layer}, output token {n - 1}: all {n} J_(t1,{n - 1}) (best of {args.repeats})")
+    print(
+        f"\nlayer {args.layer}, output token {n - 1}: all {n} J_(t1,{n - 1}) (best of {args.repeats})"
+    )
     print(f"{'threads':>7} {'chunk':>6} {'seconds':>8} {'ratio':>6}")
     for threads, chunk, seconds in rows:
         print(f"{threads:>7} {str(chunk):>6} {seconds:>8.3f} {seconds / reference:>6.2f}")

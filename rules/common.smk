@@ -33,7 +33,9 @@ except ValueError as error:
 
 PROMPT_SET = config["extract"]["prompt_set"]
 if PROMPT_SET not in config["prompts"]["sets"]:
-    config_error(f"extract.prompt_set {PROMPT_SET!r} is not under prompts.sets ({', '.join(config['prompts']['sets'])})")
+    config_error(
+        f"extract.prompt_set {PROMPT_SET!r} is not under prompts.sets ({', '.join(config['prompts']['sets'])})"
+    )
 K_MAX = config["extract"].get("k_max", 50)
 for _k in config["metrics"]["ks"]:
     if _k > K_MAX:
@@ -55,9 +57,15 @@ CHECKPOINT_MODELS = {name: e for name, e in MODELS.items() if e.is_checkpoint_su
 EXTRACTED = ("depth", "spectra", "tokens", "trajectories")
 # Trained checkpoint suites carry their own generalization measure (validation loss in the
 # training history); hub checkpoint suites get the evaluate rule.
-HUB_CHECKPOINT_MODELS = {name: e for name, e in CHECKPOINT_MODELS.items() if "train" not in e.source}
-COMBINED_NAMES = ("coupling", "tokens", "trajectories", "spectra") + (("evaluation",) if EVALUATE else ())
-CHECKPOINT_NAMES = ("coupling", "trajectories") + (("evaluation",) if EVALUATE and HUB_CHECKPOINT_MODELS else ())
+HUB_CHECKPOINT_MODELS = {
+    name: e for name, e in CHECKPOINT_MODELS.items() if "train" not in e.source
+}
+COMBINED_NAMES = ("coupling", "tokens", "trajectories", "spectra") + (
+    ("evaluation",) if EVALUATE else ()
+)
+CHECKPOINT_NAMES = ("coupling", "trajectories") + (
+    ("evaluation",) if EVALUATE and HUB_CHECKPOINT_MODELS else ()
+)
 COMBINE_SOURCES = {
     "coupling": "results/metrics/{model}/{step}/coupling.nc",
     "tokens": "results/metrics/{model}/{step}/token_coupling.nc",
@@ -67,7 +75,9 @@ COMBINE_SOURCES = {
 }
 
 # Code hashes: Snakemake's code trigger sees only a rule's script file, not the library it imports.
-EXTRACT_CODE = code_hash("capture", "jacobians", "spectral", "coupling", "trajectories", "measure", "models")
+EXTRACT_CODE = code_hash(
+    "capture", "jacobians", "spectral", "coupling", "trajectories", "measure", "models"
+)
 METRIC_CODE = code_hash("coupling", "metrics")
 EVALUATE_CODE = code_hash("evaluate", "corpus", "models")
 STATS_CODE = code_hash("stats")
@@ -95,7 +105,9 @@ def model_inputs(wildcards):
     if entry.source.get("assemble"):
         return [f"results/models/{wildcards.model}.gguf"]
     if "train" in entry.source:
-        return [f"results/train/{entry.source['train']}/step{entry.train_step(wildcards.step)}/model.safetensors"]
+        return [
+            f"results/train/{entry.source['train']}/step{entry.train_step(wildcards.step)}/model.safetensors"
+        ]
     return []
 
 
@@ -126,13 +138,20 @@ def mem_mb(wildcards):
 def combine_entries(entries, name):
     """The models a combined file gathers: evaluation only where the evaluate rule runs."""
     if name == "evaluation":
-        return {model: e for model, e in entries.items() if "train" not in e.source or not e.is_checkpoint_suite}
+        return {
+            model: e
+            for model, e in entries.items()
+            if "train" not in e.source or not e.is_checkpoint_suite
+        }
     return entries
 
 
 def combined_inputs(entries, name):
     pattern = COMBINE_SOURCES[name]
-    return [pattern.format(model=model, step=step) for model, step in model_steps(combine_entries(entries, name))]
+    return [
+        pattern.format(model=model, step=step)
+        for model, step in model_steps(combine_entries(entries, name))
+    ]
 
 
 def final_targets():
@@ -142,5 +161,7 @@ def final_targets():
     if CHECKPOINT_MODELS:
         targets.append("results/stats/checkpoint_correlations.csv")
     targets += [f"results/combined/{name}.nc" for name in COMBINED_NAMES if CROSS_MODEL]
-    targets += [f"results/combined/checkpoints/{name}.nc" for name in CHECKPOINT_NAMES if CHECKPOINT_MODELS]
+    targets += [
+        f"results/combined/checkpoints/{name}.nc" for name in CHECKPOINT_NAMES if CHECKPOINT_MODELS
+    ]
     return targets

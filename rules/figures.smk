@@ -17,7 +17,9 @@ FIGURES = {
     "coupling_vs_validation_loss": (TRAINING, ["results/stats/checkpoint_table.csv"]),
 }
 ENABLED_FIGURES = [
-    name for name, (category, _) in FIGURES.items() if (category == CROSS and CROSS_MODEL) or (category == TRAINING and CHECKPOINT_MODELS)
+    name
+    for name, (category, _) in FIGURES.items()
+    if (category == CROSS and CROSS_MODEL) or (category == TRAINING and CHECKPOINT_MODELS)
 ]
 
 
@@ -39,16 +41,17 @@ for _figure in ENABLED_FIGURES:
                 category=FIGURES[_figure][0],
             ),
             pdf=f"results/figures/{_figure}.pdf",
-        params:
-            figure=_figure,
-            stats=STATS,
-            token_model=config.get("figures", {}).get("token_model") or next(iter(CROSS_MODEL), None),
-            code=FIGURE_CODE,
         log:
             f"logs/figures/{_figure}.log",
         benchmark:
             f"benchmarks/figures/{_figure}.tsv"
         conda:
             "../envs/analysis.yaml"
+        params:
+            figure=_figure,
+            stats=STATS,
+            token_model=config.get("figures", {}).get("token_model")
+            or next(iter(CROSS_MODEL), None),
+            code=FIGURE_CODE,
         script:
             "../scripts/figure.py"

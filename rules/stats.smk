@@ -10,16 +10,16 @@ rule stats:
     output:
         **{name: f"results/stats/{name}.csv" for name in STATS_TABLES},
         model_coupling="results/stats/model_coupling.nc",
-    params:
-        stats=STATS,
-        score=config.get("evaluate", {}).get("score", "score"),
-        code=STATS_CODE,
     log:
         "logs/stats/stats.log",
     benchmark:
         "benchmarks/stats/stats.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        stats=STATS,
+        score=config.get("evaluate", {}).get("score", "score"),
+        code=STATS_CODE,
     script:
         "../scripts/stats.py"
 
@@ -32,15 +32,17 @@ rule stats_checkpoints:
     output:
         table="results/stats/checkpoint_table.csv",
         correlations="results/stats/checkpoint_correlations.csv",
-    params:
-        stats=STATS,
-        runs=lambda wildcards: {name: e.source["train"] for name, e in CHECKPOINT_MODELS.items() if "train" in e.source},
-        code=STATS_CODE,
     log:
         "logs/stats/checkpoints.log",
     benchmark:
         "benchmarks/stats/checkpoints.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        stats=STATS,
+        runs=lambda wildcards: {
+            name: e.source["train"] for name, e in CHECKPOINT_MODELS.items() if "train" in e.source
+        },
+        code=STATS_CODE,
     script:
         "../scripts/stats_checkpoints.py"

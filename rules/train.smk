@@ -13,18 +13,18 @@ for _run, _spec in TRAIN_RUNS.items():
                 step=TRAIN_STEPS[_run],
             ),
             history=f"results/train/{_run}/history.csv",
-        params:
-            run=_run,
-            spec=_spec,
-            code=TRAIN_CODE,
-        threads: config["train"].get("threads", 1)
-        resources:
-            mem_mb=4000,
         log:
             f"logs/train/{_run}.log",
         benchmark:
             f"benchmarks/train/{_run}.tsv"
         conda:
             "../envs/torch.yaml"
+        threads: config["train"].get("threads", 1)
+        resources:
+            mem_mb=4000,
+        params:
+            run=_run,
+            spec=_spec,
+            code=TRAIN_CODE,
         script:
             "../scripts/train.py"

@@ -1,4 +1,5 @@
 """Rule assemble_model: write the model file of a package that assembles it from chunks."""
+
 from pathlib import Path
 
 from blockcoupling.models import assemble_package_file

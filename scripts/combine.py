@@ -1,4 +1,5 @@
 """Rules combine_models / combine_checkpoints: one dataset across models (and init or step)."""
+
 from blockcoupling.combine import combine
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.workflow import run_script

@@ -1,4 +1,5 @@
 """Rule evaluate: bits per byte on held-out text and multiple-choice accuracy on the prompts."""
+
 from pathlib import Path
 
 from blockcoupling import prompts

@@ -1,4 +1,5 @@
 """Rules figure_<name>: one figure (PNG + PDF) from combined datasets or stats tables."""
+
 import pandas as pd
 
 from blockcoupling import figures
@@ -14,8 +15,13 @@ def main(sm):
     data = pd.read_csv(source) if source.endswith(".csv") else read_netcdf(source)
     if name == "coupling_vs_score":
         figures.coupling_vs_score(data, path)
-    elif name in ("hyperparameter_correlations", "k_sweep_curve", "coupling_vs_step",
-                  "trajectory_metrics_vs_step", "coupling_vs_validation_loss"):
+    elif name in (
+        "hyperparameter_correlations",
+        "k_sweep_curve",
+        "coupling_vs_step",
+        "trajectory_metrics_vs_step",
+        "coupling_vs_validation_loss",
+    ):
         getattr(figures, name)(data, path)
     elif name in ("depth_heatmaps", "depth_heatmaps_over_training"):
         getattr(figures, name)(select(data["depth_mis"], **at), path)

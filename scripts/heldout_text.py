@@ -1,4 +1,5 @@
 """Rule heldout_text: the held-out validation plays (the text every model's bits per byte uses)."""
+
 import os
 from pathlib import Path
 

@@ -1,4 +1,5 @@
 """Rule metrics: m_K for the configured K list, readings and norms, from stored statistics."""
+
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.workflow import run_script

@@ -1,4 +1,5 @@
 """Rule sample_prompts: a seeded, source-stratified prompt set (local file or the datasets hub)."""
+
 from blockcoupling import prompts
 from blockcoupling.workflow import run_script
 

@@ -1,4 +1,5 @@
 """Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep."""
+
 from pathlib import Path
 
 from blockcoupling import stats
@@ -11,7 +12,13 @@ def main(sm):
     select = selection(spec, with_k=False)
     coupling = read_netcdf(sm.input.coupling)
     evaluation = read_netcdf(sm.input.evaluation) if sm.input.evaluation else None
-    per_model = stats.model_coupling(coupling, k=spec.get("k", 10), n_boot=spec.get("n_boot", 1000), seed=spec.get("seed", 0), **select)
+    per_model = stats.model_coupling(
+        coupling,
+        k=spec.get("k", 10),
+        n_boot=spec.get("n_boot", 1000),
+        seed=spec.get("seed", 0),
+        **select,
+    )
     table = stats.model_table(per_model, evaluation, score=sm.params.score)
     frames = {
         "summary": table,

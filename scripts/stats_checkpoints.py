@@ -1,4 +1,5 @@
 """Rule stats_checkpoints: coupling, LSS, expodistance and validation loss per checkpoint."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -15,9 +16,18 @@ def main(sm):
     for model, run in sm.params.runs.items():
         history = pd.read_csv(f"results/train/{run}/history.csv")
         histories.append(history.assign(model=model))
-    history = pd.concat(histories, ignore_index=True) if histories else pd.DataFrame(columns=["model", "step", "val_loss"])
-    table = stats.checkpoint_table(read_netcdf(sm.input.coupling), history, read_netcdf(sm.input.trajectories), **select)
-    frames = {"checkpoint_table": table, "checkpoint_correlations": stats.checkpoint_correlations(table)}
+    history = (
+        pd.concat(histories, ignore_index=True)
+        if histories
+        else pd.DataFrame(columns=["model", "step", "val_loss"])
+    )
+    table = stats.checkpoint_table(
+        read_netcdf(sm.input.coupling), history, read_netcdf(sm.input.trajectories), **select
+    )
+    frames = {
+        "checkpoint_table": table,
+        "checkpoint_correlations": stats.checkpoint_correlations(table),
+    }
     stats.write_tables(frames, Path(sm.output.table).parent)
 
 

@@ -1,4 +1,5 @@
 """Rule train_<run>: train (or resume) one GPT-NeoX run, then expose its checkpoints as outputs."""
+
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,9 @@ def main(sm):
     work = run_dir / "work"  # not an output: survives an interrupted job, so training resumes
     train(config, work, threads=sm.threads)
     for step in config.steps:
-        shutil.copytree(work / f"step{step}", run_dir / f"step{step}", dirs_exist_ok=True, copy_function=_link)
+        shutil.copytree(
+            work / f"step{step}", run_dir / f"step{step}", dirs_exist_ok=True, copy_function=_link
+        )
     shutil.copyfile(work / "history.csv", sm.output.history)
 
 

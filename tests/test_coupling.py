@@ -15,9 +15,9 @@ from blockcoupling.spectral import svd
 READINGS, VARIANTS, NORMS = coupling.READINGS, coupling.VARIANTS, coupling.NORMS
 
 
-
-
-def random_orthogonal(d: int, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def random_orthogonal(
+    d: int, generator: torch.Generator, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     q, r = torch.linalg.qr(torch.randn(d, d, generator=generator, dtype=torch.float64))
     return (q * torch.sign(torch.diagonal(r))).to(dtype)
 
@@ -34,11 +34,17 @@ def gaussian(d: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Ten
     return torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
-def metric_from_basis(jac_i: torch.Tensor, left: torch.Tensor, right: torch.Tensor, s_i: torch.Tensor, reading: str) -> float:
+def metric_from_basis(
+    jac_i: torch.Tensor, left: torch.Tensor, right: torch.Tensor, s_i: torch.Tensor, reading: str
+) -> float:
     """m_K (p = 2) from explicit bases through ``matrix_stats`` and ``mis_coupling_from_stats``."""
     diag, corner = coupling.matrix_stats(left.mT @ jac_i @ right)
     k = left.shape[-1]
-    return float(coupling.mis_coupling_from_stats(diag.numpy(), corner.numpy(), s_i.double().numpy(), k, reading))
+    return float(
+        coupling.mis_coupling_from_stats(
+            diag.numpy(), corner.numpy(), s_i.double().numpy(), k, reading
+        )
+    )
 
 
 # --- m_K(J, J) = 0 ---------------------------------------------------------------------------
@@ -49,9 +55,13 @@ def metric_from_basis(jac_i: torch.Tensor, left: torch.Tensor, right: torch.Tens
 def test_self_coupling_is_zero(reading: str, norm: str) -> None:
     jac = gaussian(32, seed=1)
     for k in (1, 5, 32):
-        assert coupling.mis_coupling(jac, jac, k, reading=reading, variant="ujv", norm=norm) == pytest.approx(0.0, abs=1e-10)
+        assert coupling.mis_coupling(
+            jac, jac, k, reading=reading, variant="ujv", norm=norm
+        ) == pytest.approx(0.0, abs=1e-10)
     jac32 = jac.float()
-    assert coupling.mis_coupling(jac32, jac32, 10, reading=reading, variant="ujv", norm=norm) == pytest.approx(0.0, abs=1e-5)
+    assert coupling.mis_coupling(
+        jac32, jac32, 10, reading=reading, variant="ujv", norm=norm
+    ) == pytest.approx(0.0, abs=1e-5)
 
 
 def test_self_coupling_vju_is_not_zero_in_general() -> None:
@@ -59,7 +69,9 @@ def test_self_coupling_vju_is_not_zero_in_general() -> None:
     jac = gaussian(16, seed=2)
     assert coupling.mis_coupling(jac, jac, 5, reading="offdiag", variant="vju") > 0.05
     sym = jac @ jac.T  # symmetric PSD: U = V, so vju is zero as well
-    assert coupling.mis_coupling(sym, sym, 5, reading="offdiag", variant="vju") == pytest.approx(0.0, abs=1e-10)
+    assert coupling.mis_coupling(sym, sym, 5, reading="offdiag", variant="vju") == pytest.approx(
+        0.0, abs=1e-10
+    )
 
 
 # --- signs of singular vectors -------------------------------------------------------------------
@@ -105,7 +117,9 @@ def test_unpaired_sign_flip_of_reference_basis() -> None:
         )
     a_flipped = u_f.mT @ jac @ v
     signed = torch.linalg.matrix_norm(a_flipped - torch.diag(s)) / torch.linalg.vector_norm(s)
-    assert float(signed) == pytest.approx(2 * float(s[1]) / float(torch.linalg.vector_norm(s)), rel=1e-10)
+    assert float(signed) == pytest.approx(
+        2 * float(s[1]) / float(torch.linalg.vector_norm(s)), rel=1e-10
+    )
 
 
 # --- a hand-built pair ----------------------------------------------------------------------------
@@ -129,7 +143,9 @@ def test_hand_built_rotation_pair() -> None:
         norms = {"p": float(torch.linalg.vector_norm(s_i[:k])), "trace": float(s_i[:k].sum())}
         for reading, norm, variant in itertools.product(READINGS, NORMS, VARIANTS):
             expected = numerators[reading] / norms[norm]
-            got = coupling.mis_coupling(jac_i, jac_j, k, reading=reading, variant=variant, norm=norm)
+            got = coupling.mis_coupling(
+                jac_i, jac_j, k, reading=reading, variant=variant, norm=norm
+            )
             assert got == pytest.approx(expected, rel=1e-10), (k, reading, norm, variant)
     # a different p: ||S_2||_1 = 5 = trace
     got = coupling.mis_coupling(jac_i, jac_j, 2, reading="authors", norm="p", p=1.0)
@@ -141,7 +157,11 @@ def test_hand_built_non_symmetric_pair_distinguishes_variants() -> None:
     ujv: A = R_theta^T J_i R_phi;  vju: A = R_phi^T J_i R_theta = (ujv A)^T with the angles swapped."""
     theta, phi = 0.4, -0.9
     jac_i = torch.diag(torch.tensor([3.0, 2.0], dtype=torch.float64))
-    jac_j = rotation(2, theta) @ torch.diag(torch.tensor([10.0, 5.0], dtype=torch.float64)) @ rotation(2, phi).T
+    jac_j = (
+        rotation(2, theta)
+        @ torch.diag(torch.tensor([10.0, 5.0], dtype=torch.float64))
+        @ rotation(2, phi).T
+    )
 
     def a_matrix(t: float, f: float) -> np.ndarray:  # R_t^T diag(3, 2) R_f by hand
         ct, st, cf, sf = math.cos(t), math.sin(t), math.cos(f), math.sin(f)
@@ -151,8 +171,12 @@ def test_hand_built_non_symmetric_pair_distinguishes_variants() -> None:
     for variant, a in (("ujv", a_matrix(theta, phi)), ("vju", a_matrix(phi, theta))):
         authors = np.linalg.norm(np.abs(a) - np.diag([3.0, 2.0])) / math.sqrt(13)
         offdiag = math.sqrt(a[0, 1] ** 2 + a[1, 0] ** 2) / 5.0
-        assert coupling.mis_coupling(jac_i, jac_j, 2, "authors", variant, "p") == pytest.approx(authors, rel=1e-10)
-        assert coupling.mis_coupling(jac_i, jac_j, 2, "offdiag", variant, "trace") == pytest.approx(offdiag, rel=1e-10)
+        assert coupling.mis_coupling(jac_i, jac_j, 2, "authors", variant, "p") == pytest.approx(
+            authors, rel=1e-10
+        )
+        assert coupling.mis_coupling(jac_i, jac_j, 2, "offdiag", variant, "trace") == pytest.approx(
+            offdiag, rel=1e-10
+        )
 
 
 def test_maximum_is_reached_by_a_deranged_basis() -> None:
@@ -165,9 +189,17 @@ def test_maximum_is_reached_by_a_deranged_basis() -> None:
     s_i = torch.tensor([8.0, 6.0, 5.0, 4.0, 1.0, 0.5, 0.2, 0.1], dtype=torch.float64)
     jac_i = u @ torch.diag(s_i) @ v.T
     perm = list(range(1, k)) + [0] + list(range(k, d))
-    jac_j = u[:, perm] @ torch.diag(torch.tensor([9.0, 7.0, 6.5, 6.0, 0.4, 0.3, 0.2, 0.1], dtype=torch.float64)) @ v.T
-    assert coupling.mis_coupling(jac_i, jac_j, k, reading="offdiag") == pytest.approx(1.0, rel=1e-10)
-    assert coupling.mis_coupling(jac_i, jac_j, k, reading="authors") == pytest.approx(math.sqrt(2), rel=1e-10)
+    jac_j = (
+        u[:, perm]
+        @ torch.diag(torch.tensor([9.0, 7.0, 6.5, 6.0, 0.4, 0.3, 0.2, 0.1], dtype=torch.float64))
+        @ v.T
+    )
+    assert coupling.mis_coupling(jac_i, jac_j, k, reading="offdiag") == pytest.approx(
+        1.0, rel=1e-10
+    )
+    assert coupling.mis_coupling(jac_i, jac_j, k, reading="authors") == pytest.approx(
+        math.sqrt(2), rel=1e-10
+    )
 
 
 # --- independent random Jacobians -----------------------------------------------------------------
@@ -184,7 +216,9 @@ def expected_random(jac_i: torch.Tensor, k: int, reading: str) -> float:
     norm = np.linalg.norm(s)
     if reading == "offdiag":
         return math.sqrt(k * (k - 1)) * sigma / norm
-    return math.sqrt(k**2 * sigma**2 - 2 * math.sqrt(2 / math.pi) * sigma * s.sum() + norm**2) / norm
+    return (
+        math.sqrt(k**2 * sigma**2 - 2 * math.sqrt(2 / math.pi) * sigma * s.sum() + norm**2) / norm
+    )
 
 
 @pytest.mark.parametrize("reading", READINGS)
@@ -226,14 +260,32 @@ def test_statistics_equal_direct_metric_for_every_option() -> None:
         for reading, norm, k, p in itertools.product(READINGS, NORMS, (1, 3, 7, k_max), (2.0, 1.0)):
             if norm == "trace" and p != 2.0:
                 continue
-            from_stats = coupling.mis_coupling_from_stats(diag, corner, s[:, None, :], k, reading, norm, p)
-            direct = np.array(
-                [[coupling.mis_coupling(jacs[i], jacs[j], k, reading, variant, norm, p) for j in range(m)] for i in range(m)]
+            from_stats = coupling.mis_coupling_from_stats(
+                diag, corner, s[:, None, :], k, reading, norm, p
             )
-            np.testing.assert_allclose(from_stats, direct, rtol=0, atol=1e-5, err_msg=f"{variant} {reading} {norm} K={k} p={p}")
+            direct = np.array(
+                [
+                    [
+                        coupling.mis_coupling(jacs[i], jacs[j], k, reading, variant, norm, p)
+                        for j in range(m)
+                    ]
+                    for i in range(m)
+                ]
+            )
+            np.testing.assert_allclose(
+                from_stats,
+                direct,
+                rtol=0,
+                atol=1e-5,
+                err_msg=f"{variant} {reading} {norm} K={k} p={p}",
+            )
             assert np.all(np.diag(from_stats) < 1e-5) if variant == "ujv" else True
             np.testing.assert_allclose(
-                coupling.depth_mis_coupling(jacs, k, reading=reading, variant=variant, norm=norm, p=p), direct, atol=1e-6  # float32 input, batched vs per-pair matmuls
+                coupling.depth_mis_coupling(
+                    jacs, k, reading=reading, variant=variant, norm=norm, p=p
+                ),
+                direct,
+                atol=1e-6,  # float32 input, batched vs per-pair matmuls
             )
 
 

@@ -33,8 +33,9 @@ def _coords(models: list[str], outer: str, outer_values: list) -> dict:
     }
 
 
-def make_coupling(models: list[str], outer: str = "init", outer_values: list | None = None,
-                  seed: int = 0) -> xr.Dataset:
+def make_coupling(
+    models: list[str], outer: str = "init", outer_values: list | None = None, seed: int = 0
+) -> xr.Dataset:
     """Combined coupling.nc: depth_mis, coupling, adjacent_coupling, self/fixed_in/fixed_out_mis."""
     rng = np.random.default_rng(seed)
     outer_values = outer_values or ["trained", "random"]
@@ -45,7 +46,9 @@ def make_coupling(models: list[str], outer: str = "init", outer_values: list | N
     tok = np.arange(TOKENS)
     mis = rng.uniform(0.1, 1.0, (*base, LAYERS, LAYERS))
     mis[..., layer - 1, layer - 1] = 0.0
-    tokens = np.full((*base, LAYERS, LAYERS, TOKENS, TOKENS), np.nan)  # token families: block 2 only
+    tokens = np.full(
+        (*base, LAYERS, LAYERS, TOKENS, TOKENS), np.nan
+    )  # token families: block 2 only
     tokens[..., 1, 1, :, :] = rng.uniform(0.1, 1.0, (*base, TOKENS, TOKENS))
     fixed = np.repeat(tokens[..., None, :, :], TOKENS, axis=-3)
     ds = xr.Dataset(
@@ -54,17 +57,35 @@ def make_coupling(models: list[str], outer: str = "init", outer_values: list | N
             "coupling": (lead, -mis.mean(axis=(-1, -2))),
             "adjacent_coupling": (lead, -mis[..., 0, 1]),
             "self_mis": ((*lead, "layer", "layer_ref", "token", "token_ref"), tokens),
-            "fixed_in_mis": ((*lead, "layer", "layer_ref", "token_in", "token", "token_ref"), fixed),
-            "fixed_out_mis": ((*lead, "layer", "layer_ref", "token_out", "token", "token_ref"), fixed),
+            "fixed_in_mis": (
+                (*lead, "layer", "layer_ref", "token_in", "token", "token_ref"),
+                fixed,
+            ),
+            "fixed_out_mis": (
+                (*lead, "layer", "layer_ref", "token_out", "token", "token_ref"),
+                fixed,
+            ),
         },
         coords=_coords(models, outer, outer_values)
-        | {"reading": ["authors"], "variant": ["ujv"], "norm": ["p"], "k": [10], "layer": layer,
-           "layer_ref": layer, "token": tok, "token_ref": tok, "token_in": tok, "token_out": tok},
+        | {
+            "reading": ["authors"],
+            "variant": ["ujv"],
+            "norm": ["p"],
+            "k": [10],
+            "layer": layer,
+            "layer_ref": layer,
+            "token": tok,
+            "token_ref": tok,
+            "token_in": tok,
+            "token_out": tok,
+        },
     )
     return ds
 
 
-def make_trajectories(models: list[str], outer: str = "init", outer_values: list | None = None) -> xr.Dataset:
+def make_trajectories(
+    models: list[str], outer: str = "init", outer_values: list | None = None
+) -> xr.Dataset:
     """Combined trajectories.nc: lss, expodistance (model, init, prompt, token), pca, pca_explained."""
     rng = np.random.default_rng(1)
     outer_values = outer_values or ["trained", "random"]
@@ -72,13 +93,18 @@ def make_trajectories(models: list[str], outer: str = "init", outer_values: list
     return xr.Dataset(
         {
             "lss": ((*("model", outer, "prompt"), "token"), 1 + rng.gamma(2, 1, (*shape, TOKENS))),
-            "expodistance": ((*("model", outer, "prompt"), "token"), rng.uniform(0, 1, (*shape, TOKENS))),
-            "pca": (("model", outer, "prompt", "layer", "token", "pc"),
-                    np.cumsum(rng.normal(size=(*shape, LAYERS + 1, TOKENS, 2)), axis=3)),
+            "expodistance": (
+                (*("model", outer, "prompt"), "token"),
+                rng.uniform(0, 1, (*shape, TOKENS)),
+            ),
+            "pca": (
+                ("model", outer, "prompt", "layer", "token", "pc"),
+                np.cumsum(rng.normal(size=(*shape, LAYERS + 1, TOKENS, 2)), axis=3),
+            ),
             "pca_explained": (("model", outer, "prompt", "pc"), np.tile([0.6, 0.2], (*shape, 1))),
         },
-        coords=_coords(models, outer, outer_values) | {"layer": np.arange(LAYERS + 1), "token": np.arange(TOKENS),
-                                                       "pc": [0, 1]},
+        coords=_coords(models, outer, outer_values)
+        | {"layer": np.arange(LAYERS + 1), "token": np.arange(TOKENS), "pc": [0, 1]},
     )
 
 
@@ -86,16 +112,20 @@ def make_spectra(models: list[str]) -> xr.Dataset:
     """Combined spectra.nc: singular_values (model, init, prompt, layer, rank), descending."""
     rng = np.random.default_rng(2)
     sv = -np.sort(-rng.gamma(2, 1, (len(models), 2, PROMPTS, LAYERS, RANKS)), axis=-1)
-    return xr.Dataset({"singular_values": (("model", "init", "prompt", "layer", "rank"), sv)},
-                      coords=_coords(models, "init", ["trained", "random"])
-                      | {"layer": np.arange(1, LAYERS + 1), "rank": np.arange(RANKS)})
+    return xr.Dataset(
+        {"singular_values": (("model", "init", "prompt", "layer", "rank"), sv)},
+        coords=_coords(models, "init", ["trained", "random"])
+        | {"layer": np.arange(1, LAYERS + 1), "rank": np.arange(RANKS)},
+    )
 
 
 def make_checkpoint_table(models: list[str], steps: list[int]) -> tuple[pd.DataFrame, xr.Dataset]:
     """checkpoint_table output (via stats) and the checkpoint depth_mis (model, step, prompt, layer, layer_ref)."""
     ds = make_coupling(models, "step", steps)
-    history = pd.DataFrame([(m, s, 10 / np.log(s + 3) + i) for i, m in enumerate(models) for s in steps],
-                           columns=["model", "step", "val_loss"])
+    history = pd.DataFrame(
+        [(m, s, 10 / np.log(s + 3) + i) for i, m in enumerate(models) for s in steps],
+        columns=["model", "step", "val_loss"],
+    )
     traj = make_trajectories(models, "step", steps)
     table = stats.checkpoint_table(ds, history, traj)
     return table, stats.select(ds["depth_mis"], **SEL)
@@ -105,14 +135,18 @@ def model_table(models: list[str], nan_score: bool = False) -> pd.DataFrame:
     """stats.model_table from the synthetic coupling dataset (optionally one unknown score)."""
     ds = make_coupling(models)
     if nan_score:
-        ds = ds.assign_coords(score=("model", np.where(np.arange(len(models)) == 1, np.nan, ds["score"].values)))
+        ds = ds.assign_coords(
+            score=("model", np.where(np.arange(len(models)) == 1, np.nan, ds["score"].values))
+        )
     return stats.model_table(stats.model_coupling(ds, n_boot=50))
 
 
 def assert_written(paths: list[Path]) -> None:
     """PNG and PDF exist side by side, are non-empty, and the PNG decodes to a plausible image."""
     png, pdf = paths
-    assert png.suffix == ".png" and pdf.suffix == ".pdf" and png.with_suffix("") == pdf.with_suffix("")
+    assert (
+        png.suffix == ".png" and pdf.suffix == ".pdf" and png.with_suffix("") == pdf.with_suffix("")
+    )
     assert png.stat().st_size > 1000 and pdf.stat().st_size > 1000
     image = mpimg.imread(png)
     assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 200
@@ -138,13 +172,17 @@ def test_model_level_figures(tmp_path, models):
         with_nan_padding(ds, traj)
     table = model_table(models, nan_score=len(models) > 1)
     assert_written(figures.coupling_vs_score(table, tmp_path / "fig1a.png"))
-    assert_written(figures.hyperparameter_correlations(stats.correlations(table), tmp_path / "corr"))
+    assert_written(
+        figures.hyperparameter_correlations(stats.correlations(table), tmp_path / "corr")
+    )
     assert_written(figures.k_sweep_curve(stats.k_sweep(ds, table), tmp_path / "ksweep"))
     assert_written(figures.depth_heatmaps(stats.select(ds["depth_mis"], **SEL), tmp_path / "depth"))
     assert_written(figures.token_heatmaps(ds, tmp_path / "tokens", model=models[0]))
     assert_written(figures.lss_expodistance(traj, tmp_path / "lss"))
     assert_written(figures.pca_trajectories(traj, tmp_path / "pca", model=models[0]))
-    assert_written(figures.singular_value_spectra(make_spectra(models), tmp_path / "spectra", model=models[0]))
+    assert_written(
+        figures.singular_value_spectra(make_spectra(models), tmp_path / "spectra", model=models[0])
+    )
 
 
 def test_fixed_token_and_no_known_score(tmp_path):
@@ -175,6 +213,9 @@ def test_save_accepts_stem_and_png_and_rejects_missing_columns(tmp_path):
     import matplotlib.pyplot as plt
 
     fig, _ = plt.subplots()
-    assert figures.save(fig, tmp_path / "a" / "x.y.png") == [tmp_path / "a" / "x.y.png", tmp_path / "a" / "x.y.pdf"]
+    assert figures.save(fig, tmp_path / "a" / "x.y.png") == [
+        tmp_path / "a" / "x.y.png",
+        tmp_path / "a" / "x.y.pdf",
+    ]
     with pytest.raises(ValueError, match="lacks columns"):
         figures.coupling_vs_step(pd.DataFrame({"model": [], "step": []}), tmp_path / "z")

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import ARCHITECTURES, float64_exact
 
 from blockcoupling.capture import record_calls, residual_function
 from blockcoupling.jacobians import JacobianEngine, Request
 from blockcoupling.models import blocks_of
-from tiny_models import ARCHITECTURES, float64_exact
 
 N_TOKENS = 6
 IDS = torch.tensor([[5, 17, 3, 42, 8, 29]])
 
 
-def fd_jacobian(model: torch.nn.Module, layer: int, t1: int, t2: int, eps: float = 1e-5) -> torch.Tensor:
+def fd_jacobian(
+    model: torch.nn.Module, layer: int, t1: int, t2: int, eps: float = 1e-5
+) -> torch.Tensor:
     """Central differences of ``block(x)_t2 - x_t2`` w.r.t. ``x_t1``, perturbing the block's input
     inside a full model forward with a hook (independent of the re-invocation path)."""
     block = blocks_of(model)[layer - 1]
@@ -34,7 +36,10 @@ def fd_jacobian(model: torch.nn.Module, layer: int, t1: int, t2: int, eps: float
         def post(module, args, kwargs, output):  # noqa: ANN001
             seen["out"] = output if isinstance(output, torch.Tensor) else output[0]
 
-        handles = [block.register_forward_pre_hook(pre, with_kwargs=True), block.register_forward_hook(post, with_kwargs=True)]
+        handles = [
+            block.register_forward_pre_hook(pre, with_kwargs=True),
+            block.register_forward_hook(post, with_kwargs=True),
+        ]
         with torch.no_grad():
             model(input_ids=IDS, use_cache=False)
         for handle in handles:
@@ -64,7 +69,13 @@ def test_every_jacobian_kind_matches_finite_differences(arch: str) -> None:
     with float64_exact():
         model = ARCHITECTURES[arch]()
         engine = JacobianEngine(model, {"input_ids": IDS})
-        wanted = [Request(2, 4, 4), Request(2, 1, 4), Request(3, 0, 5), Request(1, 5, 5), Request(1, 0, 0)]
+        wanted = [
+            Request(2, 4, 4),
+            Request(2, 1, 4),
+            Request(3, 0, 5),
+            Request(1, 5, 5),
+            Request(1, 0, 0),
+        ]
         got = engine.jacobians(wanted)
         for request in wanted:
             fd = fd_jacobian(model, request.layer, request.t1, request.t2)
@@ -108,7 +119,9 @@ def test_recording_with_a_kv_cache_would_be_wrong() -> None:
     except RuntimeError:
         return  # this version fails loudly (shape mismatch), as Falcon does
     y = (out if isinstance(out, torch.Tensor) else out[0])[0, 4] - x[4]
-    bad = torch.stack([torch.autograd.grad(y[i], x, retain_graph=True)[0][1] for i in range(y.shape[0])])
+    bad = torch.stack(
+        [torch.autograd.grad(y[i], x, retain_graph=True)[0][1] for i in range(y.shape[0])]
+    )
     assert relative_error(bad, good) > 1e-3
 
 
@@ -136,7 +149,9 @@ def test_half_precision_model_is_differentiated_in_float32() -> None:
     jac = JacobianEngine(model, {"input_ids": IDS}).output_token(2, 5)
     assert jac.dtype == torch.float32
     assert torch.isfinite(jac).all()
-    reference = JacobianEngine(ARCHITECTURES["llama"](dtype=torch.bfloat16).float(), {"input_ids": IDS}).output_token(2, 5)
+    reference = JacobianEngine(
+        ARCHITECTURES["llama"](dtype=torch.bfloat16).float(), {"input_ids": IDS}
+    ).output_token(2, 5)
     assert relative_error(jac, reference) < 0.05  # bf16 inputs/weights, float32 arithmetic
 
 
@@ -160,7 +175,9 @@ def test_single_token_diagonal_path_matches_finite_differences(arch: str) -> Non
         engine = JacobianEngine(model, {"input_ids": IDS})
         for layer, t in ((1, 5), (2, 3), (3, 0)):
             fast = engine.diagonal(layer, t)
-            assert relative_error(fast, fd_jacobian(model, layer, t, t)) < 1e-6, f"{arch} layer {layer} t {t}"
+            assert relative_error(fast, fd_jacobian(model, layer, t, t)) < 1e-6, (
+                f"{arch} layer {layer} t {t}"
+            )
             assert relative_error(fast, engine.output_token(layer, t)[t]) < 1e-10
             again = engine.diagonal(layer, t)  # the cache snapshot does not grow across calls
             assert torch.equal(fast, again)

@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 import xarray as xr
+from tiny_models import ARCHITECTURES, VOCAB, CharTokenizer
 
 from blockcoupling import coupling, trajectories
 from blockcoupling.capture import record_calls, states
@@ -16,7 +17,6 @@ from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.measure import MeasureConfig, measure
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.models import ADAPTERS, UnknownArchitectureError, blocks_of
-from tiny_models import ARCHITECTURES, VOCAB, CharTokenizer
 
 PROMPTS = ["hello", "abc"]  # 5 and 3 tokens: the second is NaN-padded
 K_MAX = 6
@@ -26,8 +26,6 @@ CONFIG = MeasureConfig(k_max=K_MAX, token_layers=TOKEN_LAYERS, token_prompts=1)
 METRICS = MetricConfig(ks=KS)
 
 
-
-
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:
     return ARCHITECTURES["llama"]()
@@ -35,12 +33,20 @@ def model() -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def result(model) -> dict[str, xr.Dataset]:
-    return measure(model, CharTokenizer(), PROMPTS, CONFIG, attrs={"model_id": "tiny-llama"}, progress=False)
+    return measure(
+        model, CharTokenizer(), PROMPTS, CONFIG, attrs={"model_id": "tiny-llama"}, progress=False
+    )
 
 
 @pytest.fixture(scope="module")
 def metrics(result) -> xr.Dataset:
-    return xr.merge([coupling_dataset(result["depth"], METRICS), token_coupling_dataset(result["tokens"], METRICS)], join="outer")
+    return xr.merge(
+        [
+            coupling_dataset(result["depth"], METRICS),
+            token_coupling_dataset(result["tokens"], METRICS),
+        ],
+        join="outer",
+    )
 
 
 def ids_of(text: str) -> torch.Tensor:
@@ -56,9 +62,18 @@ def test_depth_dataset_layout(result) -> None:
     assert depth["singular_values"].dims == ("prompt", "layer", "rank")
     assert depth["depth_diag"].dims == ("variant", "prompt", "layer", "layer_ref", "rank")
     assert depth["depth_corner"].dims == ("variant", "prompt", "layer", "layer_ref", "k")
-    assert dict(depth.sizes) == {"prompt": 2, "layer": 3, "layer_ref": 3, "rank": K_MAX, "k": K_MAX, "variant": 2}
+    assert dict(depth.sizes) == {
+        "prompt": 2,
+        "layer": 3,
+        "layer_ref": 3,
+        "rank": K_MAX,
+        "k": K_MAX,
+        "variant": 2,
+    }
     assert list(depth["prompt"].values) == ["p0000", "p0001"]
-    assert list(depth["layer"].values) == [1, 2, 3] and list(depth["k"].values) == list(range(1, K_MAX + 1))
+    assert list(depth["layer"].values) == [1, 2, 3] and list(depth["k"].values) == list(
+        range(1, K_MAX + 1)
+    )
     assert list(depth["variant"].values) == ["ujv", "vju"]
     assert list(depth["n_tokens"].values) == [5, 3]
     assert list(depth["token_position"].values) == [4, 2]  # last token
@@ -74,7 +89,9 @@ def test_spectra_hold_the_full_spectrum(result) -> None:
     spectra = result["spectra"]
     assert spectra["singular_values"].dims == ("prompt", "layer", "rank")
     assert spectra.sizes["rank"] == 16  # d
-    np.testing.assert_array_equal(spectra["singular_values"].isel(rank=slice(0, K_MAX)), result["depth"]["singular_values"])
+    np.testing.assert_array_equal(
+        spectra["singular_values"].isel(rank=slice(0, K_MAX)), result["depth"]["singular_values"]
+    )
 
 
 def test_tokens_dataset_layout(result) -> None:
@@ -89,22 +106,38 @@ def test_tokens_dataset_layout(result) -> None:
     }
     for family, token_dims in expected.items():
         for stat, last in (("diag", "rank"), ("corner", "k")):
-            assert tokens[f"{family}_{stat}"].dims == ("variant", "prompt", "layer", "layer_ref", *token_dims, last)
+            assert tokens[f"{family}_{stat}"].dims == (
+                "variant",
+                "prompt",
+                "layer",
+                "layer_ref",
+                *token_dims,
+                last,
+            )
     for dim in ("token", "token_ref", "token_in", "token_out"):
         assert tokens.sizes[dim] == 5
     s = tokens["singular_values"].isel(prompt=0, layer=0, rank=0).values
     assert np.isnan(s[np.tril_indices(5, -1)]).all(), "t1 > t2 is NaN (causality)"
     assert np.isfinite(s[np.triu_indices(5)]).all()
-    fixed_in = tokens["fixed_in_diag"].isel(variant=0, prompt=0, layer=0, layer_ref=0, rank=0).values
+    fixed_in = (
+        tokens["fixed_in_diag"].isel(variant=0, prompt=0, layer=0, layer_ref=0, rank=0).values
+    )
     for t1 in range(5):  # token_in = t1: only t2, t2' >= t1
         assert np.isfinite(fixed_in[t1, t1:, t1:]).all() and np.isnan(fixed_in[t1, :t1]).all()
-    fixed_out = tokens["fixed_out_diag"].isel(variant=0, prompt=0, layer=0, layer_ref=0, rank=0).values
+    fixed_out = (
+        tokens["fixed_out_diag"].isel(variant=0, prompt=0, layer=0, layer_ref=0, rank=0).values
+    )
     for t2 in range(5):  # token_out = t2: only t1, t1' <= t2
-        assert np.isfinite(fixed_out[t2, : t2 + 1, : t2 + 1]).all() and np.isnan(fixed_out[t2, t2 + 1 :]).all()
+        assert (
+            np.isfinite(fixed_out[t2, : t2 + 1, : t2 + 1]).all()
+            and np.isnan(fixed_out[t2, t2 + 1 :]).all()
+        )
 
 
 def test_no_token_layers_gives_an_empty_tokens_dataset(model) -> None:
-    out = measure(model, CharTokenizer(), ["abc"], MeasureConfig(k_max=2, token_prompts=3), progress=False)
+    out = measure(
+        model, CharTokenizer(), ["abc"], MeasureConfig(k_max=2, token_prompts=3), progress=False
+    )
     assert len(out["tokens"].data_vars) == 0
     metrics = token_coupling_dataset(out["tokens"], MetricConfig(ks=(2,)))
     assert "self_mis" not in metrics
@@ -128,10 +161,28 @@ def test_trajectories_layout_and_padding(result) -> None:
 
 def test_coupling_dataset_layout_and_summary(metrics) -> None:
     depth_mis = metrics["depth_mis"]
-    assert set(depth_mis.dims) == {"reading", "variant", "norm", "k", "prompt", "layer", "layer_ref"}
-    assert dict(depth_mis.sizes) == {"reading": 2, "variant": 2, "norm": 2, "k": 2, "prompt": 2, "layer": 3, "layer_ref": 3}
+    assert set(depth_mis.dims) == {
+        "reading",
+        "variant",
+        "norm",
+        "k",
+        "prompt",
+        "layer",
+        "layer_ref",
+    }
+    assert dict(depth_mis.sizes) == {
+        "reading": 2,
+        "variant": 2,
+        "norm": 2,
+        "k": 2,
+        "prompt": 2,
+        "layer": 3,
+        "layer_ref": 3,
+    }
     assert list(depth_mis["k"].values) == list(KS)
-    values = depth_mis.transpose("reading", "variant", "norm", "k", "prompt", "layer", "layer_ref").values
+    values = depth_mis.transpose(
+        "reading", "variant", "norm", "k", "prompt", "layer", "layer_ref"
+    ).values
     assert np.isfinite(values).all() and (values >= 0).all()
     off = ~np.eye(3, dtype=bool)
     np.testing.assert_allclose(
@@ -161,23 +212,39 @@ def test_depth_mis_equals_direct_computation(model, metrics) -> None:
         engine = JacobianEngine(model, {"input_ids": ids_of(text)})
         t = len(text) - 1
         jacs = torch.stack([engine.output_token(layer, t)[t] for layer in (1, 2, 3)])
-        for reading, variant, norm, k in itertools.product(coupling.READINGS, coupling.VARIANTS, coupling.NORMS, KS):
-            direct = coupling.depth_mis_coupling(jacs, k, reading=reading, variant=variant, norm=norm)
-            stored = metrics["depth_mis"].sel(prompt=f"p{p:04d}", reading=reading, variant=variant, norm=norm, k=k)
+        for reading, variant, norm, k in itertools.product(
+            coupling.READINGS, coupling.VARIANTS, coupling.NORMS, KS
+        ):
+            direct = coupling.depth_mis_coupling(
+                jacs, k, reading=reading, variant=variant, norm=norm
+            )
+            stored = metrics["depth_mis"].sel(
+                prompt=f"p{p:04d}", reading=reading, variant=variant, norm=norm, k=k
+            )
             np.testing.assert_allclose(
-                stored.transpose("layer", "layer_ref").values, direct, rtol=0, atol=1e-7, err_msg=f"{text} {reading} {variant} {norm} K={k}"
+                stored.transpose("layer", "layer_ref").values,
+                direct,
+                rtol=0,
+                atol=1e-7,
+                err_msg=f"{text} {reading} {variant} {norm} K={k}",
             )
 
 
 def test_depth_token_option(model) -> None:
-    out = measure(model, CharTokenizer(), ["hello"], MeasureConfig(k_max=3, depth_token=1), progress=False)
+    out = measure(
+        model, CharTokenizer(), ["hello"], MeasureConfig(k_max=3, depth_token=1), progress=False
+    )
     assert int(out["depth"]["token_position"].item()) == 1
     engine = JacobianEngine(model, {"input_ids": ids_of("hello")})
     s = torch.linalg.svdvals(engine.output_token(2, 1)[1])[:3]
-    np.testing.assert_allclose(out["depth"]["singular_values"].sel(layer=2).values[0], s.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(
+        out["depth"]["singular_values"].sel(layer=2).values[0], s.numpy(), rtol=1e-10
+    )
 
 
-def token_jacobians(model: torch.nn.Module, text: str, layers: tuple[int, ...]) -> dict[tuple[int, int, int], torch.Tensor]:
+def token_jacobians(
+    model: torch.nn.Module, text: str, layers: tuple[int, ...]
+) -> dict[tuple[int, int, int], torch.Tensor]:
     """Every J^l_{t1 t2} (t1 <= t2), keyed (layer, t1, t2), one output token at a time."""
     engine = JacobianEngine(model, {"input_ids": ids_of(text)})
     n = len(text)
@@ -190,10 +257,18 @@ def token_jacobians(model: torch.nn.Module, text: str, layers: tuple[int, ...]) 
     return jacs
 
 
-def check_token_families(model: torch.nn.Module, text: str, layers: tuple[int, ...], k: int) -> None:
+def check_token_families(
+    model: torch.nn.Module, text: str, layers: tuple[int, ...], k: int
+) -> None:
     """Every stored entry of the three families against coupling.mis_coupling on the engine's
     Jacobians (one reading, variant, norm), and one entry of each for every option."""
-    out = measure(model, CharTokenizer(), [text], MeasureConfig(k_max=k, token_layers=layers, token_prompts=1), progress=False)
+    out = measure(
+        model,
+        CharTokenizer(),
+        [text],
+        MeasureConfig(k_max=k, token_layers=layers, token_prompts=1),
+        progress=False,
+    )
     metrics = token_coupling_dataset(out["tokens"], MetricConfig(ks=(k,)))
     jacs = token_jacobians(model, text, layers)
     n = len(text)
@@ -203,7 +278,11 @@ def check_token_families(model: torch.nn.Module, text: str, layers: tuple[int, .
         for layer, layer_ref in itertools.product(layers, layers):
             if family == "self":
                 for t, tr in itertools.product(range(n), range(n)):
-                    yield dict(layer=layer, layer_ref=layer_ref, token=t, token_ref=tr), (layer, t, t), (layer_ref, tr, tr)
+                    yield (
+                        dict(layer=layer, layer_ref=layer_ref, token=t, token_ref=tr),
+                        (layer, t, t),
+                        (layer_ref, tr, tr),
+                    )
             elif family == "fixed_in":
                 for t1 in range(n):
                     for t2, t2r in itertools.product(range(t1, n), range(t1, n)):
@@ -220,15 +299,25 @@ def check_token_families(model: torch.nn.Module, text: str, layers: tuple[int, .
         fixed = stored.sel(reading="offdiag", variant="ujv", norm="p", k=k)
         count = 0
         for where, i, j in pairs(family):
-            direct = coupling.mis_coupling(jacs[i], jacs[j], k, reading="offdiag", variant="ujv", norm="p")
+            direct = coupling.mis_coupling(
+                jacs[i], jacs[j], k, reading="offdiag", variant="ujv", norm="p"
+            )
             assert float(fixed.sel(**where)) == pytest.approx(direct, abs=1e-7), f"{family} {where}"
             count += 1
-        assert int(np.isfinite(fixed.values).sum()) == count, f"{family}: entries outside the family are NaN"
+        assert int(np.isfinite(fixed.values).sum()) == count, (
+            f"{family}: entries outside the family are NaN"
+        )
         where, i, j = list(pairs(family))[-3]
-        for reading, variant, norm in itertools.product(coupling.READINGS, coupling.VARIANTS, coupling.NORMS):
-            direct = coupling.mis_coupling(jacs[i], jacs[j], k, reading=reading, variant=variant, norm=norm)
+        for reading, variant, norm in itertools.product(
+            coupling.READINGS, coupling.VARIANTS, coupling.NORMS
+        ):
+            direct = coupling.mis_coupling(
+                jacs[i], jacs[j], k, reading=reading, variant=variant, norm=norm
+            )
             got = float(stored.sel(reading=reading, variant=variant, norm=norm, k=k, **where))
-            assert got == pytest.approx(direct, abs=1e-7), f"{family} {where} {reading} {variant} {norm}"
+            assert got == pytest.approx(direct, abs=1e-7), (
+                f"{family} {where} {reading} {variant} {norm}"
+            )
 
 
 def test_token_families_equal_direct_computation(model) -> None:
@@ -257,7 +346,9 @@ def test_trajectories_equal_direct_computation(model, result) -> None:
         np.testing.assert_allclose(row["lss"], trajectories.line_shape_score(x), rtol=1e-12)
         np.testing.assert_allclose(row["expodistance"], trajectories.expodistance(x), rtol=1e-12)
         np.testing.assert_allclose(row["spacing_cv"], trajectories.spacing_cv(x), rtol=1e-12)
-        np.testing.assert_allclose(row["step_norm"].isel(layer=slice(1, None)), trajectories.step_norms(x), rtol=1e-12)
+        np.testing.assert_allclose(
+            row["step_norm"].isel(layer=slice(1, None)), trajectories.step_norms(x), rtol=1e-12
+        )
         projection, explained = trajectories.pca_projection(x, 2)
         np.testing.assert_allclose(row["pca"], projection, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(traj["pca_explained"].isel(prompt=p), explained, rtol=1e-12)
@@ -272,8 +363,16 @@ def test_trajectories_equal_direct_computation(model, result) -> None:
         (["   "], MeasureConfig(k_max=2), "is empty"),
         (["x" * 33], MeasureConfig(k_max=2), "longer than the model's context of 32"),
         (["hello"], MeasureConfig(k_max=100), "K=100 exceeds the hidden size d=16"),
-        (["hello"], MeasureConfig(k_max=2, token_layers=(4,), token_prompts=1), "token layer 4 is outside 1..3"),
-        (["hello"], MeasureConfig(k_max=2, token_layers=(-4,), token_prompts=1), "token layer -4 is outside"),
+        (
+            ["hello"],
+            MeasureConfig(k_max=2, token_layers=(4,), token_prompts=1),
+            "token layer 4 is outside 1..3",
+        ),
+        (
+            ["hello"],
+            MeasureConfig(k_max=2, token_layers=(-4,), token_prompts=1),
+            "token layer -4 is outside",
+        ),
         ([], MeasureConfig(k_max=2), "no prompts given"),
         (["a"], MeasureConfig(k_max=2), "at least 2 are needed"),
     ],
@@ -318,7 +417,9 @@ def test_attention_implementation_is_switched_and_restored() -> None:
     model.set_attn_implementation("sdpa")
     assert model.config._attn_implementation == "sdpa"
     seen = []
-    handle = blocks_of(model)[0].register_forward_pre_hook(lambda *_: seen.append(model.config._attn_implementation))
+    handle = blocks_of(model)[0].register_forward_pre_hook(
+        lambda *_: seen.append(model.config._attn_implementation)
+    )
     try:
         measure(model, CharTokenizer(), ["hello"], MeasureConfig(k_max=2), progress=False)
     finally:

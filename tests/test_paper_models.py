@@ -51,5 +51,10 @@ def test_value_ranges(models):
 )
 def test_rows_match_paper(models, name, params, n_layers, d_model, train_tokens, score, pos):
     row = models.loc[name]
-    assert (row["params"], row["n_layers"], row["d_model"], row["pos_encoding"]) == (params, n_layers, d_model, pos)
+    assert (row["params"], row["n_layers"], row["d_model"], row["pos_encoding"]) == (
+        params,
+        n_layers,
+        d_model,
+        pos,
+    )
     np.testing.assert_equal([row["train_tokens"], row["score"]], [train_tokens, score])

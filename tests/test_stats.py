@@ -17,16 +17,18 @@ def make_table(n: int = 8, slope: float = 2.0, seed: int = 1) -> pd.DataFrame:
     """n models with coupling = slope * score + noise and hyperparameters; every other model is base."""
     rng = np.random.default_rng(seed)
     score = rng.normal(50, 10, n)
-    return pd.DataFrame({
-        "model": [f"m{i}" for i in range(n)],
-        "base": np.arange(n) % 2 == 0,
-        "score": score,
-        "coupling": slope * score + rng.normal(0, 10, n),
-        "log10_params": rng.uniform(8, 11, n),
-        "n_layers": rng.integers(6, 48, n).astype(float),
-        "d_model": rng.integers(256, 4096, n).astype(float),
-        "log10_train_tokens": rng.uniform(11, 13, n),
-    })
+    return pd.DataFrame(
+        {
+            "model": [f"m{i}" for i in range(n)],
+            "base": np.arange(n) % 2 == 0,
+            "score": score,
+            "coupling": slope * score + rng.normal(0, 10, n),
+            "log10_params": rng.uniform(8, 11, n),
+            "n_layers": rng.integers(6, 48, n).astype(float),
+            "d_model": rng.integers(256, 4096, n).astype(float),
+            "log10_train_tokens": rng.uniform(11, 13, n),
+        }
+    )
 
 
 def make_coupling(n_models: int = 4, n_prompts: int = 10, seed: int = 2) -> xr.Dataset:
@@ -75,13 +77,17 @@ def test_pearson_r_p_ci_match_hand_formula():
     table = make_table()
     x, y = table["coupling"].to_numpy(), table["score"].to_numpy()
     n = len(x)
-    r = np.sum((x - x.mean()) * (y - y.mean())) / np.sqrt(np.sum((x - x.mean()) ** 2) * np.sum((y - y.mean()) ** 2))
+    r = np.sum((x - x.mean()) * (y - y.mean())) / np.sqrt(
+        np.sum((x - x.mean()) ** 2) * np.sum((y - y.mean()) ** 2)
+    )
     t = r * np.sqrt((n - 2) / (1 - r**2))
     p = 2 * sps.t.sf(abs(t), n - 2)
     out = row(stats.correlations(table), subset="all", predictor="coupling", method="pearson")
     assert out["r"] == pytest.approx(r, abs=1e-12)
     assert out["p"] == pytest.approx(p, rel=1e-6)
-    assert (out["ci_low"], out["ci_high"]) == pytest.approx(fisher(r, 1 / np.sqrt(n - 3)), abs=1e-10)
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(
+        fisher(r, 1 / np.sqrt(n - 3)), abs=1e-10
+    )
     assert out["n"] == n and out["reason"] == "" and out["ci_method"] == "fisher_z"
     assert r > 0.5  # the synthetic slope is visible
 
@@ -91,8 +97,11 @@ def test_spearman_is_pearson_of_ranks_with_bonett_wright_ci():
     ranks = table[["coupling", "log10_params"]].to_numpy().argsort(axis=0).argsort(axis=0)
     rho = np.corrcoef(ranks[:, 0], ranks[:, 1])[0, 1]
     n = len(table)
-    out = row(stats.correlations(table, target="log10_params", predictors=("coupling",)),
-              subset="all", method="spearman")
+    out = row(
+        stats.correlations(table, target="log10_params", predictors=("coupling",)),
+        subset="all",
+        method="spearman",
+    )
     assert out["r"] == pytest.approx(rho, abs=1e-12)
     se = np.sqrt((1 + rho**2 / 2) / (n - 3))
     assert (out["ci_low"], out["ci_high"]) == pytest.approx(fisher(rho, se), abs=1e-10)
@@ -114,7 +123,9 @@ def test_missing_scores_are_dropped_not_zeroed():
     assert out["n"] == 7
     assert out["r"] == pytest.approx(np.corrcoef(kept["coupling"], kept["score"])[0, 1], abs=1e-12)
     zeroed = table.fillna({"score": 0.0})
-    assert out["r"] != pytest.approx(np.corrcoef(zeroed["coupling"], zeroed["score"])[0, 1], abs=1e-3)
+    assert out["r"] != pytest.approx(
+        np.corrcoef(zeroed["coupling"], zeroed["score"])[0, 1], abs=1e-3
+    )
 
 
 def test_base_subset_uses_base_rows_only():
@@ -149,13 +160,17 @@ def test_ols_r2_and_coefficients_match_lstsq():
     r2 = 1 - resid @ resid / np.sum((y - y.mean()) ** 2)
     n, k = len(y), len(preds)
     assert row(out, term="coupling")["coef"] == pytest.approx(beta[1], rel=1e-8)
-    assert row(out, term="const")["coef"] == pytest.approx(y.mean(), rel=1e-10)  # z-scored predictors
+    assert row(out, term="const")["coef"] == pytest.approx(
+        y.mean(), rel=1e-10
+    )  # z-scored predictors
     assert out["r2"].iloc[0] == pytest.approx(r2, rel=1e-10)
     assert out["adj_r2"].iloc[0] == pytest.approx(1 - (1 - r2) * (n - 1) / (n - k - 1), rel=1e-10)
     se = np.sqrt(resid @ resid / (n - k - 1) * np.diag(np.linalg.inv(A.T @ A)))
     half = sps.t.ppf(0.975, n - k - 1) * se[1]
     got = row(out, term="coupling")
-    assert (got["ci_low"], got["ci_high"]) == pytest.approx((beta[1] - half, beta[1] + half), rel=1e-8)
+    assert (got["ci_low"], got["ci_high"]) == pytest.approx(
+        (beta[1] - half, beta[1] + half), rel=1e-8
+    )
 
 
 def test_ols_too_few_rows_is_nan_with_reason():
@@ -181,7 +196,9 @@ def test_partial_correlation_matches_numpy_residuals():
     assert out["r"] == pytest.approx(r, abs=1e-10)
     assert out["df"] == df == 7
     assert out["p"] == pytest.approx(p, rel=1e-8)
-    assert (out["ci_low"], out["ci_high"]) == pytest.approx(fisher(r, 1 / np.sqrt(n - 3 - len(cov))), abs=1e-10)
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(
+        fisher(r, 1 / np.sqrt(n - 3 - len(cov))), abs=1e-10
+    )
 
 
 def test_partial_correlation_small_base_subset_reason():
@@ -201,16 +218,22 @@ def test_model_coupling_mean_ci_and_seed():
     expect = raw.sel(model="m0", init="trained").values
     assert float(a["coupling"].sel(model="m0", init="trained")) == pytest.approx(np.nanmean(expect))
     assert int(a["n_prompts"].sel(model="m0", init="trained")) == 7
-    assert (a["coupling_low"] <= a["coupling"]).all() and (a["coupling"] <= a["coupling_high"]).all()
+    assert (a["coupling_low"] <= a["coupling"]).all() and (
+        a["coupling"] <= a["coupling_high"]
+    ).all()
     xr.testing.assert_identical(a, b)
     assert not np.allclose(a["coupling_low"], c["coupling_low"])
     arc = raw.sel(model="m1", init="random").values[::2]
-    assert float(a["coupling_by_source"].sel(model="m1", init="random", source="arc")) == pytest.approx(arc.mean())
+    assert float(
+        a["coupling_by_source"].sel(model="m1", init="random", source="arc")
+    ) == pytest.approx(arc.mean())
     assert a["coupling_by_source"].dims == ("model", "init", "source")
 
 
 def test_bootstrap_ci_is_percentile_of_resampled_means():
-    values = np.array([0.1, 0.2, 0.2, 0.3, 0.4, 0.5, 3.0, 6.0, np.nan])  # skewed: percentile != basic CI
+    values = np.array(
+        [0.1, 0.2, 0.2, 0.3, 0.4, 0.5, 3.0, 6.0, np.nan]
+    )  # skewed: percentile != basic CI
     mean, low, high, n = stats.bootstrap_mean(values, 4000, 0.95, np.random.default_rng(0))
     finite = values[:-1]
     means = finite[np.random.default_rng(1).integers(0, 8, (20000, 8))].mean(axis=1)
@@ -218,8 +241,9 @@ def test_bootstrap_ci_is_percentile_of_resampled_means():
     assert n == 8 and mean == pytest.approx(finite.mean())
     assert low == pytest.approx(lo, abs=0.05) and high == pytest.approx(hi, abs=0.1)
     assert abs(high - (2 * mean - lo)) > 0.3  # the "basic" interval would fail the check above
-    assert stats.bootstrap_mean(np.array([2.0, np.nan]), 100, 0.95, np.random.default_rng(0))[1:] == \
-        pytest.approx((np.nan, np.nan, 1), nan_ok=True)
+    assert stats.bootstrap_mean(np.array([2.0, np.nan]), 100, 0.95, np.random.default_rng(0))[
+        1:
+    ] == pytest.approx((np.nan, np.nan, 1), nan_ok=True)
 
 
 def test_model_coupling_rejects_unknown_k():
@@ -253,7 +277,12 @@ def test_k_sweep_matches_correlation_at_each_k():
     out = stats.k_sweep(ds, table, methods=("pearson",), subsets=("all",))
     assert out["k"].tolist() == [1, 5, 10]
     for k in (1, 5, 10):
-        x = ds["coupling"].sel(init="trained", reading="authors", variant="ujv", norm="p", k=k).mean("prompt").values
+        x = (
+            ds["coupling"]
+            .sel(init="trained", reading="authors", variant="ujv", norm="p", k=k)
+            .mean("prompt")
+            .values
+        )
         y = table["score"].to_numpy()
         keep = np.isfinite(y)
         assert row(out, k=k)["r"] == pytest.approx(np.corrcoef(x[keep], y[keep])[0, 1], abs=1e-12)
@@ -267,12 +296,25 @@ def make_checkpoints() -> tuple[xr.Dataset, pd.DataFrame, xr.Dataset]:
     ds = ds.expand_dims(step=[0, 10, 100]).transpose("model", "step", ...)
     ds["coupling"] = ds["coupling"] * (1 - np.log1p(ds["step"]) / 10)
     ds["adjacent_coupling"] = ds["coupling"] / 2
-    history = pd.DataFrame({"model": ["m0", "m0", "m0", "m1", "m1"], "step": [0, 10, 100, 10, 100],
-                            "val_loss": [10.0, 6.0, 4.0, 5.0, 3.0]})
+    history = pd.DataFrame(
+        {
+            "model": ["m0", "m0", "m0", "m1", "m1"],
+            "step": [0, 10, 100, 10, 100],
+            "val_loss": [10.0, 6.0, 4.0, 5.0, 3.0],
+        }
+    )
     rng = np.random.default_rng(0)
     traj = xr.Dataset(
-        {v: (("model", "step", "prompt", "token"), rng.uniform(1, 2, (2, 3, 4, 5))) for v in ("lss", "expodistance")},
-        coords={"model": ["m0", "m1"], "step": [0, 10, 100], "prompt": ds["prompt"].values, "token": np.arange(5)},
+        {
+            v: (("model", "step", "prompt", "token"), rng.uniform(1, 2, (2, 3, 4, 5)))
+            for v in ("lss", "expodistance")
+        },
+        coords={
+            "model": ["m0", "m1"],
+            "step": [0, 10, 100],
+            "prompt": ds["prompt"].values,
+            "token": np.arange(5),
+        },
     )
     return ds, history, traj
 
@@ -282,7 +324,11 @@ def test_checkpoint_table_and_correlations():
     table = stats.checkpoint_table(ds, history, traj)
     assert len(table) == 6 and list(table["step"][:3]) == [0, 10, 100]
     got = row(table, model="m1", step=10)
-    expect = ds["coupling"].sel(model="m1", step=10, reading="authors", variant="ujv", norm="p", k=10).mean()
+    expect = (
+        ds["coupling"]
+        .sel(model="m1", step=10, reading="authors", variant="ujv", norm="p", k=10)
+        .mean()
+    )
     assert got["coupling"] == pytest.approx(float(expect))
     assert got["adjacent_coupling"] == pytest.approx(float(expect) / 2)
     assert got["lss"] == pytest.approx(float(traj["lss"].sel(model="m1", step=10).mean()))
@@ -292,7 +338,9 @@ def test_checkpoint_table_and_correlations():
     pooled = row(corr, subset="all", predictor="coupling")
     keep = table.dropna(subset=["val_loss"])
     assert pooled["n"] == 5
-    assert pooled["r"] == pytest.approx(np.corrcoef(keep["coupling"], -keep["val_loss"])[0, 1], abs=1e-12)
+    assert pooled["r"] == pytest.approx(
+        np.corrcoef(keep["coupling"], -keep["val_loss"])[0, 1], abs=1e-12
+    )
     assert row(corr, subset="m0", predictor="coupling")["reason"] == "n=3 < 4"
 
 
@@ -303,13 +351,21 @@ def test_checkpoint_table_drops_steps_a_model_never_had():
         ds[name] = ds[name].where(~((ds["model"] == "m1") & (ds["step"] == 0)))
     table = stats.checkpoint_table(ds, history, traj)
     assert len(table) == 5
-    assert [(m, s) for m, s in zip(table["model"], table["step"])] == [("m0", 0), ("m0", 10), ("m0", 100), ("m1", 10), ("m1", 100)]
+    assert [(m, s) for m, s in zip(table["model"], table["step"])] == [
+        ("m0", 0),
+        ("m0", 10),
+        ("m0", 100),
+        ("m1", 10),
+        ("m1", 100),
+    ]
 
 
 # --------------------------------------------------------------------------- writers
 def test_atomic_writers_round_trip(tmp_path):
     table = make_table()
-    paths = stats.write_tables({"corr": stats.correlations(table), "table": table}, tmp_path / "csv")
+    paths = stats.write_tables(
+        {"corr": stats.correlations(table), "table": table}, tmp_path / "csv"
+    )
     assert [p.name for p in paths] == ["corr.csv", "table.csv"]
     pd.testing.assert_frame_equal(pd.read_csv(paths[1]), table, check_dtype=False)
     mc = stats.model_coupling(make_coupling(), n_boot=50)
@@ -317,4 +373,10 @@ def test_atomic_writers_round_trip(tmp_path):
     with xr.open_dataset(nc) as back:
         np.testing.assert_allclose(back["coupling"], mc["coupling"])
         assert back.attrs["k"] == 10
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["corr.csv", "csv", "model_coupling.nc", "nc", "table.csv"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [
+        "corr.csv",
+        "csv",
+        "model_coupling.nc",
+        "nc",
+        "table.csv",
+    ]

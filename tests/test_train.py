@@ -15,10 +15,19 @@ from blockcoupling import corpus
 from blockcoupling.schedule import TrainConfig, checkpoint_schedule
 from blockcoupling.train import train
 
-
-
-TINY = TrainConfig(n_layers=2, d_model=32, n_heads=2, context_length=32, batch_size=8, learning_rate=3e-3,
-                   total_steps=16, vocab_size=300, n_even_checkpoints=4, n_val_windows=16, max_train_chars=150_000)
+TINY = TrainConfig(
+    n_layers=2,
+    d_model=32,
+    n_heads=2,
+    context_length=32,
+    batch_size=8,
+    learning_rate=3e-3,
+    total_steps=16,
+    vocab_size=300,
+    n_even_checkpoints=4,
+    n_val_windows=16,
+    max_train_chars=150_000,
+)
 
 
 def _weights(step_dir: Path) -> dict[str, torch.Tensor]:
@@ -62,7 +71,9 @@ def test_checkpoint_schedule(total: int, n_even: int) -> None:
     spacing = total / n_even
     evens = [round(k * spacing) for k in range(1, n_even + 1)]
     assert set(evens) <= set(steps)
-    assert all(s & (s - 1) == 0 for s in steps if 0 < s < evens[0])  # powers of two before the even part
+    assert all(
+        s & (s - 1) == 0 for s in steps if 0 < s < evens[0]
+    )  # powers of two before the even part
     assert 1 in steps
 
 
@@ -80,7 +91,10 @@ def test_checkpoints_load_and_loss_drops(run: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(run / f"step{TINY.total_steps}")
     assert model.config.model_type == "gpt_neox" and model.config.num_hidden_layers == 2
     assert model.dtype == torch.float32 and model.config.use_parallel_residual
-    assert tokenizer.eos_token == tokenizer.bos_token == "<|endoftext|>" and tokenizer.pad_token is not None
+    assert (
+        tokenizer.eos_token == tokenizer.bos_token == "<|endoftext|>"
+        and tokenizer.pad_token is not None
+    )
     text = "To be, or not to be: that is the question."
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
     hist = _history(run)
@@ -101,7 +115,9 @@ def test_same_seed_same_weights_other_seed_differs(run: Path, tmp_path: Path) ->
     other = TrainConfig(**{**TINY.__dict__, "seed": 1, "total_steps": 1, "checkpoint_steps": None})
     train(other, tmp_path / "other", progress=False, threads=1)
     c = _weights(tmp_path / "other" / "step0")
-    assert not torch.equal(c["gpt_neox.embed_in.weight"], _weights(run / "step0")["gpt_neox.embed_in.weight"])
+    assert not torch.equal(
+        c["gpt_neox.embed_in.weight"], _weights(run / "step0")["gpt_neox.embed_in.weight"]
+    )
 
 
 def test_resume_gives_the_uninterrupted_weights(run: Path, tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ def _line(step_lengths, direction, start):
 
 def test_step_norms_match_loop():
     x = np.random.default_rng(0).normal(size=(5, 3, 4))
-    expected = [[np.sqrt(np.sum((x[l, t] - x[l - 1, t]) ** 2)) for t in range(3)] for l in range(1, 5)]
+    expected = [
+        [np.sqrt(np.sum((x[l, t] - x[l - 1, t]) ** 2)) for t in range(3)] for l in range(1, 5)
+    ]
     np.testing.assert_allclose(step_norms(x), expected)
 
 

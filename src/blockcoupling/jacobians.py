@@ -13,7 +13,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from blockcoupling.capture import BlockCall, compute_dtype, record_calls, record_token_calls, residual_function
+from blockcoupling.capture import (
+    BlockCall,
+    compute_dtype,
+    record_calls,
+    record_token_calls,
+    residual_function,
+)
 from blockcoupling.models import adapter_for
 
 
@@ -39,7 +45,10 @@ def output_token_jacobians(
 
 
 def _output_token_jacobians(
-    residual: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, t2: int, chunk_size: int | None
+    residual: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    t2: int,
+    chunk_size: int | None,
 ) -> torch.Tensor:
     n, d = x.shape
     _, vjp_fn = torch.func.vjp(residual, x)
@@ -58,7 +67,9 @@ class Request:
     t2: int
 
 
-def validate_requests(requests: Iterable[Request], n_layers: int, n_tokens: int, causal: bool) -> list[Request]:
+def validate_requests(
+    requests: Iterable[Request], n_layers: int, n_tokens: int, causal: bool
+) -> list[Request]:
     """Check layer and token ranges (and t1 <= t2 for causal models); one clear error each."""
     checked = list(requests)
     for r in checked:
@@ -76,7 +87,8 @@ def validate_requests(requests: Iterable[Request], n_layers: int, n_tokens: int,
 
 def _finite(jac: torch.Tensor, layer: int, t2: int, first_t1: int = 0) -> torch.Tensor:
     """``jac (t1, d, d)`` unchanged, or an error naming the layer and tokens of non-finite entries
-    (``first_t1``: the token of ``jac[0]``)."""
+    (``first_t1``: the token of ``jac[0]``).
+    """
     if not torch.isfinite(jac).all():
         bad = sorted({first_t1 + int(t) for t in torch.nonzero(~torch.isfinite(jac))[:, 0]})
         raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t2={t2}, t1 in {bad}")
@@ -85,9 +97,12 @@ def _finite(jac: torch.Tensor, layer: int, t2: int, first_t1: int = 0) -> torch.
 
 class JacobianEngine:
     """Jacobians of one prompt's blocks. ``inputs``: the model inputs of the prompt, batch 1,
-    e.g. ``{'input_ids': (1, token)}``. Recorded calls of each prefix are cached."""
+    e.g. ``{'input_ids': (1, token)}``. Recorded calls of each prefix are cached.
+    """
 
-    def __init__(self, model: nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int | None = None):
+    def __init__(
+        self, model: nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int | None = None
+    ):
         self.model = model
         self.inputs = inputs
         self.chunk_size = chunk_size
@@ -113,24 +128,33 @@ class JacobianEngine:
         length = t2 + 1 if self.causal else self.n_tokens
         call = self.calls_for(length)[layer - 1]
         x = call.input.to(compute_dtype(call.block))
-        return _finite(output_token_jacobians(residual_function(call), x, t2, self.chunk_size), layer, t2)
+        return _finite(
+            output_token_jacobians(residual_function(call), x, t2, self.chunk_size), layer, t2
+        )
 
     def diagonal(self, layer: int, t: int) -> torch.Tensor:
         """``J^layer_{tt}`` ``(d, d)``. For causal models with a KV cache the block is re-invoked on
         token t alone with a snapshot of the cache of tokens < t (~t times cheaper); a forward-value
-        check against the full pass guards it, and any mismatch falls back to ``output_token``."""
+        check against the full pass guards it, and any mismatch falls back to ``output_token``.
+        """
         checked = self._token_call(layer, t)
         if checked is None:
             self.fallbacks += 1
             return self.output_token(layer, t)[t]
         residual, x = checked
-        return _finite(output_token_jacobians(residual, x, 0, self.chunk_size), layer, t, first_t1=t)[0]
+        return _finite(
+            output_token_jacobians(residual, x, 0, self.chunk_size), layer, t, first_t1=t
+        )[0]
 
     def _token_call(
         self, layer: int, t: int
     ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor] | None:
         """The single-token residual function and its input ``(1, d)``, if it passes the guard."""
-        if not self.causal or "input_ids" not in self.inputs or not hasattr(self.model.config, "use_cache"):
+        if (
+            not self.causal
+            or "input_ids" not in self.inputs
+            or not hasattr(self.model.config, "use_cache")
+        ):
             return None
         if t not in self._token_calls:
             try:

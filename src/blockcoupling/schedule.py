@@ -1,5 +1,6 @@
 """Training-run configuration and the checkpoint schedule (no torch: the workflow reads these
-when it builds the DAG)."""
+when it builds the DAG).
+"""
 
 from __future__ import annotations
 
@@ -26,23 +27,37 @@ class TrainConfig:
     split_seed: int = 0  # train/validation split of the plays (keep equal across a suite)
     vocab_size: int = 4096
     n_even_checkpoints: int = 10
-    checkpoint_steps: list[int] | None = None  # None: checkpoint_schedule(total_steps, n_even_checkpoints)
+    checkpoint_steps: list[int] | None = (
+        None  # None: checkpoint_schedule(total_steps, n_even_checkpoints)
+    )
     n_val_windows: int = 64
     max_train_chars: int | None = None  # cap on the training text (tests, quick runs)
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "d_model", "n_heads", "context_length", "batch_size", "total_steps",
-                     "n_even_checkpoints", "n_val_windows"):
+        for name in (
+            "n_layers",
+            "d_model",
+            "n_heads",
+            "context_length",
+            "batch_size",
+            "total_steps",
+            "n_even_checkpoints",
+            "n_val_windows",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.vocab_size < 258:
-            raise ValueError(f"vocab_size must be >= 258 (256 bytes + 2 special tokens), got {self.vocab_size}")
+            raise ValueError(
+                f"vocab_size must be >= 258 (256 bytes + 2 special tokens), got {self.vocab_size}"
+            )
         if self.checkpoint_steps is not None:
             steps = sorted(set(int(s) for s in self.checkpoint_steps) | {0, self.total_steps})
             if steps[0] < 0 or steps[-1] > self.total_steps:
-                raise ValueError(f"checkpoint_steps must lie in [0, total_steps={self.total_steps}]")
+                raise ValueError(
+                    f"checkpoint_steps must lie in [0, total_steps={self.total_steps}]"
+                )
             self.checkpoint_steps = steps
 
     @property
@@ -55,7 +70,8 @@ class TrainConfig:
 
 def checkpoint_schedule(total_steps: int, n_even: int) -> list[int]:
     """Pythia-like steps: 0 and the powers of two below the even spacing, then ``n_even`` evenly
-    spaced steps ending at ``total_steps``. Sorted, unique, contains 0 and total_steps."""
+    spaced steps ending at ``total_steps``. Sorted, unique, contains 0 and total_steps.
+    """
     if total_steps < 1 or n_even < 1:
         raise ValueError(f"need total_steps >= 1 and n_even >= 1, got {total_steps}, {n_even}")
     even = {round(k * total_steps / n_even) for k in range(1, n_even + 1)}

@@ -14,7 +14,7 @@ class SVD(NamedTuple):
     s: torch.Tensor
     v: torch.Tensor
 
-    def top(self, k: int) -> "SVD":
+    def top(self, k: int) -> SVD:
         """The top-k triplets."""
         if k > self.s.shape[-1]:
             raise ValueError(f"K={k} exceeds the number of singular values {self.s.shape[-1]} (d)")

@@ -69,7 +69,12 @@ def bootstrap_mean(
     res = sps.bootstrap(
         (finite,), np.mean, n_resamples=n_boot, confidence_level=ci, method="percentile", rng=rng
     )
-    return mean, float(res.confidence_interval.low), float(res.confidence_interval.high), finite.size
+    return (
+        mean,
+        float(res.confidence_interval.low),
+        float(res.confidence_interval.high),
+        finite.size,
+    )
 
 
 # --------------------------------------------------------------------------- per-model coupling
@@ -78,15 +83,21 @@ def _bootstrap_cells(
 ) -> xr.Dataset:
     """Bootstrap over `prompt` for every cell of the other dims of `da`: `{name}`, `{name}_low`,
     `{name}_high` and `{count}` (number of finite prompts), with `da`'s dims minus prompt.
-    Each cell's generator is seeded by `seed`, `tag` and the cell's labels."""
+    Each cell's generator is seeded by `seed`, `tag` and the cell's labels.
+    """
     template = da.isel(prompt=0, drop=True)
     other = list(template.dims)
     values = da.transpose(*other, "prompt").values
     out = np.full((4, *values.shape[:-1]), np.nan)
     for idx in np.ndindex(*values.shape[:-1]):
         key = [str(da[d].values[i]) for d, i in zip(other, idx)]
-        out[(slice(None), *idx)] = bootstrap_mean(values[idx], n_boot, ci, _cell_seed(seed, tag, *key))
-    data = {f"{name}{suffix}": template.copy(data=out[i]) for i, suffix in enumerate(("", "_low", "_high"))}
+        out[(slice(None), *idx)] = bootstrap_mean(
+            values[idx], n_boot, ci, _cell_seed(seed, tag, *key)
+        )
+    data = {
+        f"{name}{suffix}": template.copy(data=out[i])
+        for i, suffix in enumerate(("", "_low", "_high"))
+    }
     data[count] = template.copy(data=out[3].astype(int))
     return xr.Dataset(data)
 
@@ -119,15 +130,30 @@ def model_coupling(
     result = _bootstrap_cells(da, n_boot, seed, ci, variable, "n_prompts", variable)
     source = da["prompt_source"].values.astype(str)
     by_source = [
-        _bootstrap_cells(da.isel(prompt=source == s), n_boot, seed, ci, f"{variable}_by_source",
-                         "n_prompts_by_source", f"{variable}/{s}")
+        _bootstrap_cells(
+            da.isel(prompt=source == s),
+            n_boot,
+            seed,
+            ci,
+            f"{variable}_by_source",
+            "n_prompts_by_source",
+            f"{variable}/{s}",
+        )
         for s in np.unique(source)
     ]
     by_source = xr.concat(by_source, dim="source").assign_coords(source=np.unique(source))
     result = result.merge(by_source.transpose(*result.dims, "source"), compat="override")
     result.attrs.update(
-        dict(k=k, reading=reading, variant=variant, norm=norm, n_boot=n_boot, seed=seed, ci=ci,
-             ci_method="percentile bootstrap over prompts")
+        dict(
+            k=k,
+            reading=reading,
+            variant=variant,
+            norm=norm,
+            n_boot=n_boot,
+            seed=seed,
+            ci=ci,
+            ci_method="percentile bootstrap over prompts",
+        )
     )
     return result
 
@@ -179,7 +205,9 @@ def model_table(
     if score == "score":
         values = np.asarray(coord("score"), dtype=float)
     else:
-        values = select(evaluation[score], init="trained").reindex(model=models).values.astype(float)
+        values = (
+            select(evaluation[score], init="trained").reindex(model=models).values.astype(float)
+        )
     table["score"] = -values if score == "bits_per_byte" else values
     table["score_name"] = SCORE_NAMES[score]
     return table
@@ -195,7 +223,9 @@ def fisher_ci(r: float, n: int, ci: float = 0.95, se: float | None = None) -> tu
     return float(np.tanh(z - half)), float(np.tanh(z + half))
 
 
-def correlate(x: Sequence[float], y: Sequence[float], method: str = "pearson", ci: float = 0.95) -> dict:
+def correlate(
+    x: Sequence[float], y: Sequence[float], method: str = "pearson", ci: float = 0.95
+) -> dict:
     """r, ci_low, ci_high, p, n, ci_method, reason for the pairs where both x and y are finite.
 
     Pearson: scipy r/p, Fisher-z CI (se 1/sqrt(n-3)). Spearman: scipy rho/p, Fisher-z CI with the
@@ -207,7 +237,15 @@ def correlate(x: Sequence[float], y: Sequence[float], method: str = "pearson", c
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]
     n = int(keep.sum())
-    row = dict(r=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, ci_method=CI_METHODS[method], reason="")
+    row = dict(
+        r=np.nan,
+        ci_low=np.nan,
+        ci_high=np.nan,
+        p=np.nan,
+        n=n,
+        ci_method=CI_METHODS[method],
+        reason="",
+    )
     if n < MIN_N_CORRELATION:
         return row | {"reason": f"n={n} < {MIN_N_CORRELATION}"}
     if np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -222,7 +260,9 @@ def correlate(x: Sequence[float], y: Sequence[float], method: str = "pearson", c
     return row | dict(r=float(r), ci_low=low, ci_high=high, p=float(p))
 
 
-def subset_frames(table: pd.DataFrame, subsets: Sequence[str] = SUBSETS) -> Iterator[tuple[str, pd.DataFrame]]:
+def subset_frames(
+    table: pd.DataFrame, subsets: Sequence[str] = SUBSETS
+) -> Iterator[tuple[str, pd.DataFrame]]:
     """Yield (name, rows) for `all` (every row) and `base` (rows with base == True)."""
     for name in subsets:
         if name == "all":
@@ -254,7 +294,8 @@ def correlations(
     """
     require_columns(table, [target, *predictors])
     rows = [
-        dict(subset=name, target=target, predictor=pred, method=m) | correlate(rows[pred], rows[target], m, ci)
+        dict(subset=name, target=target, predictor=pred, method=m)
+        | correlate(rows[pred], rows[target], m, ci)
         for name, rows in subset_frames(table, subsets)
         for pred in predictors
         for m in methods
@@ -280,13 +321,38 @@ def _ols_rows(data: pd.DataFrame, target: str, predictors: Sequence[str], ci: fl
         constant = [p for p in predictors if data[p].nunique() < 2]
         reason = f"constant predictor {', '.join(constant)}" if constant else ""
     if reason:
-        return [dict(term=t, coef=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, r2=np.nan,
-                     adj_r2=np.nan, aic=np.nan, n=n, reason=reason) for t in terms]
-    fit = sm.OLS(data[target], sm.add_constant(_zscore(data[list(predictors)]), has_constant="add")).fit()
+        return [
+            dict(
+                term=t,
+                coef=np.nan,
+                ci_low=np.nan,
+                ci_high=np.nan,
+                p=np.nan,
+                r2=np.nan,
+                adj_r2=np.nan,
+                aic=np.nan,
+                n=n,
+                reason=reason,
+            )
+            for t in terms
+        ]
+    fit = sm.OLS(
+        data[target], sm.add_constant(_zscore(data[list(predictors)]), has_constant="add")
+    ).fit()
     bounds = fit.conf_int(alpha=1 - ci)
     return [
-        dict(term=t, coef=fit.params[t], ci_low=bounds.loc[t, 0], ci_high=bounds.loc[t, 1], p=fit.pvalues[t],
-             r2=fit.rsquared, adj_r2=fit.rsquared_adj, aic=fit.aic, n=n, reason="")
+        dict(
+            term=t,
+            coef=fit.params[t],
+            ci_low=bounds.loc[t, 0],
+            ci_high=bounds.loc[t, 1],
+            p=fit.pvalues[t],
+            r2=fit.rsquared,
+            adj_r2=fit.rsquared_adj,
+            aic=fit.aic,
+            n=n,
+            reason="",
+        )
         for t in terms
     ]
 
@@ -298,7 +364,7 @@ def ols_fits(
     subsets: Sequence[str] = SUBSETS,
     ci: float = 0.95,
 ) -> pd.DataFrame:
-    """statsmodels OLS of `target` on z-scored predictors, per subset and predictor set.
+    """Statsmodels OLS of `target` on z-scored predictors, per subset and predictor set.
 
     Rows with any missing value in target/predictors are dropped per fit. Long format, one row per
     term (const = intercept): subset, predictor_set, term, coef (target units per predictor sd),
@@ -309,8 +375,10 @@ def ols_fits(
     for name, rows_subset in subset_frames(table, subsets):
         for set_name, preds in predictor_sets.items():
             data = rows_subset[[target, *preds]].dropna()
-            rows += [dict(subset=name, target=target, predictor_set=set_name) | r
-                     for r in _ols_rows(data, target, preds, ci)]
+            rows += [
+                dict(subset=name, target=target, predictor_set=set_name) | r
+                for r in _ols_rows(data, target, preds, ci)
+            ]
     return pd.DataFrame(rows)
 
 
@@ -373,13 +441,19 @@ def k_sweep(
     Columns: k plus those of `correlations` (predictor = "coupling").
     """
     require_columns(table, ["model", "base", target])
-    means = select(coupling["coupling"], reading=reading, variant=variant, norm=norm, init="trained")
+    means = select(
+        coupling["coupling"], reading=reading, variant=variant, norm=norm, init="trained"
+    )
     means = means.mean("prompt", skipna=True)
     frames = []
     for k in means["k"].values:
-        at_k = pd.DataFrame({"model": means["model"].values.astype(str), "coupling": means.sel(k=k).values})
+        at_k = pd.DataFrame(
+            {"model": means["model"].values.astype(str), "coupling": means.sel(k=k).values}
+        )
         merged = table[["model", "base", target]].merge(at_k, on="model", how="left")
-        frames.append(correlations(merged, target, ("coupling",), methods, subsets, ci).assign(k=int(k)))
+        frames.append(
+            correlations(merged, target, ("coupling",), methods, subsets, ci).assign(k=int(k))
+        )
     return pd.concat(frames, ignore_index=True)[["k", *frames[0].columns.drop("k")]]
 
 
@@ -402,27 +476,42 @@ def checkpoint_table(
     """
     require_columns(history, ["model", "step", "val_loss"])
     sel = dict(k=k, reading=reading, variant=variant, norm=norm)
-    means = {v: select(coupling_checkpoints[v], **sel).mean("prompt", skipna=True)
-             for v in ("coupling", "adjacent_coupling")}
+    means = {
+        v: select(coupling_checkpoints[v], **sel).mean("prompt", skipna=True)
+        for v in ("coupling", "adjacent_coupling")
+    }
     if trajectories is not None:
-        means |= {v: trajectories[v].mean(["prompt", "token"], skipna=True) for v in ("lss", "expodistance")}
+        means |= {
+            v: trajectories[v].mean(["prompt", "token"], skipna=True)
+            for v in ("lss", "expodistance")
+        }
     ds = xr.Dataset(means)
-    table = ds.drop_vars([c for c in ds.coords if c not in ("model", "step")]).to_dataframe().reset_index()
+    table = (
+        ds.drop_vars([c for c in ds.coords if c not in ("model", "step")])
+        .to_dataframe()
+        .reset_index()
+    )
     table["model"] = table["model"].astype(str)
     table["step"] = table["step"].astype(int)
     meta = coupling_checkpoints["model"]
     table = table.merge(
-        pd.DataFrame({
-            "model": meta.values.astype(str),
-            "log10_params": _log10(meta["params"].values) if "params" in meta.coords else np.nan,
-            "n_layers": meta["n_layers"].values if "n_layers" in meta.coords else np.nan,
-            "d_model": meta["d_model"].values if "d_model" in meta.coords else np.nan,
-        }),
+        pd.DataFrame(
+            {
+                "model": meta.values.astype(str),
+                "log10_params": _log10(meta["params"].values)
+                if "params" in meta.coords
+                else np.nan,
+                "n_layers": meta["n_layers"].values if "n_layers" in meta.coords else np.nan,
+                "d_model": meta["d_model"].values if "d_model" in meta.coords else np.nan,
+            }
+        ),
         on="model",
     )
     hist = history.assign(model=history["model"].astype(str), step=history["step"].astype(int))
     hist = hist[[c for c in ("model", "step", "val_loss", "val_accuracy") if c in hist.columns]]
-    table = table.merge(hist.drop_duplicates(["model", "step"], keep="last"), on=["model", "step"], how="left")
+    table = table.merge(
+        hist.drop_duplicates(["model", "step"], keep="last"), on=["model", "step"], how="left"
+    )
     table["neg_val_loss"] = -table["val_loss"]
     # the combined file is the union of every model's steps: drop (model, step) pairs never measured
     table = table.dropna(subset=["coupling", "adjacent_coupling"], how="all")
@@ -437,11 +526,14 @@ def checkpoint_correlations(
     ci: float = 0.95,
 ) -> pd.DataFrame:
     """Correlations of coupling with `target` across all checkpoints and sizes (`subset` = "all")
-    and within each model's checkpoints (`subset` = the model name). Columns as `correlations`."""
+    and within each model's checkpoints (`subset` = the model name). Columns as `correlations`.
+    """
     require_columns(table, ["model", target, *predictors])
     groups = [("all", table), *((str(m), g) for m, g in table.groupby("model", sort=True))]
     frames = [
-        correlations(g.assign(base=True), target, predictors, methods, ("all",), ci).assign(subset=name)
+        correlations(g.assign(base=True), target, predictors, methods, ("all",), ci).assign(
+            subset=name
+        )
         for name, g in groups
     ]
     return pd.concat(frames, ignore_index=True)
@@ -450,5 +542,7 @@ def checkpoint_correlations(
 # --------------------------------------------------------------------------- atomic writers
 def write_tables(frames: Mapping[str, pd.DataFrame], csv_dir: str | os.PathLike) -> list[Path]:
     """Write each frame to `csv_dir/{name}.csv` atomically; returns the written paths."""
-    return [atomic_write(Path(csv_dir) / f"{name}.csv", lambda tmp, f=frame: f.to_csv(tmp, index=False))
-            for name, frame in frames.items()]
+    return [
+        atomic_write(Path(csv_dir) / f"{name}.csv", lambda tmp, f=frame: f.to_csv(tmp, index=False))
+        for name, frame in frames.items()
+    ]

@@ -18,10 +18,10 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -44,20 +44,35 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, PAD],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=PAD)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=PAD
+    )
 
 
 def model_config(cfg: TrainConfig, tokenizer: PreTrainedTokenizerFast) -> GPTNeoXConfig:
     """GPT-NeoX (Pythia) config: rotary on 25% of the head dims, parallel residual, no dropout, float32."""
     return GPTNeoXConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, intermediate_size=cfg.intermediate_size or 4 * cfg.d_model,
-        max_position_embeddings=cfg.context_length, use_parallel_residual=True, tie_word_embeddings=False,
-        hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, dtype="float32",
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.d_model,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        intermediate_size=cfg.intermediate_size or 4 * cfg.d_model,
+        max_position_embeddings=cfg.context_length,
+        use_parallel_residual=True,
+        tie_word_embeddings=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
     )
 
 
@@ -67,7 +82,9 @@ def learning_rate_factor(step: int, cfg: TrainConfig) -> float:
     if step < warmup:
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, cfg.total_steps - warmup)
-    return cfg.min_lr_fraction + (1 - cfg.min_lr_fraction) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.min_lr_fraction + (1 - cfg.min_lr_fraction) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, progress))
+    )
 
 
 def _generator(seed: int, stream: int, step: int) -> torch.Generator:
@@ -79,7 +96,9 @@ def _generator(seed: int, stream: int, step: int) -> torch.Generator:
 def _windows(stream: torch.Tensor, n: int, length: int, gen: torch.Generator) -> torch.Tensor:
     """(n, length) int64 random contiguous windows of a 1-D token stream."""
     if stream.numel() < length:
-        raise ValueError(f"token stream of {stream.numel()} tokens is shorter than a window of {length}")
+        raise ValueError(
+            f"token stream of {stream.numel()} tokens is shorter than a window of {length}"
+        )
     starts = torch.randint(0, stream.numel() - length + 1, (n,), generator=gen)
     return stream[starts[:, None] + torch.arange(length)]
 
@@ -105,14 +124,18 @@ def _texts(cfg: TrainConfig) -> tuple[list[str], list[str]]:
 
 
 @torch.no_grad()
-def _loss_and_accuracy(model: GPTNeoXForCausalLM, windows: torch.Tensor, batch_size: int) -> tuple[float, float]:
+def _loss_and_accuracy(
+    model: GPTNeoXForCausalLM, windows: torch.Tensor, batch_size: int
+) -> tuple[float, float]:
     """Mean next-token cross-entropy (nats) and accuracy over (n, T) windows."""
     model.eval()
     nll, correct, count = 0.0, 0, 0
     for chunk in windows.split(batch_size):
         logits = model(input_ids=chunk).logits[:, :-1].float()
         target = chunk[:, 1:]
-        nll += torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="sum").item()
+        nll += torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), target.flatten(), reduction="sum"
+        ).item()
         correct += int((logits.argmax(-1) == target).sum())
         count += target.numel()
     model.train()
@@ -123,9 +146,13 @@ def _loss_and_accuracy(model: GPTNeoXForCausalLM, windows: torch.Tensor, batch_s
 def run_settings(threads: int | None) -> Iterator[None]:
     """Deterministic algorithms (without the NaN-filling of new tensors, which makes CPU training
     ~5x slower), the thread count and no transformers save/load bars for the duration; restored
-    afterwards."""
+    afterwards.
+    """
     old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    old_fill, old_bars = torch.utils.deterministic.fill_uninitialized_memory, hf_logging.is_progress_bar_enabled()
+    old_fill, old_bars = (
+        torch.utils.deterministic.fill_uninitialized_memory,
+        hf_logging.is_progress_bar_enabled(),
+    )
     if threads is not None:
         torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
@@ -166,7 +193,9 @@ def _prepare(cfg: TrainConfig, out_dir: Path) -> PreTrainedTokenizerFast:
     cfg_path = out_dir / "train_config.json"
     if cfg_path.exists():
         if json.loads(cfg_path.read_text()) != json.loads(_config_json(cfg)):
-            raise ValueError(f"{out_dir} holds a run with a different TrainConfig; use another out_dir")
+            raise ValueError(
+                f"{out_dir} holds a run with a different TrainConfig; use another out_dir"
+            )
     else:
         _write_atomic(cfg_path, _config_json(cfg))
     tok_dir = out_dir / "tokenizer"
@@ -186,8 +215,13 @@ def _last_checkpoint(cfg: TrainConfig, out_dir: Path) -> int | None:
     return max(done) if done else None
 
 
-def train(cfg: TrainConfig, out_dir: str | Path, progress: bool = True, threads: int | None = None,
-          stop_after: int | None = None) -> Path:
+def train(
+    cfg: TrainConfig,
+    out_dir: str | Path,
+    progress: bool = True,
+    threads: int | None = None,
+    stop_after: int | None = None,
+) -> Path:
     """Train ``cfg`` from scratch (or resume it) and return the newest checkpoint dir ``out_dir/step{N}``.
 
     Checkpoints at ``cfg.steps`` (step 0 = the initialisation) are ``save_pretrained`` dirs of model
@@ -202,23 +236,50 @@ def train(cfg: TrainConfig, out_dir: str | Path, progress: bool = True, threads:
     with run_settings(threads):
         tokenizer = _prepare(cfg, out_dir)
         start = _last_checkpoint(cfg, out_dir)
-        if start is not None and (start == cfg.total_steps or stop_after is not None and start >= stop_after):
+        if start is not None and (
+            start == cfg.total_steps or stop_after is not None and start >= stop_after
+        ):
             return out_dir / f"step{start}"
         train_texts, val_texts = _texts(cfg)
         train_stream = _token_stream(train_texts, tokenizer)
-        val_windows = _windows(_token_stream(val_texts, tokenizer), cfg.n_val_windows, cfg.context_length,
-                               _generator(cfg.seed, _VAL_STREAM, 0))
+        val_windows = _windows(
+            _token_stream(val_texts, tokenizer),
+            cfg.n_val_windows,
+            cfg.context_length,
+            _generator(cfg.seed, _VAL_STREAM, 0),
+        )
         model, optimizer, scheduler, state = _init_or_resume(cfg, out_dir, tokenizer, start)
         if start is None:
             start = 0
-            last = _checkpoint(model, tokenizer, optimizer, scheduler, state, [], cfg, out_dir, train_stream, val_windows)
+            last = _checkpoint(
+                model,
+                tokenizer,
+                optimizer,
+                scheduler,
+                state,
+                [],
+                cfg,
+                out_dir,
+                train_stream,
+                val_windows,
+            )
             if stop_after is not None and stop_after <= 0:
                 return last
         steps, losses = set(cfg.steps), []
         t0 = time.perf_counter() - state["elapsed_s"]
-        bar = tqdm(total=cfg.total_steps, initial=start, disable=not progress, desc=f"train L{cfg.n_layers} d{cfg.d_model}")
+        bar = tqdm(
+            total=cfg.total_steps,
+            initial=start,
+            disable=not progress,
+            desc=f"train L{cfg.n_layers} d{cfg.d_model}",
+        )
         for step in range(start, cfg.total_steps):
-            batch = _windows(train_stream, cfg.batch_size, cfg.context_length, _generator(cfg.seed, _TRAIN_STREAM, step))
+            batch = _windows(
+                train_stream,
+                cfg.batch_size,
+                cfg.context_length,
+                _generator(cfg.seed, _TRAIN_STREAM, step),
+            )
             loss = model(input_ids=batch, labels=batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -230,8 +291,18 @@ def train(cfg: TrainConfig, out_dir: str | Path, progress: bool = True, threads:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
             if step + 1 in steps:
                 state.update(step=step + 1, elapsed_s=time.perf_counter() - t0)
-                last = _checkpoint(model, tokenizer, optimizer, scheduler, state, losses, cfg, out_dir,
-                                   train_stream, val_windows)
+                last = _checkpoint(
+                    model,
+                    tokenizer,
+                    optimizer,
+                    scheduler,
+                    state,
+                    losses,
+                    cfg,
+                    out_dir,
+                    train_stream,
+                    val_windows,
+                )
                 losses = []
                 if stop_after is not None and step + 1 >= stop_after:
                     break
@@ -239,10 +310,12 @@ def train(cfg: TrainConfig, out_dir: str | Path, progress: bool = True, threads:
         return last
 
 
-def _init_or_resume(cfg: TrainConfig, out_dir: Path, tokenizer: PreTrainedTokenizerFast, start: int | None
-                    ) -> tuple[GPTNeoXForCausalLM, torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR, dict]:
+def _init_or_resume(
+    cfg: TrainConfig, out_dir: Path, tokenizer: PreTrainedTokenizerFast, start: int | None
+) -> tuple[GPTNeoXForCausalLM, torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR, dict]:
     """Model, optimizer, scheduler and trainer state: seeded initialisation when ``start`` is None,
-    else exactly as saved in ``out_dir/step{start}``."""
+    else exactly as saved in ``out_dir/step{start}``.
+    """
     if start is None:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
@@ -268,31 +341,55 @@ def make_optimizer(model: GPTNeoXForCausalLM, cfg: TrainConfig) -> torch.optim.A
     """AdamW (betas 0.9, 0.95) with weight decay on matrices only, as in Pythia."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.95), eps=1e-8)
 
 
-def _checkpoint(model: GPTNeoXForCausalLM, tokenizer: PreTrainedTokenizerFast, optimizer: torch.optim.Optimizer,
-                scheduler: torch.optim.lr_scheduler.LRScheduler, state: dict, losses: list[float],
-                cfg: TrainConfig, out_dir: Path, train_stream: torch.Tensor, val_windows: torch.Tensor) -> Path:
+def _checkpoint(
+    model: GPTNeoXForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    state: dict,
+    losses: list[float],
+    cfg: TrainConfig,
+    out_dir: Path,
+    train_stream: torch.Tensor,
+    val_windows: torch.Tensor,
+) -> Path:
     """Validate, write ``step{N}`` atomically, rewrite history.csv, drop the previous optimizer state."""
     step = state["step"]
     if losses:
         train_loss = float(np.mean(losses))
     else:
-        first = _windows(train_stream, cfg.batch_size, cfg.context_length, _generator(cfg.seed, _TRAIN_STREAM, 0))
+        first = _windows(
+            train_stream, cfg.batch_size, cfg.context_length, _generator(cfg.seed, _TRAIN_STREAM, 0)
+        )
         train_loss = _loss_and_accuracy(model, first, cfg.batch_size)[0]
     val_loss, val_acc = _loss_and_accuracy(model, val_windows, cfg.batch_size)
-    state["history"] = [r for r in state["history"] if r["step"] < step] + [{
-        "step": step, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
-        "tokens_seen": step * cfg.batch_size * cfg.context_length, "elapsed_s": state["elapsed_s"]}]
+    state["history"] = [r for r in state["history"] if r["step"] < step] + [
+        {
+            "step": step,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "val_accuracy": val_acc,
+            "tokens_seen": step * cfg.batch_size * cfg.context_length,
+            "elapsed_s": state["elapsed_s"],
+        }
+    ]
     state["torch_rng"] = torch.get_rng_state()
     state["python_rng"] = random.getstate()
     final, tmp = out_dir / f"step{step}", out_dir / f"step{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+    torch.save(
+        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+        tmp / "optimizer.pt",
+    )
     torch.save(state, tmp / "trainer_state.pt")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)

@@ -1,5 +1,6 @@
 """What the Snakemake rules share: model entries from the config, step wildcards, code hashes,
-and the wrapper that runs a rule's script with its log, threads and one-line errors."""
+and the wrapper that runs a rule's script with its log, threads and one-line errors.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from typing import Any
 
 FINAL, RANDOM = "final", "random"
 TRAINED_INITS = {FINAL: "trained", RANDOM: "random"}
-META_FIELDS = ("params", "n_layers", "d_model", "train_tokens", "score", "base", "family", "pos_encoding")
+META_FIELDS = (
+    "params",
+    "n_layers",
+    "d_model",
+    "train_tokens",
+    "score",
+    "base",
+    "family",
+    "pos_encoding",
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,8 @@ def _number(value: str) -> float | None:
 
 def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
     """Model entries from a TSV such as resources/paper_models.tsv (name, hub_id, metadata,
-    gpu_mem_gb); scores missing in the table stay missing."""
+    gpu_mem_gb); scores missing in the table stay missing.
+    """
     entries = {}
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle, delimiter="\t"):
@@ -102,7 +113,9 @@ def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
         if "train" in source:
             runs = config.get("train", {}).get("runs", {})
             if source["train"] not in runs:
-                raise ValueError(f"model {name!r}: training run {source['train']!r} is not under train.runs")
+                raise ValueError(
+                    f"model {name!r}: training run {source['train']!r} is not under train.runs"
+                )
             run_steps = train_steps(runs[source["train"]])
             if source.get("checkpoint") == "last":  # one model of the cross-model analysis
                 source["step"] = run_steps[-1]
@@ -128,7 +141,8 @@ def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
 def code_hash(*modules: str) -> str:
     """sha256 (12 hex digits) of the source files of library modules, e.g. ``code_hash('jacobians')``.
     A rule that takes it as a param re-runs when that science code changes (Snakemake's own code
-    trigger only sees the script file)."""
+    trigger only sees the script file).
+    """
     digest = hashlib.sha256()
     for module in modules:
         spec = importlib.util.find_spec(f"blockcoupling.{module}")
@@ -143,13 +157,19 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)
 
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run a rule's ``main(snakemake)`` with logging to the rule's log and stderr, torch threads
-    set to the rule's threads, and a user error reduced to one line (exit status 1)."""
+    set to the rule's threads, and a user error reduced to one line (exit status 1).
+    """
     log_path = Path(snakemake.log[0]) if len(snakemake.log) else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_path, mode="w"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        handlers=handlers,
+        force=True,
+    )
     import torch
 
     torch.set_num_threads(max(1, int(snakemake.threads)))
@@ -176,13 +196,19 @@ def selection(stats_config: dict[str, Any], with_k: bool = True) -> dict[str, An
 
 def load_for_rule(spec: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """Load a rule's model from ``model_params`` (source, load options, twin): ``(model,
-    tokenizer, attrs)`` with the provenance attrs of its files."""
+    tokenizer, attrs)`` with the provenance attrs of its files.
+    """
     from blockcoupling.models import LoadOptions, load_model, load_random_twin, parse_source
 
     source = parse_source(spec["source"])
     options = LoadOptions(**spec.get("load", {}))
     if spec.get("random_twin"):
-        logging.info("random-init twin of %s (%s), seed %s", spec["name"], source.describe(), spec.get("twin_seed", 0))
+        logging.info(
+            "random-init twin of %s (%s), seed %s",
+            spec["name"],
+            source.describe(),
+            spec.get("twin_seed", 0),
+        )
         model, tokenizer = load_random_twin(source, spec.get("twin_seed", 0), options)
     else:
         logging.info("loading %s (%s)", spec["name"], source.describe())
