@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from blockcoupling.coupling import VARIANTS, bases, cross_stats
+from blockcoupling.coupling import bases, cross_stats
+from blockcoupling.formulas import VARIANTS
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.measure import MeasureConfig, measure
 from blockcoupling.models import load_model, parse_source

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from blockcoupling import coupling
+from blockcoupling import coupling, formulas
 from blockcoupling.spectral import svd
 
-READINGS, VARIANTS, NORMS = coupling.READINGS, coupling.VARIANTS, coupling.NORMS
+READINGS, VARIANTS, NORMS = formulas.READINGS, formulas.VARIANTS, formulas.NORMS
 
 
 def random_orthogonal(
@@ -41,7 +41,7 @@ def metric_from_basis(
     diag, corner = coupling.matrix_stats(left.mT @ jac_i @ right)
     k = left.shape[-1]
     return float(
-        coupling.mis_coupling_from_stats(
+        formulas.mis_coupling_from_stats(
             diag.numpy(), corner.numpy(), s_i.double().numpy(), k, reading
         )
     )
@@ -260,7 +260,7 @@ def test_statistics_equal_direct_metric_for_every_option() -> None:
         for reading, norm, k, p in itertools.product(READINGS, NORMS, (1, 3, 7, k_max), (2.0, 1.0)):
             if norm == "trace" and p != 2.0:
                 continue
-            from_stats = coupling.mis_coupling_from_stats(
+            from_stats = formulas.mis_coupling_from_stats(
                 diag, corner, s[:, None, :], k, reading, norm, p
             )
             direct = np.array(
@@ -317,10 +317,10 @@ def test_bad_input_is_refused_clearly() -> None:
     diag, corner = (x.numpy() for x in coupling.cross_stats(jac[None], *coupling.bases(top, "ujv")))
     s = top.s.double().numpy()[:, None, :]
     with pytest.raises(ValueError, match=r"K=5 is outside 1..4 \(K_max"):
-        coupling.mis_coupling_from_stats(diag, corner, s, 5)
+        formulas.mis_coupling_from_stats(diag, corner, s, 5)
     with pytest.raises(ValueError, match="reading 'x'"):
-        coupling.mis_coupling_from_stats(diag, corner, s, 2, reading="x")
+        formulas.mis_coupling_from_stats(diag, corner, s, 2, reading="x")
     with pytest.raises(ValueError, match="norm 'x'"):
-        coupling.mis_coupling_from_stats(diag, corner, s, 2, norm="x")
+        formulas.mis_coupling_from_stats(diag, corner, s, 2, norm="x")
     with pytest.raises(ValueError, match="exceeds the number of singular values"):
         svd(jac).top(9)

@@ -11,7 +11,7 @@ import transformers
 import xarray as xr
 from tiny_models import ARCHITECTURES, VOCAB, CharTokenizer
 
-from blockcoupling import coupling, trajectories
+from blockcoupling import coupling, formulas, trajectories
 from blockcoupling.capture import record_calls, states
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.measure import MeasureConfig, measure
@@ -213,7 +213,7 @@ def test_depth_mis_equals_direct_computation(model, metrics) -> None:
         t = len(text) - 1
         jacs = torch.stack([engine.output_token(layer, t)[t] for layer in (1, 2, 3)])
         for reading, variant, norm, k in itertools.product(
-            coupling.READINGS, coupling.VARIANTS, coupling.NORMS, KS
+            formulas.READINGS, formulas.VARIANTS, formulas.NORMS, KS
         ):
             direct = coupling.depth_mis_coupling(
                 jacs, k, reading=reading, variant=variant, norm=norm
@@ -309,7 +309,7 @@ def check_token_families(
         )
         where, i, j = list(pairs(family))[-3]
         for reading, variant, norm in itertools.product(
-            coupling.READINGS, coupling.VARIANTS, coupling.NORMS
+            formulas.READINGS, formulas.VARIANTS, formulas.NORMS
         ):
             direct = coupling.mis_coupling(
                 jacs[i], jacs[j], k, reading=reading, variant=variant, norm=norm

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 
-from blockcoupling import coupling, models
+from blockcoupling import coupling, formulas, models
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.spectral import svd
 
@@ -63,7 +63,7 @@ def depth_mis(jacs: torch.Tensor, reading: str, k: int = K) -> np.ndarray:
     factors = svd(jacs)
     diag, corner = coupling.cross_stats(jacs, *coupling.bases(factors.top(k), "ujv"))
     s = factors.s.double().numpy()[:, None, :]
-    return coupling.mis_coupling_from_stats(diag.numpy(), corner.numpy(), s, k, reading=reading)
+    return formulas.mis_coupling_from_stats(diag.numpy(), corner.numpy(), s, k, reading=reading)
 
 
 def unrelated_baseline(jacs: torch.Tensor, k: int = K) -> float:

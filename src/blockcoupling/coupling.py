@@ -1,13 +1,11 @@
-"""The coupling metric m_K (science.md) and its exact sufficient statistics.
+"""The coupling metric m_K on Jacobians (torch): the exact sufficient statistics, and m_K computed
+directly from two Jacobians (notebooks, tests). The numpy formulas that turn statistics into m_K
+live in ``formulas.py``.
 
 ``A_ij = P_j^T J_i Q_j`` with ``(P, Q) = (U, V)`` ("ujv", default) or ``(V, U)`` ("vju"), top K.
-- reading "authors" (default): ``m_K = || |A_ij| - S_{i,K} ||_F / norm(S_{i,K})``
-- reading "offdiag" (paper eq. 13-14): ``m_K = || A_ij - diag(A_ij) ||_F / norm(S_{i,K})``
-with norm ``||S_{i,K}||_p`` ("p") or ``trace(S_{i,K})`` ("trace").
-
-Extraction stores, per pair, ``diag[a] = A[a, a]`` and ``corner[k-1] = sum_{a,b<k} A[a, b]^2`` from
+Extraction stores, per pair, ``diag[a] = A[a, a]`` and ``corner[k-1] = sum_{a,b<k} A[a, b]^2`` of
 the K_max x K_max matrix; since ``A[:K, :K]`` is exactly the matrix of m_K, every K <= K_max,
-reading, p and normalisation follows with no Jacobian (``mis_coupling_from_stats``).
+reading, p and normalisation follows with no Jacobian (``formulas.mis_coupling_from_stats``).
 """
 
 from __future__ import annotations
@@ -15,17 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from blockcoupling.formulas import READINGS, VARIANTS, check_option, normaliser
 from blockcoupling.spectral import SVD, svd
-
-READINGS = ("authors", "offdiag")
-VARIANTS = ("ujv", "vju")
-NORMS = ("p", "trace")
-
-
-def check_option(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    """One clear error for an option outside its allowed values."""
-    if value not in allowed:
-        raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}")
 
 
 def bases(factors: SVD, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,36 +49,6 @@ def matrix_stats(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     a = a.to(torch.float64)
     cumulative = torch.cumsum(torch.cumsum(a.square(), dim=-1), dim=-2)
     return torch.diagonal(a, dim1=-2, dim2=-1), torch.diagonal(cumulative, dim1=-2, dim2=-1)
-
-
-def normaliser(s: np.ndarray, k: int, norm: str, p: float) -> np.ndarray:
-    """``||S_K||_p`` or ``sum S_K`` over the last axis of ``s (..., >=K)``."""
-    check_option("norm", norm, NORMS)
-    top = np.abs(s[..., :k])
-    return top.sum(axis=-1) if norm == "trace" else np.linalg.norm(top, ord=p, axis=-1)
-
-
-def mis_coupling_from_stats(
-    diag: np.ndarray,
-    corner: np.ndarray,
-    s_i: np.ndarray,
-    k: int,
-    reading: str = "authors",
-    norm: str = "p",
-    p: float = 2.0,
-) -> np.ndarray:
-    """m_K from statistics: ``diag (..., K_max)``, ``corner (..., K_max)``, J_i's singular values
-    ``s_i (..., >=K)`` (broadcast against the pair axes). Returns ``(...)``.
-    """
-    check_option("reading", reading, READINGS)
-    if not 1 <= k <= diag.shape[-1]:
-        raise ValueError(f"K={k} is outside 1..{diag.shape[-1]} (K_max of the stored statistics)")
-    dk, sk, total = diag[..., :k], s_i[..., :k], corner[..., k - 1]
-    if reading == "authors":
-        squared = total - 2.0 * np.sum(np.abs(dk) * sk, axis=-1) + np.sum(sk**2, axis=-1)
-    else:
-        squared = total - np.sum(dk**2, axis=-1)
-    return np.sqrt(np.clip(squared, 0.0, None)) / normaliser(s_i, k, norm, p)
 
 
 def coupling_matrix_direct(a: torch.Tensor, s_i: torch.Tensor, reading: str) -> torch.Tensor:

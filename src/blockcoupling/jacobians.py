@@ -109,23 +109,25 @@ class JacobianEngine:
         self.causal = adapter_for(model).causal
         self._calls: dict[int, list[BlockCall]] = {}
         self._token_calls: dict[int, list[BlockCall] | None] = {}
-        self.full = self.calls_for(self.n_tokens)
+        self.full = record_calls(model, **inputs)
+        self.n_tokens = int(self.full[0].input.shape[0])  # tokens as the blocks see them
+        self._calls[self.n_tokens] = self.full
         self.fallbacks = 0  # diagonal Jacobians that had to take the full-sequence path
 
-    @property
-    def n_tokens(self) -> int:
-        return int(next(iter(self.inputs.values())).shape[1])
-
     def calls_for(self, length: int) -> list[BlockCall]:
-        """Recorded block calls of the prompt's first ``length`` tokens (causal prefix)."""
+        """Recorded block calls of the prompt's first ``length`` tokens (a causal prefix of the
+        sequence inputs; non-causal models and image inputs have only the full sequence).
+        """
         if length not in self._calls:
+            if not self.causal or "input_ids" not in self.inputs:
+                raise ValueError(f"no prefix of {length} tokens: only causal text models have them")
             prefix = {k: v[:, :length] for k, v in self.inputs.items()}
             self._calls[length] = record_calls(self.model, **prefix)
         return self._calls[length]
 
     def output_token(self, layer: int, t2: int) -> torch.Tensor:
         """``J^layer_{t1 t2}`` for every t1 (``(t1, d, d)``, t1 = 0..t2 for causal models)."""
-        length = t2 + 1 if self.causal else self.n_tokens
+        length = t2 + 1 if self.causal and "input_ids" in self.inputs else self.n_tokens
         call = self.calls_for(length)[layer - 1]
         x = call.input.to(compute_dtype(call.block))
         return _finite(

@@ -1,16 +1,19 @@
 """m_K values from the stored statistics (docs/datasets.md), for a K list, readings and norms.
 
-Kept apart from extraction: a change here re-runs the metrics rule, never the Jacobians.
+Kept apart from extraction and torch-free: a change here re-runs the metrics rule, never the
+Jacobians, and the analysis environment needs no torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from blockcoupling.coupling import NORMS, READINGS, check_option, mis_coupling_from_stats
+from blockcoupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
 
 
 @dataclass(frozen=True)
@@ -27,42 +30,60 @@ class MetricConfig:
             check_option("reading", reading, READINGS)
         for norm in self.norms:
             check_option("norm", norm, NORMS)
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"metrics.ks must be a non-empty list of K >= 1, got {list(self.ks)}")
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> MetricConfig:
+        """From the config's ``metrics`` section (schema defaults already filled in)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ValueError(
+                f"metrics: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            )
+        values = {key: tuple(v) if isinstance(v, list) else v for key, v in section.items()}
+        if "p" in values:
+            values["p"] = float(values["p"])
+        return cls(**values)
 
 
 def _mis_array(
     diag: xr.DataArray, corner: xr.DataArray, s_i: xr.DataArray, config: MetricConfig
 ) -> xr.DataArray:
-    """m_K over (reading, norm, k, *pair dims) from statistics; ``s_i`` broadcasts over the pairs."""
+    """m_K over (reading, norm, k, *pair dims) from statistics ``diag (..., rank)``, ``corner
+    (..., kk)``; ``s_i (..., rank)`` broadcasts over the pair dims.
+    """
     k_max = diag.sizes["rank"]
     too_big = [k for k in config.ks if k > k_max]
     if too_big:
         raise ValueError(
-            f"K={too_big[0]} exceeds K_max={k_max} of the extracted statistics; re-extract with a larger k_max"
+            f"K={too_big[0]} exceeds K_max={k_max} of the extracted statistics; "
+            "re-extract with a larger k_max"
         )
-    s_b = s_i.broadcast_like(diag.isel(rank=0, drop=True)).transpose(*diag.dims[:-1], "rank")
-    diag_np = diag.values
-    corner_np = corner.values
-    s_np = s_b.values
-    out = np.stack(
-        [
-            np.stack(
-                [
-                    np.stack(
-                        [
-                            mis_coupling_from_stats(diag_np, corner_np, s_np, k, r, n, config.p)
-                            for k in config.ks
-                        ]
-                    )
-                    for n in config.norms
-                ]
-            )
-            for r in config.readings
-        ]
+    pair_dims = list(diag.dims[:-1])
+    core = [*pair_dims, "rank"]
+    s_b = s_i.broadcast_like(diag.isel(rank=0, drop=True)).transpose(*core)
+    grid = xr.Dataset(
+        coords={"reading": list(config.readings), "norm": list(config.norms), "k": list(config.ks)}
     )
-    dims = ("reading", "norm", "k", *diag.dims[:-1])
-    coords = {name: coord for name, coord in diag.coords.items() if "rank" not in coord.dims}
-    coords.update(reading=list(config.readings), norm=list(config.norms), k=list(config.ks))
-    return xr.DataArray(out, dims=dims, coords=coords)
+    out = xr.apply_ufunc(  # loops over (reading, norm, k) only: each call is one vectorised formula
+        lambda d, c, s, reading, norm, k: mis_coupling_from_stats(
+            d, c, s, int(k), str(reading), str(norm), config.p
+        ),
+        diag.transpose(*core),
+        corner.drop_vars("kk").rename(kk="rank").transpose(*core),
+        s_b,
+        grid["reading"],
+        grid["norm"],
+        grid["k"],
+        input_core_dims=[core, core, core, [], [], []],
+        output_core_dims=[pair_dims],
+        vectorize=True,
+    )
+    return out.transpose("reading", "norm", "k", *pair_dims).drop_vars(
+        [name for name, coord in out.coords.items() if "rank" in coord.dims]
+    )
 
 
 def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:

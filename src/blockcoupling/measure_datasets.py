@@ -1,0 +1,213 @@
+"""The xarray datasets that ``measure`` returns (docs/datasets.md), built from per-prompt results.
+
+Torch-free: extraction (``measure.py``) hands numpy arrays over in ``DepthResult`` and
+``TokenResult``; every function here only lays them out with named dims and coords.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xarray as xr
+
+from blockcoupling import trajectories
+
+if TYPE_CHECKING:
+    from blockcoupling.measure import MeasureConfig, PromptText
+
+
+@dataclass
+class DepthResult:
+    """Depth-wise statistics of one prompt (numpy, float64)."""
+
+    s: np.ndarray  # (layer, d)
+    diag: np.ndarray  # (variant, layer, layer_ref, rank)
+    corner: np.ndarray  # (variant, layer, layer_ref, k)
+    u: np.ndarray | None = None  # (layer, d, rank)
+    v: np.ndarray | None = None
+
+
+@dataclass
+class TokenResult:
+    """Token-family statistics of one prompt: spectra per layer, (diag, corner) per family and
+    layer pair.
+    """
+
+    s: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> (token_in, token_out, rank)
+    families: dict[str, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]] = field(
+        default_factory=dict
+    )
+
+
+def pad(arrays: list[np.ndarray], axes: Sequence[int]) -> np.ndarray:
+    """Stack arrays along a new first axis, NaN-padding the given (token) axes to the maximum."""
+    shape = list(arrays[0].shape)
+    for axis in axes:
+        shape[axis] = max(a.shape[axis] for a in arrays)
+    out = np.full((len(arrays), *shape), np.nan)
+    for i, array in enumerate(arrays):
+        out[(i, *tuple(slice(0, s) for s in array.shape))] = array
+    return out
+
+
+def depth_dataset(
+    results: list[DepthResult],
+    prompt_coords: dict[str, Any],
+    positions: list[int],
+    config: MeasureConfig,
+    attrs: dict[str, Any],
+) -> xr.Dataset:
+    n_layers = results[0].s.shape[0]
+    k = config.k_max
+    dims_pair = ("variant", "prompt", "layer", "layer_ref")
+    data = {
+        "singular_values": (("prompt", "layer", "rank"), np.stack([r.s[:, :k] for r in results])),
+        "depth_diag": ((*dims_pair, "rank"), np.stack([r.diag for r in results], axis=1)),
+        "depth_corner": ((*dims_pair, "k"), np.stack([r.corner for r in results], axis=1)),
+    }
+    if config.store_factors:
+        data["u"] = (
+            ("prompt", "layer", "dim", "rank"),
+            np.stack([r.u for r in results]).astype(np.float32),
+        )
+        data["v"] = (
+            ("prompt", "layer", "dim", "rank"),
+            np.stack([r.v for r in results]).astype(np.float32),
+        )
+    coords = {
+        **prompt_coords,
+        "token_position": ("prompt", positions),
+        "layer": np.arange(1, n_layers + 1),
+        "layer_ref": np.arange(1, n_layers + 1),
+        "rank": np.arange(k),
+        "k": np.arange(1, k + 1),
+        "variant": list(config.variants),
+    }
+    ds = xr.Dataset(data, coords=coords, attrs=attrs)
+    ds["depth_diag"].attrs["description"] = (
+        "A[a, a] of A = P_j^T J_i Q_j, J_i = J^layer_tt, j = layer_ref"
+    )
+    ds["depth_corner"].attrs["description"] = "sum_{a,b<k} A[a, b]^2"
+    return ds
+
+
+def spectra_dataset(
+    results: list[DepthResult], prompt_coords: dict[str, Any], attrs: dict[str, Any]
+) -> xr.Dataset:
+    s = np.stack([r.s for r in results])
+    coords = {**prompt_coords, "layer": np.arange(1, s.shape[1] + 1), "rank": np.arange(s.shape[2])}
+    ds = xr.Dataset(
+        {"singular_values": (("prompt", "layer", "rank"), s)}, coords=coords, attrs=attrs
+    )
+    ds["singular_values"].attrs["description"] = "full spectrum of J^layer_tt at the depth token"
+    return ds
+
+
+FAMILY_DIMS = {
+    "self": ("token", "token_ref"),
+    "fixed_in": ("token_in", "token", "token_ref"),
+    "fixed_out": ("token_out", "token", "token_ref"),
+}
+
+
+def tokens_dataset(
+    results: list[TokenResult],
+    items: list[PromptText],
+    lengths: list[int],
+    layers: list[int],
+    config: MeasureConfig,
+    attrs: dict[str, Any],
+) -> xr.Dataset:
+    if not results:
+        return xr.Dataset(attrs={**attrs, "empty": "no token layers or token prompts configured"})
+    k = config.k_max
+    n_max = max(lengths[: len(results)])
+    s = pad([np.stack([r.s[layer] for layer in layers]) for r in results], axes=(1, 2))
+    data: dict[str, Any] = {
+        "singular_values": (("prompt", "layer", "token_in", "token_out", "rank"), s)
+    }
+    for family, token_dims in FAMILY_DIMS.items():
+        for stat, last in (("diag", "rank"), ("corner", "k")):
+            per_prompt = []
+            for r in results:
+                pick = 0 if stat == "diag" else 1
+                grid = np.stack(
+                    [
+                        np.stack([r.families[family][(a, b)][pick] for b in layers], axis=1)
+                        for a in layers
+                    ],
+                    axis=1,
+                )
+                per_prompt.append(grid)  # (variant, layer, layer_ref, *tokens, K)
+            axes = tuple(range(3, 3 + len(token_dims)))
+            stacked = pad(per_prompt, axes)  # (prompt, variant, layer, layer_ref, *tokens, K)
+            stacked = np.moveaxis(stacked, 1, 0)
+            data[f"{family}_{stat}"] = (
+                ("variant", "prompt", "layer", "layer_ref", *token_dims, last),
+                stacked,
+            )
+    tokens = np.arange(n_max)
+    coords = {
+        "prompt": [p.id for p in items],
+        "prompt_source": ("prompt", [p.source for p in items]),
+        "n_tokens": ("prompt", lengths[: len(results)]),
+        "layer": layers,
+        "layer_ref": layers,
+        "token": tokens,
+        "token_ref": tokens,
+        "token_in": tokens,
+        "token_out": tokens,
+        "rank": np.arange(k),
+        "k": np.arange(1, k + 1),
+        "variant": list(config.variants),
+    }
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def trajectory_dataset(
+    all_states: list[np.ndarray],
+    prompt_coords: dict[str, Any],
+    config: MeasureConfig,
+    attrs: dict[str, Any],
+) -> xr.Dataset:
+    per_prompt = []
+    for x in all_states:
+        projection, explained = trajectories.pca_projection(x, config.pca_components)
+        per_prompt.append(
+            (
+                trajectories.line_shape_score(x),
+                trajectories.expodistance(x),
+                trajectories.spacing_cv(x),
+                trajectories.step_norms(x),
+                projection,
+                explained,
+            )
+        )
+    lss, ed, cv = (pad([p[i] for p in per_prompt], axes=(0,)) for i in range(3))
+    steps = pad([p[3] for p in per_prompt], axes=(1,))
+    pca = pad([p[4] for p in per_prompt], axes=(1,))
+    explained = np.stack([p[5] for p in per_prompt])
+    n_states = all_states[0].shape[0]
+    coords = {
+        **prompt_coords,
+        "token": np.arange(lss.shape[1]),
+        "layer": np.arange(n_states),
+        "pc": np.arange(config.pca_components),
+    }
+    data = {
+        "lss": (("prompt", "token"), lss),
+        "expodistance": (("prompt", "token"), ed),
+        "spacing_cv": (("prompt", "token"), cv),
+        "step_norm": (
+            ("prompt", "layer", "token"),
+            np.concatenate([np.full((len(per_prompt), 1, steps.shape[2]), np.nan), steps], axis=1),
+        ),
+        "pca": (("prompt", "layer", "token", "pc"), pca),
+        "pca_explained": (("prompt", "pc"), explained),
+    }
+    ds = xr.Dataset(data, coords=coords, attrs=attrs)
+    ds["step_norm"].attrs["description"] = "||x^l - x^(l-1)||; NaN at layer 0"
+    return ds

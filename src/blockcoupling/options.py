@@ -1,0 +1,74 @@
+"""Extraction options, torch-free: the workflow builds and checks them when it builds the DAG.
+
+``MeasureConfig.from_config`` is the one place where the config's ``extract`` section becomes
+library options; ``RUN_ONLY_KEYS`` are the keys that say how or where a job runs (speed, device),
+never what it computes, so changing them re-runs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from blockcoupling.formulas import VARIANTS, check_option
+
+# Keys of the ``extract`` section that change neither Jacobians nor statistics.
+RUN_ONLY_KEYS = ("prompt_set", "threads", "device", "chunk_size")
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """What to extract.
+
+    k_max: singular triplets kept per Jacobian (the largest K of m_K later); variants: ujv/vju;
+    depth_token: position of the depth-wise token (negative: from the end); token_layers: blocks
+    (1-based, negative from the end) for the token families; token_prompts: how many prompts (the
+    first ones) get token families; max_tokens: truncate prompts to this many tokens (None: keep);
+    store_factors: keep top-K_max U, V of the depth Jacobians; chunk_size: VJPs per vmap batch
+    (None: all d at once; speed only); pca_components: of the trajectory projections.
+    """
+
+    k_max: int = 50
+    variants: tuple[str, ...] = VARIANTS
+    depth_token: int = -1
+    token_layers: tuple[int, ...] = ()
+    token_prompts: int = 0
+    max_tokens: int | None = None
+    store_factors: bool = False
+    chunk_size: int | None = None
+    pca_components: int = 2
+
+    def __post_init__(self) -> None:
+        for variant in self.variants:
+            check_option("variant", variant, VARIANTS)
+        if not self.variants:
+            raise ValueError("extract.variants is empty; give ujv, vju or both")
+        if self.k_max < 1:
+            raise ValueError(f"extract.k_max must be >= 1, got {self.k_max}")
+        if self.max_tokens is not None and self.max_tokens < 2:
+            raise ValueError(f"extract.max_tokens must be >= 2, got {self.max_tokens}")
+        if 0 in self.token_layers:
+            raise ValueError("extract.token_layers: blocks are 1-based (negative: from the end)")
+        if self.token_prompts < 0:
+            raise ValueError(f"extract.token_prompts must be >= 0, got {self.token_prompts}")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"extract.chunk_size must be >= 1 or null, got {self.chunk_size}")
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> MeasureConfig:
+        """From the config's ``extract`` section; the run-only keys other than ``chunk_size``
+        are ignored, an unknown key is an error naming it.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(section) - known - set(RUN_ONLY_KEYS))
+        if unknown:
+            raise ValueError(
+                f"extract: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            )
+        values = {
+            key: tuple(value) if isinstance(value, list) else value
+            for key, value in section.items()
+            if key in known
+        }
+        return cls(**values)
