@@ -1,6 +1,6 @@
 # blockcoupling: transformer block coupling and generalization, end to end.
 #   snakemake --cores 2                                   (the embedded default, CPU, no hub)
-#   snakemake --profile profiles/slurm --configfile config/paper.yaml   (the paper suite)
+#   snakemake --profile slurm --configfile config/paper.yaml   (the paper suite, on Slurm)
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -30,4 +30,4 @@ include: "rules/figures.smk"
 rule all:
     default_target: True
     input:
-        final_targets(),
+        PLAN.targets() + FIGURE_TARGETS,

@@ -1,41 +1,27 @@
 # One dataset per metric across models (dims model x init) and across checkpoints (model x step).
-rule combine_models:
-    input:
-        lambda wildcards: combined_inputs(CROSS_MODEL, wildcards.name),
-    output:
-        "results/combined/{name}.nc",
-    log:
-        "logs/combine/{name}.log",
-    benchmark:
-        "benchmarks/combine/{name}.tsv"
-    wildcard_constraints:
-        name="|".join(COMBINED_NAMES),
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        parts=lambda wildcards: model_steps(combine_entries(CROSS_MODEL, wildcards.name)),
-        meta={name: entry.meta for name, entry in CROSS_MODEL.items()},
-        along="init",
-    script:
-        "../scripts/combine.py"
+for _along, _folder in (("init", "results/combined"), ("step", "results/combined/checkpoints")):
+    if not PLAN.combined_names(_along):
+        continue
 
-
-rule combine_checkpoints:
-    input:
-        lambda wildcards: combined_inputs(CHECKPOINT_MODELS, wildcards.name),
-    output:
-        "results/combined/checkpoints/{name}.nc",
-    log:
-        "logs/combine/checkpoints_{name}.log",
-    benchmark:
-        "benchmarks/combine/checkpoints_{name}.tsv"
-    wildcard_constraints:
-        name="|".join(CHECKPOINT_NAMES),
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        parts=lambda wildcards: model_steps(combine_entries(CHECKPOINT_MODELS, wildcards.name)),
-        meta={name: entry.meta for name, entry in CHECKPOINT_MODELS.items()},
-        along="step",
-    script:
-        "../scripts/combine.py"
+    rule:
+        name:
+            "combine_models" if _along == "init" else "combine_checkpoints"
+        input:
+            lambda wildcards, along=_along: PLAN.combine_inputs(along, wildcards.name),
+        output:
+            f"{_folder}/{{name}}.nc",
+        params:
+            parts=lambda wildcards, along=_along: PLAN.combine_parts(along, wildcards.name),
+            meta={name: entry.meta for name, entry in PLAN.models.items()},
+            along=_along,
+            code=script_hash("combine"),
+        wildcard_constraints:
+            name="|".join(PLAN.combined_names(_along)),
+        log:
+            f"logs/combine/{_along}_{{name}}.log",
+        benchmark:
+            f"benchmarks/combine/{_along}_{{name}}.tsv"
+        conda:
+            "../envs/analysis.yaml"
+        script:
+            "../scripts/combine.py"

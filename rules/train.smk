@@ -1,7 +1,7 @@
 # The small Pythia-architecture suite trained here; checkpoints are outputs, consumed by extract
-# through {step}. The trainer works in results/train/{run}/work (not an output, so it survives an
-# interrupted job) and resumes from its newest checkpoint there.
-for _run, _spec in TRAIN_RUNS.items():
+# through {step}. The trainer works in results/train/{run}/work-<key>, keyed to the exact run
+# config and training code: an interrupted job resumes there, any change starts afresh.
+for _run, _spec in PLAN.train_runs.items():
 
     rule:
         name:
@@ -10,21 +10,20 @@ for _run, _spec in TRAIN_RUNS.items():
             checkpoints=expand(
                 "results/train/{run}/step{step}/model.safetensors",
                 run=_run,
-                step=TRAIN_STEPS[_run],
+                step=PLAN.train_steps(_run),
             ),
             history=f"results/train/{_run}/history.csv",
+        params:
+            spec=_spec,
+            code=script_hash("train"),
+        threads: config["train"]["threads"]
+        resources:
+            mem_mb=4000,
         log:
             f"logs/train/{_run}.log",
         benchmark:
             f"benchmarks/train/{_run}.tsv"
         conda:
             "../envs/torch.yaml"
-        threads: config["train"].get("threads", 1)
-        resources:
-            mem_mb=4000,
-        params:
-            run=_run,
-            spec=_spec,
-            code=TRAIN_CODE,
         script:
             "../scripts/train.py"

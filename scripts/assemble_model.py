@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from blockcoupling.models import assemble_package_file
-from blockcoupling.workflow import run_script
+from blockcoupling.runner import run_script
 
 
 def main(sm):

@@ -5,20 +5,22 @@ from pathlib import Path
 from blockcoupling import prompts
 from blockcoupling.evaluate import evaluate
 from blockcoupling.io import provenance, write_netcdf
-from blockcoupling.workflow import load_for_rule, run_script
+from blockcoupling.models import load_for_job
+from blockcoupling.runner import run_script
 
 
 def main(sm):
-    spec = sm.params.evaluate
-    model, tokenizer, attrs = load_for_rule(sm.params.model)
+    model, tokenizer, attrs = load_for_job(
+        {**sm.params.model, "load": {**sm.params.model["load"], "device": sm.resources.device}}
+    )
     items = [
         {"text": p.text, "choices": list(p.choices), "answer": int(p.answer)}
         for p in prompts.read_jsonl(sm.input.prompts)
         if p.choices and isinstance(p.answer, int)
     ]
     text = Path(sm.input.heldout).read_text(encoding="utf-8")
-    result = evaluate(model, tokenizer, [text], items, context_length=spec.get("context_length"))
-    result.attrs.update(provenance(spec, **attrs))
+    result = evaluate(model, tokenizer, [text], items, context_length=sm.params.context_length)
+    result.attrs.update(provenance({"context_length": sm.params.context_length}, **attrs))
     write_netcdf(result, sm.output[0])
 
 

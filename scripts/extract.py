@@ -3,20 +3,17 @@
 from blockcoupling import prompts
 from blockcoupling.io import provenance, write_netcdf
 from blockcoupling.measure import MeasureConfig, measure
-from blockcoupling.workflow import load_for_rule, run_script
+from blockcoupling.models import load_for_job
+from blockcoupling.runner import run_script
 
 
 def main(sm):
-    spec = dict(sm.params.extract)
-    spec.pop("device", None)
-    config = MeasureConfig(
-        **{
-            **spec,
-            "variants": tuple(spec.get("variants", ("ujv", "vju"))),
-            "token_layers": tuple(spec.get("token_layers", ())),
-        }
+    config = MeasureConfig.from_config(
+        {**sm.params.extract, "chunk_size": sm.resources.vjp_chunk or None}
     )
-    model, tokenizer, attrs = load_for_rule(sm.params.model)
+    model, tokenizer, attrs = load_for_job(
+        {**sm.params.model, "load": {**sm.params.model["load"], "device": sm.resources.device}}
+    )
     items = prompts.read_jsonl(sm.input.prompts)
     datasets = measure(
         model, tokenizer, items, config, attrs=provenance(sm.params.extract, **attrs)

@@ -1,17 +1,12 @@
 """Rule heldout_text: the held-out validation plays (the text every model's bits per byte uses)."""
 
-import os
-from pathlib import Path
-
 from blockcoupling.evaluate import heldout_text
-from blockcoupling.workflow import run_script
+from blockcoupling.io import write_text
+from blockcoupling.runner import run_script
 
 
 def main(sm):
-    target = Path(sm.output[0])
-    temp = target.with_suffix(".tmp")
-    temp.write_text(heldout_text(sm.params.chars), encoding="utf-8")
-    os.replace(temp, target)
+    write_text(sm.output[0], heldout_text(sm.params.chars))
 
 
 run_script(snakemake, main)

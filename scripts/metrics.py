@@ -2,17 +2,11 @@
 
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
-from blockcoupling.workflow import run_script
+from blockcoupling.runner import run_script
 
 
 def main(sm):
-    spec = sm.params.metrics
-    config = MetricConfig(
-        ks=tuple(spec["ks"]),
-        readings=tuple(spec.get("readings", ("authors", "offdiag"))),
-        norms=tuple(spec.get("norms", ("p", "trace"))),
-        p=float(spec.get("p", 2)),
-    )
+    config = MetricConfig.from_config(sm.params.metrics)
     write_netcdf(coupling_dataset(read_netcdf(sm.input.depth), config), sm.output.depth)
     write_netcdf(token_coupling_dataset(read_netcdf(sm.input.tokens), config), sm.output.tokens)
 

@@ -1,23 +1,17 @@
 """Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep."""
 
-from pathlib import Path
-
 from blockcoupling import stats
 from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.workflow import run_script, selection
+from blockcoupling.runner import run_script
 
 
 def main(sm):
-    spec = sm.params.stats
-    select = selection(spec, with_k=False)
+    at = dict(sm.params.selection)
+    k = at.pop("k")
     coupling = read_netcdf(sm.input.coupling)
-    evaluation = read_netcdf(sm.input.evaluation) if sm.input.evaluation else None
+    evaluation = read_netcdf(sm.input.evaluation[0]) if sm.input.evaluation else None
     per_model = stats.model_coupling(
-        coupling,
-        k=spec.get("k", 10),
-        n_boot=spec.get("n_boot", 1000),
-        seed=spec.get("seed", 0),
-        **select,
+        coupling, k=k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
     )
     table = stats.model_table(per_model, evaluation, score=sm.params.score)
     frames = {
@@ -25,9 +19,10 @@ def main(sm):
         "correlations": stats.correlations(table),
         "ols": stats.ols_fits(table),
         "partial": stats.partial_correlation(table),
-        "k_sweep": stats.k_sweep(coupling, table, **select),
+        "k_sweep": stats.k_sweep(coupling, table, **at),
     }
-    stats.write_tables(frames, Path(sm.output.summary).parent)
+    for name, frame in frames.items():
+        stats.write_table(frame, sm.output[name])
     write_netcdf(per_model, sm.output.model_coupling)
 
 

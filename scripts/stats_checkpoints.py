@@ -1,34 +1,30 @@
 """Rule stats_checkpoints: coupling, LSS, expodistance and validation loss per checkpoint."""
 
-from pathlib import Path
-
 import pandas as pd
 
 from blockcoupling import stats
 from blockcoupling.io import read_netcdf
-from blockcoupling.workflow import run_script, selection
+from blockcoupling.runner import run_script
 
 
 def main(sm):
-    spec = sm.params.stats
-    select = selection(spec)
-    histories = []
-    for model, run in sm.params.runs.items():
-        history = pd.read_csv(f"results/train/{run}/history.csv")
-        histories.append(history.assign(model=model))
+    history_of = dict(zip(sm.params.runs, sm.input.histories))
+    histories = [
+        pd.read_csv(history_of[run]).assign(model=model) for model, run in sm.params.models.items()
+    ]
     history = (
         pd.concat(histories, ignore_index=True)
         if histories
         else pd.DataFrame(columns=["model", "step", "val_loss"])
     )
     table = stats.checkpoint_table(
-        read_netcdf(sm.input.coupling), history, read_netcdf(sm.input.trajectories), **select
+        read_netcdf(sm.input.coupling),
+        history,
+        read_netcdf(sm.input.trajectories),
+        **sm.params.selection,
     )
-    frames = {
-        "checkpoint_table": table,
-        "checkpoint_correlations": stats.checkpoint_correlations(table),
-    }
-    stats.write_tables(frames, Path(sm.output.table).parent)
+    stats.write_table(table, sm.output.table)
+    stats.write_table(stats.checkpoint_correlations(table), sm.output.correlations)
 
 
 run_script(snakemake, main)

@@ -3,18 +3,17 @@
 import shutil
 from pathlib import Path
 
-from blockcoupling.train import TrainConfig, train
-from blockcoupling.workflow import run_script
+from blockcoupling.runner import run_script
+from blockcoupling.train import TrainConfig, train, work_dir
 
 
 def main(sm):
     config = TrainConfig(**sm.params.spec)
-    run_dir = Path(sm.output.history).parent
-    work = run_dir / "work"  # not an output: survives an interrupted job, so training resumes
+    work = work_dir(Path(sm.output.history).parent, config, sm.params.code)
     train(config, work, threads=sm.threads)
-    for step in config.steps:
+    for step, checkpoint in zip(config.steps, sm.output.checkpoints):
         shutil.copytree(
-            work / f"step{step}", run_dir / f"step{step}", dirs_exist_ok=True, copy_function=_link
+            work / f"step{step}", Path(checkpoint).parent, dirs_exist_ok=True, copy_function=_link
         )
     shutil.copyfile(work / "history.csv", sm.output.history)
 

@@ -91,12 +91,12 @@ def test_csv_input_and_default_ids(tmp_path):
         (
             "notext.jsonl",
             '{"id": "a-1", "prompt": "hello there"}\n',
-            "missing required column 'text'",
+            r"notext.jsonl line 1 \(id 'a-1'\): empty or missing text",
         ),
         (
             "blank.jsonl",
             '{"id": "a-1", "text": "fine text"}\n{"id": "a-2", "text": "   "}\n',
-            r"row 2 \(id 'a-2'\): empty",
+            r"blank.jsonl line 2 \(id 'a-2'\): empty",
         ),
         ("blank.csv", "id,text\nb-1,fine text\nb-2,\n", r"row 2 \(id 'b-2'\): empty"),
         (
@@ -111,13 +111,20 @@ def test_csv_input_and_default_ids(tmp_path):
         ),
         ("prompts.txt", "some text\n", r"\.jsonl or \.csv"),
         ("header.csv", "id,text\n", "header but no rows"),
-        ("broken.jsonl", '{"text": "ok fine"}\n{bad}\n', "cannot read prompt file .*broken.jsonl"),
+        ("broken.jsonl", '{"text": "ok fine"}\n{bad}\n', r"broken.jsonl line 2: invalid JSON"),
     ],
 )
 def test_bad_prompt_files(tmp_path, name, content, match):
     path = tmp_path / name
     path.write_text(content)
     with pytest.raises(ValueError, match=match):
+        load_prompt_file(path)
+
+
+def test_non_utf8_file_names_the_file(tmp_path):
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes('{"text": "caf\u00e9"}\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin.jsonl: not UTF-8 text \(byte 13\)"):
         load_prompt_file(path)
 
 

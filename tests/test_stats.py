@@ -363,9 +363,10 @@ def test_checkpoint_table_drops_steps_a_model_never_had():
 # --------------------------------------------------------------------------- writers
 def test_atomic_writers_round_trip(tmp_path):
     table = make_table()
-    paths = stats.write_tables(
-        {"corr": stats.correlations(table), "table": table}, tmp_path / "csv"
-    )
+    paths = [
+        stats.write_table(stats.correlations(table), tmp_path / "csv" / "corr.csv"),
+        stats.write_table(table, tmp_path / "csv" / "table.csv"),
+    ]
     assert [p.name for p in paths] == ["corr.csv", "table.csv"]
     pd.testing.assert_frame_equal(pd.read_csv(paths[1]), table, check_dtype=False)
     mc = stats.model_coupling(make_coupling(), n_boot=50)

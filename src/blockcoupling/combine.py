@@ -7,7 +7,18 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from blockcoupling.workflow import META_FIELDS, TRAINED_INITS
+# Model metadata that become coords along ``model``, and the init label of each step wildcard.
+META_FIELDS = (
+    "params",
+    "n_layers",
+    "d_model",
+    "train_tokens",
+    "score",
+    "base",
+    "family",
+    "pos_encoding",
+)
+TRAINED_INITS = {"final": "trained", "random": "random"}
 
 # Which variables each combined file keeps (None: all).
 SELECTIONS: dict[str, tuple[str, ...] | None] = {

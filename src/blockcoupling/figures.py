@@ -20,6 +20,7 @@ import xarray as xr
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
+from blockcoupling.io import read_netcdf
 from blockcoupling.stats import correlate, require_columns, select
 
 matplotlib.use("Agg")
@@ -53,6 +54,43 @@ SHORT_LABELS = {
 }
 
 
+# The figures: name -> (report category, input file, options it takes). A literal, so the workflow
+# reads it without importing matplotlib (workflow.figure_registry); a rule per entry calls `render`.
+# A figure is made when its input file is one of the config's outputs. Adding one: its function
+# (named as the figure, taking (data, path) or an adapter in `render`), a line here, and its
+# caption report/<name>.rst.
+FIGURES = {
+    "coupling_vs_score": ("cross-model", "results/stats/summary.csv", ()),
+    "hyperparameter_correlations": ("cross-model", "results/stats/correlations.csv", ()),
+    "depth_heatmaps": ("cross-model", "results/combined/coupling.nc", ("selection",)),
+    "token_heatmaps": (
+        "cross-model",
+        "results/combined/tokens.nc",
+        ("selection", "token_model"),
+    ),
+    "lss_expodistance": ("cross-model", "results/combined/trajectories.nc", ()),
+    "pca_trajectories": ("cross-model", "results/combined/trajectories.nc", ("token_model",)),
+    "singular_value_spectra": ("cross-model", "results/combined/spectra.nc", ("token_model",)),
+    "k_sweep_curve": ("cross-model", "results/stats/k_sweep.csv", ()),
+    "coupling_vs_step": ("training emergence", "results/stats/checkpoint_table.csv", ()),
+    "depth_heatmaps_over_training": (
+        "training emergence",
+        "results/combined/checkpoints/coupling.nc",
+        ("selection",),
+    ),
+    "trajectory_metrics_vs_step": (
+        "training emergence",
+        "results/stats/checkpoint_table.csv",
+        (),
+    ),
+    "coupling_vs_validation_loss": (
+        "training emergence",
+        "results/stats/checkpoint_table.csv",
+        (),
+    ),
+}
+
+
 # --------------------------------------------------------------------------- style and saving
 @contextmanager
 def style() -> Iterator[None]:
@@ -82,6 +120,17 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
         )  # one tight box for both: "tight" redraws per file
     plt.close(fig)
     return paths
+
+
+@contextmanager
+def _seeded_numpy(seed: int) -> Iterator[None]:
+    """numpy's global generator seeded for the duration (restored afterwards)."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
 
 
 def _label(column: str) -> str:
@@ -413,19 +462,20 @@ def lss_expodistance(trajectories: xr.Dataset, path: str | Path) -> list[Path]:
                     showfliers=False,
                     ax=ax,
                 )
-                sns.stripplot(
-                    data=part,
-                    x="model",
-                    y="value",
-                    hue="init",
-                    order=order,
-                    dodge=True,
-                    size=2,
-                    alpha=0.5,
-                    palette=dict.fromkeys(part["init"].unique(), "0.2"),
-                    legend=False,
-                    ax=ax,
-                )
+                with _seeded_numpy(0):  # seaborn jitters with numpy's global generator
+                    sns.stripplot(
+                        data=part,
+                        x="model",
+                        y="value",
+                        hue="init",
+                        order=order,
+                        dodge=True,
+                        size=2,
+                        alpha=0.5,
+                        palette=dict.fromkeys(part["init"].unique(), "0.2"),
+                        legend=False,
+                        ax=ax,
+                    )
             if metric != metrics[0] and ax.get_legend() is not None:
                 ax.get_legend().remove()
             ax.set(ylabel=_label(metric), xlabel="")
@@ -690,3 +740,29 @@ def coupling_vs_validation_loss(table: pd.DataFrame, path: str | Path) -> list[P
             + _corr_text(data["coupling"], -data["val_loss"]),
         )
         return save(fig, path)
+
+
+# --------------------------------------------------------------------------- rendering by name
+def render(
+    name: str,
+    source: str | Path,
+    path: str | Path,
+    selection: dict[str, object] | None = None,
+    token_model: str | None = None,
+) -> list[Path]:
+    """Draw figure ``name`` of FIGURES from its input file ``source`` (CSV or NetCDF) at ``path``;
+    ``selection`` (k, reading, variant, norm) and ``token_model`` as FIGURES says it takes."""
+    if name not in FIGURES:
+        raise ValueError(f"no figure named {name!r}; one of {', '.join(FIGURES)}")
+    data = pd.read_csv(source) if str(source).endswith(".csv") else read_netcdf(source)
+    at = dict(selection or {})
+    adapters = {
+        "depth_heatmaps": lambda: depth_heatmaps(select(data["depth_mis"], **at), path),
+        "depth_heatmaps_over_training": lambda: depth_heatmaps_over_training(
+            select(data["depth_mis"], **at), path
+        ),
+        "token_heatmaps": lambda: token_heatmaps(data, path, model=token_model, **at),
+        "pca_trajectories": lambda: pca_trajectories(data, path, model=token_model),
+        "singular_value_spectra": lambda: singular_value_spectra(data, path, model=token_model),
+    }
+    return adapters.get(name, lambda: globals()[name](data, path))()

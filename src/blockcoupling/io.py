@@ -46,9 +46,16 @@ def _attr_value(value: Any) -> Any:
     return json.dumps(value, default=str)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     """Call ``write(temp_path)`` on a temp file in ``path``'s folder, then os.replace it into place,
-    so an interrupted run never leaves a half-written file under the final name.
+    so an interrupted run never leaves a half-written file under the final name. The file gets
+    the usual permissions (0666 less the umask), not mkstemp's private 0600.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -56,11 +63,17 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     os.close(handle)
     try:
         write(temp)
+        os.chmod(temp, 0o666 & ~_umask())
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
     return target
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write UTF-8 text atomically (see ``atomic_write``)."""
+    return atomic_write(path, lambda temp: Path(temp).write_text(text, encoding="utf-8"))
 
 
 def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
@@ -72,6 +85,16 @@ def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
 
 
 def read_netcdf(path: str | Path) -> xr.Dataset:
-    """Open a dataset fully into memory (the file is closed afterwards)."""
-    with xr.open_dataset(path, engine="netcdf4") as dataset:
-        return dataset.load()
+    """Open a dataset fully into memory (the file is closed afterwards); a file that cannot be
+    read (truncated by a killed run, say) is one error naming it and the remedy.
+    """
+    try:
+        with xr.open_dataset(path, engine="netcdf4") as dataset:
+            return dataset.load()
+    except (OSError, ValueError, RuntimeError) as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise ValueError(
+            f"{path} cannot be read ({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
+            "it may be truncated: delete it and run snakemake again to rebuild it"
+        ) from None

@@ -204,6 +204,61 @@ def resolve(source: ModelSource) -> Resolved:
     raise ModelSourceError(f"unknown model source kind {source.kind!r}")
 
 
+def check_local_source(spec: dict[str, Any]) -> None:
+    """Check, without loading anything, that a source's package, file or folder is here (hub ids
+    are checked when loaded). Raises ModelSourceError naming what is missing and the fix."""
+    source = parse_source(spec)
+    if source.kind == "package":
+        resolve(source)
+    elif source.kind == "assembled":
+        package_folder(source.location)
+    elif source.kind == "path":
+        resolve(source)
+
+
+def resolve_device(device: str) -> str:
+    """``auto``: ``cuda`` when a GPU is visible, else ``cpu``; any other name unchanged."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """Load a rule's model from its spec (name, source, load options, twin, twin seed):
+    ``(model, tokenizer, attrs)`` with the provenance attrs of its files."""
+    import logging
+
+    source = parse_source(spec["source"])
+    load = dict(spec.get("load", {}))
+    load["device"] = resolve_device(load.get("device", "auto"))
+    options = LoadOptions(**load)
+    if spec.get("random_twin"):
+        logging.info(
+            "random-init twin of %s (%s), seed %s",
+            spec["name"],
+            source.describe(),
+            spec["twin_seed"],
+        )
+        model, tokenizer = load_random_twin(source, spec["twin_seed"], options)
+    else:
+        logging.info("loading %s (%s) on %s", spec["name"], source.describe(), options.device)
+        model, tokenizer = load_model(source, options)
+    attrs = {
+        "model": spec["name"],
+        "model_id": source.location,
+        "revision": source.revision,
+        "source": source.describe(),
+        "init": "random" if spec.get("random_twin") else "trained",
+        "twin_seed": spec["twin_seed"] if spec.get("random_twin") else None,
+        "dtype": options.dtype,
+        "device": options.device,
+        "quantization": options.quantization,
+    }
+    return model, tokenizer, attrs
+
+
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 

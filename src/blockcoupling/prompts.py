@@ -13,11 +13,12 @@ import json
 import os
 import random
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from blockcoupling.io import write_text
 
 
 @dataclass(frozen=True)
@@ -169,47 +170,46 @@ def _check_unique(prompts: list[Prompt], path: Path) -> list[Prompt]:
     return prompts
 
 
-def _check_file(path: str | os.PathLike) -> Path:
+def _read_text(path: str | os.PathLike) -> tuple[Path, str]:
+    """A prompt file's text, or one error naming the file: missing, empty or not UTF-8."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"prompt file not found: {path}")
-    if not path.read_text(encoding="utf-8").strip():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {error.start}); re-save the file as UTF-8"
+        ) from None
+    if not text.strip():
         raise ValueError(f"prompt file is empty: {path}")
-    return path
+    return path, text
 
 
 def load_prompt_file(path: str | os.PathLike, source: str | None = None) -> list[Prompt]:
-    """Read prompts from a local `.jsonl` or `.csv` file via `datasets.load_dataset`.
+    """Read prompts from a local `.jsonl` or `.csv` file.
 
     Column `text` is required; `id`, `source`, `choices` (in CSV: a JSON list) and `answer` are
     optional. A missing source defaults to `source` or the file stem; a missing id to
-    `f"{source}-{i:04d}"` with i the 1-based row number.
+    `f"{source}-{i:04d}"` with i the 1-based line (JSONL) or row (CSV) number. Errors name the
+    file and the 1-based line or row.
     """
-    import datasets
-
-    path = _check_file(path)
-    builder = {".jsonl": "json", ".csv": "csv"}.get(path.suffix.lower())
-    if builder is None:
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv"):
         raise ValueError(f"prompt file must be .jsonl or .csv, got {path.name}")
-    kwargs = {}
-    if builder == "csv":  # every cell as a string: no float casts of numeric answers
-        with path.open(encoding="utf-8", newline="") as f:
-            rows = [r for r in csv.reader(f) if r]
-        if len(rows) < 2:
-            raise ValueError(f"prompt file has a header but no rows: {path}")
-        kwargs["features"] = datasets.Features({c: datasets.Value("string") for c in rows[0]})
-    try:
-        table = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
-    except Exception as err:  # datasets wraps parse errors; name the file and the cause
-        cause = err.__cause__ or err
-        raise ValueError(
-            f"cannot read prompt file {path}: {type(cause).__name__}: {cause}"
-        ) from err
-    if "text" not in table.column_names:
-        raise ValueError(f"{path}: missing required column 'text' (columns: {table.column_names})")
+    if suffix == ".jsonl":
+        return read_jsonl(path, source)
+    path, text = _read_text(path)
+    rows = list(csv.DictReader(text.splitlines()))
+    if not rows:
+        raise ValueError(f"prompt file has a header but no rows: {path}")
+    if "text" not in rows[0]:
+        raise ValueError(f"{path}: missing required column 'text' (columns: {list(rows[0])})")
     default_source = source or path.stem
     prompts = []
-    for i, row in enumerate(table, start=1):
+    for i, cells in enumerate(rows, start=1):
+        row = {key: value for key, value in cells.items() if value not in ("", None)}
         src = _field(row, "source", default_source)
         prompts.append(_make_prompt(row, f"{path} row {i}", f"{src}-{i:04d}", default_source))
     return _check_unique(prompts, path)
@@ -262,24 +262,18 @@ def sample_prompts(prompts: Iterable[Prompt], n_per_source: int, seed: int) -> l
 
 
 def write_jsonl(prompts: Iterable[Prompt], path: str | os.PathLike) -> None:
-    """Write prompts as JSON lines, atomically (temp file in the same folder, then os.replace)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for p in prompts:
-                f.write(json.dumps(p.to_dict(), ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Write prompts as JSON lines, atomically (``io.write_text``)."""
+    write_text(path, "".join(json.dumps(p.to_dict(), ensure_ascii=False) + "\n" for p in prompts))
 
 
-def read_jsonl(path: str | os.PathLike) -> list[Prompt]:
-    """Read a file written by `write_jsonl` (plain json, exact types); blank lines are skipped."""
-    path = _check_file(path)
+def read_jsonl(path: str | os.PathLike, source: str | None = None) -> list[Prompt]:
+    """Read prompts from JSON lines (as written by `write_jsonl`, exact types); blank lines are
+    skipped; errors name the file and the 1-based line.
+    """
+    path, text = _read_text(path)
+    default_source = source or path.stem
     prompts = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -288,7 +282,6 @@ def read_jsonl(path: str | os.PathLike) -> list[Prompt]:
             raise ValueError(f"{path} line {i}: invalid JSON ({err.msg})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path} line {i}: expected a JSON object")
-        where = f"{path} line {i}"
-        src = _field(row, "source", path.stem)
-        prompts.append(_make_prompt(row, where, f"{src}-{i:04d}", path.stem))
+        src = _field(row, "source", default_source)
+        prompts.append(_make_prompt(row, f"{path} line {i}", f"{src}-{i:04d}", default_source))
     return _check_unique(prompts, path)

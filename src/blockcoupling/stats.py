@@ -540,9 +540,6 @@ def checkpoint_correlations(
 
 
 # --------------------------------------------------------------------------- atomic writers
-def write_tables(frames: Mapping[str, pd.DataFrame], csv_dir: str | os.PathLike) -> list[Path]:
-    """Write each frame to `csv_dir/{name}.csv` atomically; returns the written paths."""
-    return [
-        atomic_write(Path(csv_dir) / f"{name}.csv", lambda tmp, f=frame: f.to_csv(tmp, index=False))
-        for name, frame in frames.items()
-    ]
+def write_table(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write one table as CSV, atomically."""
+    return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))

@@ -11,7 +11,7 @@ Layout of ``out_dir`` (see :func:`train`)::
 
 from __future__ import annotations
 
-import csv
+import hashlib
 import json
 import math
 import os
@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
@@ -31,6 +32,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerF
 from transformers.utils import logging as hf_logging
 
 from blockcoupling import corpus
+from blockcoupling.io import atomic_write, write_text
 from blockcoupling.schedule import TrainConfig
 
 EOS = "<|endoftext|>"
@@ -168,19 +170,23 @@ def run_settings(threads: int | None) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _write_history(out_dir: Path, history: list[dict[str, float]]) -> None:
-    tmp = out_dir / "history.csv.tmp"
-    with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS)
-        writer.writeheader()
-        writer.writerows(history)
-    os.replace(tmp, out_dir / "history.csv")
+    frame = pd.DataFrame(history, columns=list(HISTORY_COLUMNS))
+    atomic_write(out_dir / "history.csv", lambda temp: frame.to_csv(temp, index=False))
+
+
+def work_dir(run_dir: str | Path, cfg: TrainConfig, code: str) -> Path:
+    """The folder a run trains in, ``run_dir/work-<key>``, keyed to the exact config and training
+    code (``code``: a hash of it): an interrupted job resumes there; after any change the key
+    differs, so the run starts afresh and the stale folders of the run are removed.
+    """
+    key = hashlib.sha256(f"{_config_json(cfg)}\n{code}".encode()).hexdigest()[:12]
+    run_dir = Path(run_dir)
+    work = run_dir / f"work-{key}"
+    for stale in run_dir.glob("work*"):
+        if stale != work and stale.is_dir():
+            shutil.rmtree(stale)
+    return work
 
 
 def _config_json(cfg: TrainConfig) -> str:
@@ -197,7 +203,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path) -> PreTrainedTokenizerFast:
                 f"{out_dir} holds a run with a different TrainConfig; use another out_dir"
             )
     else:
-        _write_atomic(cfg_path, _config_json(cfg))
+        write_text(cfg_path, _config_json(cfg))
     tok_dir = out_dir / "tokenizer"
     if not tok_dir.is_dir():
         tokenizer = train_tokenizer(_texts(cfg)[0], cfg.vocab_size)

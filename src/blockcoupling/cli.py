@@ -1,0 +1,179 @@
+"""The ``blockcoupling`` command: measure one model on a few prompts, check a workflow config.
+
+blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one model
+blockcoupling check-config FILE                          validate a config as the workflow does
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SOURCE_HELP = (
+    "where the model is: a local folder or .gguf file; hub:ORG/NAME[@REVISION]; "
+    "package:PACKAGE:FILE (a file inside an installed package); package:PACKAGE (a package that "
+    "assembles its GGUF); or a YAML mapping such as '{hub: gpt2}'"
+)
+
+
+def source_spec(text: str) -> dict[str, Any]:
+    """A model source mapping from the command-line form (see SOURCE_HELP)."""
+    if text.lstrip().startswith("{"):
+        spec = yaml.safe_load(text)
+        if not isinstance(spec, dict):
+            raise ValueError(f"SOURCE {text!r} is not a mapping")
+        return spec
+    if text.startswith("hub:"):
+        name, _, revision = text[4:].partition("@")
+        return {"hub": name, **({"revision": revision} if revision else {})}
+    if text.startswith("package:"):
+        package, _, file = text[8:].partition(":")
+        return (
+            {"package": package, "file": file} if file else {"package": package, "assemble": True}
+        )
+    if Path(text).exists():
+        return {"path": text}
+    raise ValueError(f"SOURCE {text!r}: no such path; for a hub model write hub:{text}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blockcoupling",
+        description="Transformer block coupling: measure a model, check a workflow config.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    measure = commands.add_parser(
+        "measure",
+        help="block Jacobians of one model on a few prompts: prints coupling per prompt",
+        description="Depth-wise block coupling of one model at the last token of each prompt.",
+    )
+    measure.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
+    measure.add_argument("prompts", metavar="PROMPT", nargs="+", help="prompt text(s)")
+    measure.add_argument("--k", type=int, default=10, help="K of m_K (default 10)")
+    measure.add_argument("--max-tokens", type=int, default=None, help="truncate prompts")
+    measure.add_argument(
+        "--reading", choices=("authors", "offdiag"), default="authors", help="m_K reading"
+    )
+    measure.add_argument("--variant", choices=("ujv", "vju"), default="ujv", help="basis variant")
+    measure.add_argument("--dtype", default="float32", help="storage dtype of the weights")
+    measure.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda")
+    measure.add_argument(
+        "--random-twin", action="store_true", help="measure the seeded random-init twin instead"
+    )
+    measure.add_argument("--seed", type=int, default=0, help="seed of the random twin")
+    measure.add_argument("--threads", type=int, default=None, help="torch threads")
+    check = commands.add_parser(
+        "check-config",
+        help="validate a workflow config (schema and every cross-field check), no job run",
+        description="Validate FILE alone as `snakemake --configfile FILE` would, before any job.",
+    )
+    check.add_argument("file", metavar="FILE", type=Path, help="a config YAML file")
+    check.add_argument(
+        "--workflow-dir",
+        type=Path,
+        default=None,
+        help="the workflow's folder (schemas/, resources/); default: found from this package",
+    )
+    return parser
+
+
+def _workflow_dir(given: Path | None) -> Path:
+    candidates = [given] if given else [Path.cwd(), Path(__file__).resolve().parents[2]]
+    for folder in candidates:
+        if folder is not None and (folder / "schemas" / "config.schema.yaml").is_file():
+            return folder
+    raise ValueError("cannot find schemas/config.schema.yaml; give --workflow-dir")
+
+
+def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
+    """Validate a config file as the workflow does; return a one-paragraph summary."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    from blockcoupling.workflow import check_config
+
+    folder = _workflow_dir(workflow_dir)
+    try:
+        config = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"{file}: {str(error).splitlines()[0]}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{file}: not a YAML mapping")
+    try:
+        validate(config, str(folder / "schemas" / "config.schema.yaml"))
+    except WorkflowError as error:
+        reason = [line for line in str(error).splitlines() if line.strip()]
+        raise ValueError(f"{file}: {' '.join(reason[:3])}") from None
+    plan = check_config(config, folder)
+    jobs = sum(len(e.steps) for e in plan.models.values())
+    return (
+        f"{file}: ok. {len(plan.models)} models ({len(plan.cross_model)} cross-model, "
+        f"{len(plan.checkpoint_models)} checkpoint suites), {jobs} extract jobs, "
+        f"{len(plan.train_runs)} training runs, prompt set {plan.prompt_set!r}, statistics at "
+        + ", ".join(f"{k}={v}" for k, v in plan.selection.items())
+    )
+
+
+def measure_source(args: argparse.Namespace) -> str:
+    """Load the model (or its twin), measure the prompts, return the summary table."""
+    import torch
+
+    from blockcoupling.measure import MeasureConfig, measure
+    from blockcoupling.metrics import MetricConfig, coupling_dataset
+    from blockcoupling.models import LoadOptions, load_model, load_random_twin, parse_source
+    from blockcoupling.models import resolve_device
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    source = parse_source(source_spec(args.source))
+    if source.kind == "assembled":
+        raise ValueError("package:PACKAGE (assembled) needs a file: use package:PACKAGE:FILE")
+    options = LoadOptions(dtype=args.dtype, device=resolve_device(args.device))
+    if args.random_twin:
+        model, tokenizer = load_random_twin(source, args.seed, options)
+    else:
+        model, tokenizer = load_model(source, options)
+    config = MeasureConfig(k_max=args.k, max_tokens=args.max_tokens, variants=(args.variant,))
+    data = measure(model, tokenizer, args.prompts, config)
+    metrics = coupling_dataset(data["depth"], MetricConfig(ks=(args.k,), readings=(args.reading,)))
+    at = {"k": args.k, "reading": args.reading, "variant": args.variant, "norm": "p"}
+    coupling = metrics["coupling"].sel(at)
+    adjacent = metrics["adjacent_coupling"].sel(at)
+    lines = [
+        f"{source.describe()}{' (random twin, seed %d)' % args.seed if args.random_twin else ''}: "
+        f"{data['depth'].sizes['layer']} blocks; m_{args.k} {args.reading}/{args.variant}, p=2",
+        f"{'prompt':<10} {'tokens':>6} {'coupling':>9} {'adjacent':>9}",
+    ]
+    for i, prompt in enumerate(coupling["prompt"].values):
+        lines.append(
+            f"{prompt:<10} {int(data['depth']['n_tokens'][i]):>6} "
+            f"{float(coupling[i]):>9.4f} {float(adjacent[i]):>9.4f}"
+        )
+    lines.append(
+        f"{'mean':<10} {'':>6} {float(coupling.mean()):>9.4f} {float(adjacent.mean()):>9.4f}"
+    )
+    lines.append("coupling = minus the mean m_K over layer pairs l != l' (higher: more coupled)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``blockcoupling`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check-config":
+            print(check_config_file(args.file, args.workflow_dir))
+        else:
+            print(measure_source(args))
+    except (ValueError, OSError) as error:
+        print(f"blockcoupling {args.command}: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
