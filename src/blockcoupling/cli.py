@@ -125,8 +125,13 @@ def measure_source(args: argparse.Namespace) -> str:
 
     from blockcoupling.measure import MeasureConfig, measure
     from blockcoupling.metrics import MetricConfig, coupling_dataset
-    from blockcoupling.models import LoadOptions, load_model, load_random_twin, parse_source
-    from blockcoupling.models import resolve_device
+    from blockcoupling.models import (
+        LoadOptions,
+        load_model,
+        load_random_twin,
+        parse_source,
+        resolve_device,
+    )
 
     if args.threads:
         torch.set_num_threads(args.threads)

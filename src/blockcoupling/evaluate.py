@@ -15,9 +15,9 @@ from typing import Literal
 import numpy as np
 import torch
 import xarray as xr
-from tqdm.auto import tqdm
 
 from blockcoupling import corpus
+from blockcoupling.progress import track
 
 Normalize = Literal["none", "bytes"]
 
@@ -85,7 +85,9 @@ def target_logprobs(
     out: list[np.ndarray] = [np.zeros(0)] * len(windows)
     starts = range(0, len(order), batch_size)
     with _eval_mode(model):
-        for start in tqdm(starts, disable=not progress, desc="score", unit="batch"):
+        for start in track(
+            starts, len(starts), "score", lambda s: f"batch {s // batch_size}", progress
+        ):
             idx = order[start : start + batch_size]
             width = max(len(windows[i][0]) for i in idx) - 1
             ids = torch.zeros(len(idx), width, dtype=torch.long)

@@ -124,7 +124,7 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
 
 @contextmanager
 def _seeded_numpy(seed: int) -> Iterator[None]:
-    """numpy's global generator seeded for the duration (restored afterwards)."""
+    """Numpy's global generator seeded for the duration (restored afterwards)."""
     state = np.random.get_state()
     np.random.seed(seed)
     try:
@@ -751,7 +751,8 @@ def render(
     token_model: str | None = None,
 ) -> list[Path]:
     """Draw figure ``name`` of FIGURES from its input file ``source`` (CSV or NetCDF) at ``path``;
-    ``selection`` (k, reading, variant, norm) and ``token_model`` as FIGURES says it takes."""
+    ``selection`` (k, reading, variant, norm) and ``token_model`` as FIGURES says it takes.
+    """
     if name not in FIGURES:
         raise ValueError(f"no figure named {name!r}; one of {', '.join(FIGURES)}")
     data = pd.read_csv(source) if str(source).endswith(".csv") else read_netcdf(source)

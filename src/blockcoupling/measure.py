@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -31,20 +31,11 @@ from blockcoupling.measure_datasets import (
     trajectory_dataset,
 )
 from blockcoupling.models import blocks_of
-from blockcoupling.options import MeasureConfig
+from blockcoupling.options import MeasureConfig, PromptText
 from blockcoupling.progress import track
 from blockcoupling.spectral import svd
 
 __all__ = ["MeasureConfig", "PromptText", "as_prompts", "measure", "measure_inputs"]
-
-
-@dataclass(frozen=True)
-class PromptText:
-    """A prompt (or image) as measure() sees it: an id, its source (task style), its text."""
-
-    id: str
-    source: str
-    text: str
 
 
 def _field(prompt: Any, key: str, default: Any) -> Any:

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from blockcoupling import trajectories
-
-if TYPE_CHECKING:
-    from blockcoupling.measure import MeasureConfig, PromptText
+from blockcoupling.options import MeasureConfig, PromptText
 
 
 @dataclass

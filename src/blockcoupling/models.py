@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockcoupling.progress import on_terminal
+
 if TYPE_CHECKING:  # torch is imported where weights are touched: parsing sources stays light
     import torch
     from torch import nn
@@ -206,7 +208,8 @@ def resolve(source: ModelSource) -> Resolved:
 
 def check_local_source(spec: dict[str, Any]) -> None:
     """Check, without loading anything, that a source's package, file or folder is here (hub ids
-    are checked when loaded). Raises ModelSourceError naming what is missing and the fix."""
+    are checked when loaded). Raises ModelSourceError naming what is missing and the fix.
+    """
     source = parse_source(spec)
     if source.kind == "package":
         resolve(source)
@@ -227,9 +230,14 @@ def resolve_device(device: str) -> str:
 
 def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     """Load a rule's model from its spec (name, source, load options, twin, twin seed):
-    ``(model, tokenizer, attrs)`` with the provenance attrs of its files."""
+    ``(model, tokenizer, attrs)`` with the provenance attrs of its files.
+    """
     import logging
 
+    from transformers.utils import logging as hf_logging
+
+    if not on_terminal():  # no carriage-return frames of loading bars in a rule's log
+        hf_logging.disable_progress_bar()
     source = parse_source(spec["source"])
     load = dict(spec.get("load", {}))
     load["device"] = resolve_device(load.get("device", "auto"))

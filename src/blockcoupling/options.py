@@ -72,3 +72,12 @@ class MeasureConfig:
             if key in known
         }
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class PromptText:
+    """A prompt (or image) as measure() sees it: an id, its source (task style), its text."""
+
+    id: str
+    source: str
+    text: str

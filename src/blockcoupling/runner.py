@@ -1,5 +1,6 @@
 """The job side of every rule: run a script's ``main(snakemake)`` with its log, threads and
-one-line errors. Imports nothing heavy, so a rule's code hash covers only what its script uses."""
+one-line errors. Imports nothing heavy, so a rule's code hash covers only what its script uses.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(snakemake)`` logging to the rule's log and stderr, with torch (when the script
     uses it) set to the rule's threads; a user error becomes one line (exit status 1) and its
-    traceback stays in the log."""
+    traceback stays in the log.
+    """
     log_path = Path(snakemake.log[0]) if len(snakemake.log) else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path is not None:

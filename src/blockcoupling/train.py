@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from tqdm.auto import tqdm
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from blockcoupling import corpus
 from blockcoupling.io import atomic_write, write_text
+from blockcoupling.progress import track
 from blockcoupling.schedule import TrainConfig
 
 EOS = "<|endoftext|>"
@@ -273,13 +273,13 @@ def train(
                 return last
         steps, losses = set(cfg.steps), []
         t0 = time.perf_counter() - state["elapsed_s"]
-        bar = tqdm(
-            total=cfg.total_steps,
-            initial=start,
-            disable=not progress,
-            desc=f"train L{cfg.n_layers} d{cfg.d_model}",
-        )
-        for step in range(start, cfg.total_steps):
+
+        def label(step: int) -> str:
+            return f"step {step + 1}" + (f", loss {losses[-1]:.3f}" if losses else "")
+
+        steps_left = range(start, cfg.total_steps)
+        desc = f"train L{cfg.n_layers} d{cfg.d_model}"
+        for step in track(steps_left, len(steps_left), desc, label, progress):
             batch = _windows(
                 train_stream,
                 cfg.batch_size,
@@ -293,8 +293,6 @@ def train(
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())
-            bar.update(1)
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
             if step + 1 in steps:
                 state.update(step=step + 1, elapsed_s=time.perf_counter() - t0)
                 last = _checkpoint(
@@ -312,7 +310,6 @@ def train(
                 losses = []
                 if stop_after is not None and step + 1 >= stop_after:
                     break
-        bar.close()
         return last
 
 

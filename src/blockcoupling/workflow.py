@@ -68,7 +68,8 @@ def _number(value: str | None) -> float | None:
 
 def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
     """Model entries from a TSV such as resources/paper_models.tsv (name, hub_id, metadata,
-    gpu_mem_gb); scores missing in the table stay missing."""
+    gpu_mem_gb); scores missing in the table stay missing.
+    """
     entries = {}
     with open(path, newline="", encoding="utf-8") as handle:
         for line, row in enumerate(csv.DictReader(handle, delimiter="\t"), start=2):
@@ -211,7 +212,8 @@ class Plan:
 
     def evaluated(self, entries: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
         """The entries the evaluate rule scores: not the checkpoints of runs trained here (their
-        training history holds the validation loss)."""
+        training history holds the validation loss).
+        """
         if not self.evaluate:
             return {}
         return {
@@ -269,7 +271,8 @@ class Plan:
 
 def resource_path(path: str, basedir: str | Path) -> str:
     """A relative path is taken from the working directory if it exists there, else from the
-    workflow's folder (files shipped with it, e.g. resources/prompts/default.jsonl)."""
+    workflow's folder (files shipped with it, e.g. resources/prompts/default.jsonl).
+    """
     if Path(path).is_absolute() or Path(path).exists():
         return path
     return str(Path(basedir) / path)
@@ -409,7 +412,8 @@ def science_params(section: dict[str, Any]) -> dict[str, Any]:
 
 def figure_registry() -> dict[str, tuple[str, str, tuple[str, ...]]]:
     """``figures.FIGURES`` (name -> category, input file, options), read from the source as a
-    literal so that building the DAG does not import matplotlib."""
+    literal so that building the DAG does not import matplotlib.
+    """
     tree = ast.parse((SOURCE_DIR / "figures.py").read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(

@@ -1,0 +1,196 @@
+"""The seams: config checks as a library call, code hashes, the CLI, atomic writes, torch-free
+analysis, the keyed training folder, unreadable files."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import yaml
+from snakemake.utils import validate
+
+from blockcoupling import cli, io
+from blockcoupling import workflow as wf
+from blockcoupling.metrics import MetricConfig
+from blockcoupling.options import MeasureConfig
+from blockcoupling.schedule import TrainConfig
+from blockcoupling.train import work_dir
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
+
+
+def checked(config: dict) -> wf.Plan:
+    config = copy.deepcopy(config)
+    validate(config, SCHEMA)
+    return wf.check_config(config, REPO)
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((REPO / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "config/smoke.yaml", "config/paper.yaml"])
+def test_shipped_configs_pass_the_checks(name: str) -> None:
+    plan = checked(load(name))
+    assert plan.models and plan.selection["k"] in plan.config["metrics"]["ks"]
+
+
+def test_schema_defaults_equal_the_library_defaults() -> None:
+    config = {"prompts": {"sets": {"s": {"file": "x.jsonl"}}}, "extract": {"prompt_set": "s"}}
+    config["metrics"] = {"ks": [10]}
+    validate(config, SCHEMA)
+    measure = MeasureConfig.from_config(config["extract"])
+    assert measure == MeasureConfig(k_max=measure.k_max)  # every other field at its default
+    assert measure.k_max == 50
+    metric = MetricConfig.from_config(config["metrics"])
+    assert (metric.readings, metric.norms, metric.p) == (
+        MetricConfig().readings,
+        MetricConfig().norms,
+        MetricConfig().p,
+    )
+    assert config["extract"]["device"] == "auto"
+    assert config["stats"]["k"] is None and config["evaluate"]["enabled"] is True
+
+
+def test_statistics_follow_the_first_k_when_stats_has_no_section() -> None:
+    config = load("config/smoke.yaml")
+    config.pop("stats")
+    config["metrics"]["ks"] = [4, 8]
+    plan = checked(config)
+    assert plan.selection == {"k": 4, "reading": "authors", "variant": "ujv", "norm": "p"}
+
+
+def test_unknown_extract_key_names_it() -> None:
+    with pytest.raises(ValueError, match="extract: unknown key 'k_maxx'"):
+        MeasureConfig.from_config({"k_maxx": 3})
+    with pytest.raises(ValueError, match="metrics: unknown key 'kz'"):
+        MetricConfig.from_config({"kz": [3]})
+
+
+def test_run_only_keys_are_not_science_params() -> None:
+    section = {"prompt_set": "s", "k_max": 5, "threads": 4, "device": "cuda", "chunk_size": 64}
+    assert wf.science_params(section) == {"k_max": 5}
+
+
+def test_targets_hold_every_documented_output() -> None:
+    plan = checked(load("config/smoke.yaml"))
+    targets = plan.targets()
+    assert "results/extract/tiny-a-last/random/spectra.nc" in targets
+    assert "results/metrics/tiny-a/8/token_coupling.nc" in targets
+    assert "results/evaluate/tiny-b-last/final.nc" in targets
+    assert not [t for t in targets if t.startswith("results/evaluate/tiny-a/")]  # its history
+
+
+def test_code_hashes_follow_imports_transitively() -> None:
+    modules = wf.script_modules(REPO / "scripts" / "train.py")
+    assert "blockcoupling.schedule" in modules  # imported by train.py, not by the script
+    assert "blockcoupling.stats" in wf.script_modules(REPO / "scripts" / "figure.py")
+    assert "blockcoupling.workflow" not in modules
+    assert wf.code_hash(REPO / "scripts" / "metrics.py") != wf.code_hash(
+        REPO / "scripts" / "stats.py"
+    )
+
+
+def test_figure_registry_is_read_without_importing_figures() -> None:
+    code = (
+        "import sys; from blockcoupling.workflow import figure_registry; r = figure_registry(); "
+        "assert 'depth_heatmaps' in r and 'matplotlib' not in sys.modules, sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    from blockcoupling import figures
+
+    assert wf.figure_registry() == figures.FIGURES
+    missing = [n for n in figures.FIGURES if not (REPO / "report" / f"{n}.rst").is_file()]
+    assert not missing, f"figures without a caption: {missing}"
+
+
+def test_analysis_side_needs_no_torch() -> None:
+    modules = "metrics, combine, stats, figures, formulas, io, prompts, runner, workflow"
+    code = f"import sys; from blockcoupling import {modules}; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_atomic_write_respects_the_umask(tmp_path: Path) -> None:
+    import os
+
+    previous = os.umask(0o027)
+    try:
+        path = io.write_text(tmp_path / "a" / "b.txt", "hello")
+    finally:
+        os.umask(previous)
+    assert path.read_text() == "hello" and path.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in path.parent.iterdir()] == ["b.txt"]  # no temp file left
+
+
+def test_a_truncated_netcdf_names_the_file_and_the_remedy(tmp_path: Path) -> None:
+    path = io.write_netcdf(xr.Dataset({"x": ("a", np.arange(1000.0))}), tmp_path / "x.nc")
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ValueError, match=r"x.nc cannot be read .*delete it and run snakemake"):
+        io.read_netcdf(path)
+
+
+def test_training_folder_is_keyed_to_config_and_code(tmp_path: Path) -> None:
+    config = TrainConfig(n_layers=1, d_model=8, n_heads=2, total_steps=2)
+    first = work_dir(tmp_path, config, "code1")
+    first.mkdir()
+    assert work_dir(tmp_path, config, "code1") == first and first.is_dir()
+    changed = work_dir(
+        tmp_path, TrainConfig(n_layers=1, d_model=8, n_heads=2, total_steps=2, seed=1), "code1"
+    )
+    assert changed != first and not first.exists()  # the stale folder is gone
+    assert work_dir(tmp_path, config, "code2") not in (first, changed)
+
+
+def test_cli_check_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["check-config", str(REPO / "config" / "smoke.yaml")]) == 0
+    assert "ok." in capsys.readouterr().out
+    bad = load("config/smoke.yaml")
+    bad["stats"]["k"] = 7
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    assert cli.main(["check-config", str(tmp_path / "bad.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "stats.k=7 is not in metrics.ks" in err and "Traceback" not in err
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump({**load("config/smoke.yaml"), "extrct": {}}))
+    assert cli.main(["check-config", str(tmp_path / "typo.yaml")]) == 2
+    assert "extrct" in capsys.readouterr().err
+
+
+def test_cli_measure_prints_the_coupling_summary(tmp_path: Path) -> None:
+    import tiny_models
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    model = tiny_models.llama(layers=3)
+    model.to(dtype=__import__("torch").float32).save_pretrained(tmp_path / "m")
+    vocab = {chr(97 + i): i for i in range(26)} | {"[UNK]": 26}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "m")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "blockcoupling.cli",
+            "measure",
+            str(tmp_path / "m"),
+            "hello there",
+            "--k",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "3 blocks" in out.stdout and "p0000" in out.stdout and "mean" in out.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "blockcoupling.cli", "measure", "no/such/model", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "no such path" in bad.stderr and "Traceback" not in bad.stderr
