@@ -47,16 +47,20 @@ def _output_tensor(output: Any) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output[0]
 
 
-def _detach(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach()
+def tree_map(leaf: Callable[[Any], Any], value: Any) -> Any:
+    """Apply ``leaf`` to every leaf of nested tuples, lists and dicts (other objects, a KV cache
+    among them, are leaves), keeping the structure."""
     if isinstance(value, tuple):
-        return tuple(_detach(v) for v in value)
+        return tuple(tree_map(leaf, v) for v in value)
     if isinstance(value, list):
-        return [_detach(v) for v in value]
+        return [tree_map(leaf, v) for v in value]
     if isinstance(value, dict):
-        return {k: _detach(v) for k, v in value.items()}
-    return value
+        return {k: tree_map(leaf, v) for k, v in value.items()}
+    return leaf(value)
+
+
+def _detach(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
 
 
 def _check_no_cache(kwargs: dict[str, Any]) -> None:
@@ -82,7 +86,7 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
 
     def pre_hook(index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            pending[index] = (_snapshot(_detach(args)), _snapshot(_detach(kwargs)))
+            pending[index] = _snapshot(tree_map(_detach, (args, kwargs)))
 
         return hook
 
@@ -144,13 +148,7 @@ def _snapshot(value: Any) -> Any:
     """Deep-copy any KV cache in a block's args or kwargs (the block will append to it)."""
     from transformers.cache_utils import Cache
 
-    if isinstance(value, Cache):
-        return copy.deepcopy(value)
-    if isinstance(value, tuple):
-        return tuple(_snapshot(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _snapshot(v) for k, v in value.items()}
-    return value
+    return tree_map(lambda v: copy.deepcopy(v) if isinstance(v, Cache) else v, value)
 
 
 def _accepts_use_cache(model: nn.Module) -> bool:
@@ -165,15 +163,10 @@ def states(calls: list[BlockCall]) -> torch.Tensor:
 
 
 def _cast(value: Any, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, tuple):
-        return tuple(_cast(v, dtype) for v in value)
-    if isinstance(value, list):
-        return [_cast(v, dtype) for v in value]
-    if isinstance(value, dict):
-        return {k: _cast(v, dtype) for k, v in value.items()}
-    return value
+    """Floating tensors of a nested structure in ``dtype``."""
+    return tree_map(
+        lambda v: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v, value
+    )
 
 
 def compute_dtype(block: nn.Module) -> torch.dtype:
