@@ -83,6 +83,8 @@ def test_every_jacobian_kind_matches_finite_differences(arch: str) -> None:
             assert relative_error(got[request], fd) < 1e-6, f"{arch} {request}"
             naive = naive_jacobian(model, request.layer, request.t1, request.t2)
             assert relative_error(got[request], naive) < 1e-10, f"{arch} {request}"
+            forward = engine.input_token(request.layer, request.t1)[request.t2]  # JVPs
+            assert relative_error(forward, fd) < 1e-6, f"{arch} {request} (JVP)"
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
@@ -191,3 +193,28 @@ def test_diagonal_falls_back_when_the_cached_call_disagrees() -> None:
     jac = engine.diagonal(2, 4)
     assert engine.fallbacks == 1
     assert torch.isfinite(jac).all()
+
+
+def test_input_token_jacobians_equal_output_token_ones_and_the_fallback() -> None:
+    """J_{t1 t} for every output token t from one JVP batch at t1 equals the VJP path's blocks
+    (zero for t < t1: causality), and the double-backward fallback gives the same columns."""
+    from blockcoupling.jacobians import _products_by_double_backward
+
+    with float64_exact():
+        model = ARCHITECTURES["llama"]()
+        engine = JacobianEngine(model, {"input_ids": IDS})
+        for t1 in (1, 3):
+            forward = engine.input_token(2, t1)  # (t2, d, d)
+            assert forward.shape == (N_TOKENS, 16, 16)
+            for t2 in range(t1, N_TOKENS):
+                torch.testing.assert_close(
+                    forward[t2], engine.output_token(2, t2)[t1], rtol=1e-10, atol=1e-12
+                )
+            assert torch.count_nonzero(forward[:t1]) == 0
+        call = engine.full[1]
+        tangents = torch.zeros(3, N_TOKENS, 16, dtype=torch.float64)
+        tangents[:, 3] = torch.eye(16, dtype=torch.float64)[:3]
+        fallback = _products_by_double_backward(residual_function(call), call.input, tangents)
+        torch.testing.assert_close(
+            fallback.permute(1, 2, 0), engine.input_token(2, 3)[..., :3], rtol=1e-10, atol=1e-12
+        )

@@ -89,9 +89,24 @@ def test_spectra_hold_the_full_spectrum(result) -> None:
     spectra = result["spectra"]
     assert spectra["singular_values"].dims == ("prompt", "layer", "rank")
     assert spectra.sizes["rank"] == 16  # d
-    np.testing.assert_array_equal(
-        spectra["singular_values"].isel(rank=slice(0, K_MAX)), result["depth"]["singular_values"]
+    np.testing.assert_allclose(  # svdvals here, the SVD's own values there
+        spectra["singular_values"].isel(rank=slice(0, K_MAX)),
+        result["depth"]["singular_values"],
+        rtol=1e-12,
     )
+
+
+def test_spectra_only_for_the_first_spectra_prompts(model) -> None:
+    out = measure(
+        model, CharTokenizer(), PROMPTS, MeasureConfig(k_max=2, spectra_prompts=1), progress=False
+    )
+    assert list(out["spectra"]["prompt"].values) == ["p0000"]
+    assert list(out["spectra"]["n_tokens"].values) == [5]
+    assert out["depth"].sizes["prompt"] == 2
+    none = measure(
+        model, CharTokenizer(), PROMPTS, MeasureConfig(k_max=2, spectra_prompts=0), progress=False
+    )
+    assert "singular_values" not in none["spectra"] and none["spectra"].sizes["prompt"] == 0
 
 
 def test_tokens_dataset_layout(result) -> None:

@@ -1,8 +1,9 @@
-"""Block Jacobians ``J^l_{t1 t2} = d f^l(X^{l-1})_{t2} / d x^{l-1}_{t1}`` by batched VJPs.
+"""Block Jacobians ``J^l_{t1 t2} = d f^l(X^{l-1})_{t2} / d x^{l-1}_{t1}`` by batched VJPs and JVPs.
 
 One batch of d vector-Jacobian products of output token t2 gives ``J_{t1 t2}`` for every input
 token t1 <= t2 at once. For causal models the block is re-invoked on the prefix of tokens <= t2
-only (re-recorded from a forward pass of that prefix), so nothing is computed for t1 > t2.
+only (re-recorded from a forward pass of that prefix), so nothing is computed for t1 > t2. One
+batch of d Jacobian-vector products of input token t1 gives ``J_{t1 t2}`` for every output token.
 """
 
 from __future__ import annotations
@@ -58,6 +59,62 @@ def _output_token_jacobians(
     return rows.permute(1, 0, 2)
 
 
+def input_token_jacobians(
+    residual: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    t1: int,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """All ``J_{t1 t2}`` for one input token: ``(token, d_out, d_in)`` (t2 = 0..n-1 of ``x``).
+
+    One batch of d Jacobian-vector products with one-hot tangents at token t1 (forward mode,
+    ``chunk_size`` at a time): each gives a column of ``J_{t1 t2}`` for every output token t2.
+    """
+    n, d = x.shape
+    tangents = torch.zeros(d, n, d, dtype=x.dtype, device=x.device)
+    tangents[:, t1, :] = torch.eye(d, dtype=x.dtype, device=x.device)
+    columns = input_token_products(residual, x, tangents, chunk_size)  # (d_in, token, d_out)
+    return columns.permute(1, 2, 0)
+
+
+def input_token_products(
+    residual: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    tangents: torch.Tensor,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Jacobian-vector products ``J v`` of ``residual`` at ``x (token, d)`` for every tangent of
+    ``tangents (m, token, d)``: ``(m, token, d)``.
+
+    Forward mode (``torch.func.jvp``, vmapped ``chunk_size`` tangents at a time). Blocks whose
+    functions have no forward rule fall back to the double-backward identity
+    ``J v = d/du <J^T u, v>``.
+    """
+    try:
+        with torch.no_grad():
+            return torch.func.vmap(
+                lambda v: torch.func.jvp(residual, (x,), (v,))[1], chunk_size=chunk_size
+            )(tangents)
+    except (RuntimeError, NotImplementedError):
+        return _products_by_double_backward(residual, x, tangents)
+
+
+def _products_by_double_backward(
+    residual: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, tangents: torch.Tensor
+) -> torch.Tensor:
+    """``J v`` for each tangent ``(m, token, d)`` via ``d/du <J^T u, v>`` (reverse over reverse)."""
+    with torch.enable_grad():
+        inputs = x.detach().requires_grad_(True)
+        output = residual(inputs)
+        dual = torch.zeros_like(output, requires_grad=True)
+        (pullback,) = torch.autograd.grad(output, inputs, dual, create_graph=True)
+        rows = [
+            torch.autograd.grad(pullback, dual, tangent, retain_graph=True)[0]
+            for tangent in tangents
+        ]
+    return torch.stack(rows).detach()
+
+
 @dataclass(frozen=True)
 class Request:
     """One wanted Jacobian: block ``layer`` (1-based), input token ``t1``, output token ``t2``."""
@@ -85,13 +142,18 @@ def validate_requests(
     return checked
 
 
-def _finite(jac: torch.Tensor, layer: int, t2: int, first_t1: int = 0) -> torch.Tensor:
-    """``jac (t1, d, d)`` unchanged, or an error naming the layer and tokens of non-finite entries
-    (``first_t1``: the token of ``jac[0]``).
+def _finite(
+    jac: torch.Tensor, layer: int, fixed: str, stacked: str = "t1", first: int = 0
+) -> torch.Tensor:
+    """``jac (token, d, d)`` unchanged, or an error naming the layer, the fixed token (``fixed``,
+    e.g. ``'t2=5'``) and the tokens ``stacked`` along the first axis (``first``: that of
+    ``jac[0]``) that hold non-finite entries.
     """
     if not torch.isfinite(jac).all():
-        bad = sorted({first_t1 + int(t) for t in torch.nonzero(~torch.isfinite(jac))[:, 0]})
-        raise NonFiniteJacobianError(f"non-finite Jacobian at layer {layer}, t2={t2}, t1 in {bad}")
+        bad = sorted({first + int(t) for t in torch.nonzero(~torch.isfinite(jac))[:, 0]})
+        raise NonFiniteJacobianError(
+            f"non-finite Jacobian at layer {layer}, {fixed}, {stacked} in {bad}"
+        )
     return jac
 
 
@@ -130,9 +192,17 @@ class JacobianEngine:
         length = t2 + 1 if self.causal and "input_ids" in self.inputs else self.n_tokens
         call = self.calls_for(length)[layer - 1]
         x = call.input.to(compute_dtype(call.block))
-        return _finite(
-            output_token_jacobians(residual_function(call), x, t2, self.chunk_size), layer, t2
-        )
+        jac = output_token_jacobians(residual_function(call), x, t2, self.chunk_size)
+        return _finite(jac, layer, f"t2={t2}")
+
+    def input_token(self, layer: int, t1: int) -> torch.Tensor:
+        """``J^layer_{t1 t2}`` for every t2 (``(t2, d, d)`` over the whole sequence; zero for
+        t2 < t1 in causal models), from one batch of d JVPs at input token t1.
+        """
+        call = self.full[layer - 1]
+        x = call.input.to(compute_dtype(call.block))
+        jac = input_token_jacobians(residual_function(call), x, t1, self.chunk_size)
+        return _finite(jac, layer, f"t1={t1}", stacked="t2")
 
     def diagonal(self, layer: int, t: int) -> torch.Tensor:
         """``J^layer_{tt}`` ``(d, d)``. For causal models with a KV cache the block is re-invoked on
@@ -144,9 +214,8 @@ class JacobianEngine:
             self.fallbacks += 1
             return self.output_token(layer, t)[t]
         residual, x = checked
-        return _finite(
-            output_token_jacobians(residual, x, 0, self.chunk_size), layer, t, first_t1=t
-        )[0]
+        jac = output_token_jacobians(residual, x, 0, self.chunk_size)
+        return _finite(jac, layer, f"t2={t}", first=t)[0]
 
     def _token_call(
         self, layer: int, t: int

@@ -10,6 +10,7 @@ models); ``metrics.coupling_dataset`` then turns statistics into m_K.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -33,7 +34,7 @@ from blockcoupling.measure_datasets import (
 from blockcoupling.models import blocks_of
 from blockcoupling.options import MeasureConfig, PromptText
 from blockcoupling.progress import track
-from blockcoupling.spectral import svd
+from blockcoupling.spectral import SVD, singular_values, top_k
 
 __all__ = ["MeasureConfig", "PromptText", "as_prompts", "measure", "measure_inputs"]
 
@@ -131,80 +132,93 @@ def _resolve_layers(layers: Sequence[int], n_layers: int) -> list[int]:
     return sorted(set(resolved))
 
 
-def _depth(engine: JacobianEngine, t: int, config: MeasureConfig, n_layers: int) -> DepthResult:
-    jacs = []
-    for layer in range(1, n_layers + 1):
-        jacs.append(engine.diagonal(layer, t))
-    jac = torch.stack(jacs)
-    factors = svd(jac)
-    top = factors.top(config.k_max)
+def _depth(
+    engine: JacobianEngine, t: int, config: MeasureConfig, n_layers: int, spectrum: bool
+) -> DepthResult:
+    """Statistics of every depth pair at token t; the full spectra when ``spectrum``."""
+    jac = torch.stack([engine.diagonal(layer, t) for layer in range(1, n_layers + 1)])
+    top = top_k(jac, config.k_max, config.svd)
     stats = [cross_stats(jac, *bases(top, variant)) for variant in config.variants]
     result = DepthResult(
-        factors.s.double().cpu().numpy(),
-        np.stack([d.cpu().numpy() for d, _ in stats]),
-        np.stack([c.cpu().numpy() for _, c in stats]),
+        _np(top.s).astype(np.float64),
+        np.stack([_np(d) for d, _ in stats]),
+        np.stack([_np(c) for _, c in stats]),
+        spectrum=_np(singular_values(jac)).astype(np.float64) if spectrum else None,
     )
     if config.store_factors:
-        result.u, result.v = top.u.cpu().numpy(), top.v.cpu().numpy()
+        result.u, result.v = _np(top.u), _np(top.v)
     return result
 
 
 def _token_families(
     engine: JacobianEngine, layers: list[int], n: int, config: MeasureConfig
 ) -> TokenResult:
-    """All ``J^l_{t1 t2}`` (t1 <= t2) at the token layers, and the statistics of the three families."""
-    k = config.k_max
-    index = {
-        (t1, t2): i for i, (t1, t2) in enumerate((a, b) for b in range(n) for a in range(b + 1))
-    }
-    jacs, tops = {}, {}
-    result = TokenResult()
-    for layer in layers:
-        per_output = []
-        for t2 in range(n):
-            per_output.append(
-                engine.output_token(layer, t2)[: t2 + 1]
-            )  # t1 <= t2 (encoders return every t1)
-        jacs[layer] = torch.cat(per_output)  # (pairs, d, d) in `index` order
-        factors = svd(jacs[layer])
-        tops[layer] = factors.top(k)
-        s = np.full((n, n, k), np.nan)
-        for (t1, t2), i in index.items():
-            s[t1, t2] = factors.s[i, :k].double().cpu().numpy()
-        result.s[layer] = s
-    groups = {
-        "self": [[index[(t, t)] for t in range(n)]],
-        "fixed_in": [[index[(t1, t2)] for t2 in range(t1, n)] for t1 in range(n)],
-        "fixed_out": [[index[(t1, t2)] for t1 in range(t2 + 1)] for t2 in range(n)],
-    }
+    """The statistics of the three token families at the token layers, streamed: never more
+    than one group of Jacobians per layer in memory (``layers x n x d^2`` floats), never all
+    n(n+1)/2 of them.
+
+    Fixed output: for each t2, every ``J^l_{t1 t2}`` (t1 <= t2) from one batch of d VJPs per
+    layer, compared within the group; their spectra and the top-K factors of ``J^l_{t2 t2}`` are
+    kept. Fixed input: for each t1, every ``J^l_{t1 t2}`` (t2 >= t1) from one batch of d JVPs
+    per layer, compared within the group. Self: each ``J^l_{tt}`` is recomputed (single-token
+    path) and compared with the kept factors of every ``J^{l'}_{t't'}``.
+    """
+    k, variants = config.k_max, config.variants
+    result = TokenResult(s={layer: np.full((n, n, k), np.nan) for layer in layers})
     shapes = {"self": (n, n), "fixed_in": (n, n, n), "fixed_out": (n, n, n)}
-    n_var = len(config.variants)
-    for family, members in groups.items():
-        result.families[family] = {}
+    for family, shape in shapes.items():
+        result.families[family] = {
+            pair: (
+                np.full((len(variants), *shape, k), np.nan),
+                np.full((len(variants), *shape, k), np.nan),
+            )
+            for pair in itertools.product(layers, layers)
+        }
+    diagonal: dict[int, list[SVD]] = {layer: [] for layer in layers}  # top-K of J^l_tt
+    for t2 in range(n):
+        jacs = {layer: engine.output_token(layer, t2)[: t2 + 1] for layer in layers}
+        tops = _family_stats(jacs, config, result.families["fixed_out"], (t2, slice(0, t2 + 1)))
         for layer in layers:
-            for layer_ref in layers:
-                diag = np.full((n_var, *shapes[family], k), np.nan)
-                corner = np.full((n_var, *shapes[family], k), np.nan)
-                for fixed, group in enumerate(members):
-                    pick = torch.tensor(group)
-                    positions = _family_positions(family, fixed, n)
-                    for v, variant in enumerate(config.variants):
-                        left, right = bases(tops[layer_ref], variant)
-                        d_, c_ = cross_stats(jacs[layer][pick], left[pick], right[pick])
-                        region = (v, *positions) if family != "self" else (v,)
-                        diag[region] = d_.cpu().numpy()
-                        corner[region] = c_.cpu().numpy()
-                result.families[family][(layer, layer_ref)] = (diag, corner)
+            result.s[layer][: t2 + 1, t2] = _np(tops[layer].s)
+            diagonal[layer].append(tops[layer].pick(t2))
+    for t1 in range(n):
+        jacs = {layer: engine.input_token(layer, t1)[t1:] for layer in layers}
+        _family_stats(jacs, config, result.families["fixed_in"], (t1, slice(t1, n)))
+    stacked = {
+        layer: SVD(*(torch.stack(parts) for parts in zip(*diagonal[layer]))) for layer in layers
+    }
+    for layer, t in itertools.product(layers, range(n)):
+        jac = engine.diagonal(layer, t)[None]
+        for layer_ref, (v, variant) in itertools.product(layers, enumerate(variants)):
+            d_, c_ = cross_stats(jac, *bases(stacked[layer_ref], variant))
+            diag, corner = result.families["self"][(layer, layer_ref)]
+            diag[v, t], corner[v, t] = _np(d_[0]), _np(c_[0])
     return result
 
 
-def _family_positions(family: str, fixed: int, n: int) -> tuple[Any, ...]:
-    """Where a group's (member x member) block lands in the family array."""
-    if family == "fixed_in":  # [token_in=t1, token=t2, token_ref=t2'] for t2, t2' >= t1
-        return (fixed, slice(fixed, n), slice(fixed, n))
-    if family == "fixed_out":  # [token_out=t2, token=t1, token_ref=t1'] for t1, t1' <= t2
-        return (fixed, slice(0, fixed + 1), slice(0, fixed + 1))
-    return ()
+def _family_stats(
+    jacs: dict[int, torch.Tensor],
+    config: MeasureConfig,
+    family: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+    where: tuple[int, slice],
+) -> dict[int, SVD]:
+    """Statistics of every pair of one group (``jacs[layer] (member, d, d)``, the same members
+    for every layer) into ``family[(layer, layer_ref)][v, fixed, members, members]``, where
+    ``where = (fixed, members)``; returns each layer's top-K factors.
+    """
+    fixed, members = where
+    tops = {layer: top_k(jac, config.k_max, config.svd) for layer, jac in jacs.items()}
+    for (layer, layer_ref), (v, variant) in itertools.product(
+        itertools.product(jacs, jacs), enumerate(config.variants)
+    ):
+        d_, c_ = cross_stats(jacs[layer], *bases(tops[layer_ref], variant))
+        diag, corner = family[(layer, layer_ref)]
+        diag[v, fixed, members, members], corner[v, fixed, members, members] = _np(d_), _np(c_)
+    return tops
+
+
+def _np(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().cpu().numpy()
 
 
 def measure(
@@ -265,7 +279,8 @@ def measure_inputs(
             lengths.append(n)
             depth_positions.append(_resolve_position(config.depth_token, n, "depth_token"))
             trajectory_states.append(states(engine.full).double().cpu().numpy())
-            depth_results.append(_depth(engine, depth_positions[-1], config, n_layers))
+            spectrum = config.spectra_prompts is None or i < config.spectra_prompts
+            depth_results.append(_depth(engine, depth_positions[-1], config, n_layers, spectrum))
             if i < n_token_prompts:
                 token_results.append(_token_families(engine, token_layers, n, config))
     common = dict(attrs or {})

@@ -21,9 +21,10 @@ from blockcoupling.options import MeasureConfig, PromptText
 class DepthResult:
     """Depth-wise statistics of one prompt (numpy, float64)."""
 
-    s: np.ndarray  # (layer, d)
+    s: np.ndarray  # (layer, rank): the top K_max singular values
     diag: np.ndarray  # (variant, layer, layer_ref, rank)
     corner: np.ndarray  # (variant, layer, layer_ref, k)
+    spectrum: np.ndarray | None = None  # (layer, d): every singular value, where asked
     u: np.ndarray | None = None  # (layer, d, rank)
     v: np.ndarray | None = None
 
@@ -95,8 +96,18 @@ def depth_dataset(
 def spectra_dataset(
     results: list[DepthResult], prompt_coords: dict[str, Any], attrs: dict[str, Any]
 ) -> xr.Dataset:
-    s = np.stack([r.s for r in results])
-    coords = {**prompt_coords, "layer": np.arange(1, s.shape[1] + 1), "rank": np.arange(s.shape[2])}
+    """Full spectra of the prompts that have one (``MeasureConfig.spectra_prompts``)."""
+    keep = [i for i, r in enumerate(results) if r.spectrum is not None]
+    coords = {
+        name: (value[0], [value[1][i] for i in keep])
+        if isinstance(value, tuple)
+        else [value[i] for i in keep]
+        for name, value in prompt_coords.items()
+    }
+    if not keep:
+        return xr.Dataset(coords=coords, attrs={**attrs, "empty": "spectra_prompts is 0"})
+    s = np.stack([results[i].spectrum for i in keep])
+    coords.update(layer=np.arange(1, s.shape[1] + 1), rank=np.arange(s.shape[2]))
     ds = xr.Dataset(
         {"singular_values": (("prompt", "layer", "rank"), s)}, coords=coords, attrs=attrs
     )

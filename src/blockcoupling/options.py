@@ -8,13 +8,47 @@ never what it computes, so changing them re-runs nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from blockcoupling.formulas import VARIANTS, check_option
 
+SVD_METHODS = ("auto", "dense", "topk")
+
 # Keys of the ``extract`` section that change neither Jacobians nor statistics.
 RUN_ONLY_KEYS = ("prompt_set", "threads", "device", "chunk_size")
+
+
+@dataclass(frozen=True)
+class SVDOptions:
+    """How top-K factors are computed (``extract.svd``; see ``spectral.top_k``).
+
+    method: ``dense`` (``torch.linalg.svd``), ``topk`` (randomized block Krylov) or ``auto``
+    (dense when ``d <= dense_up_to``, else top-K); oversample: extra columns ``p`` of the
+    sketch; iters: the most Krylov iterations (blocks after the first); tol: relative change of
+    the top-K singular values below which iteration stops; seed: of the Gaussian sketch.
+    """
+
+    method: str = "auto"
+    oversample: int = 20
+    iters: int = 8
+    tol: float = 1e-5
+    dense_up_to: int = 1024
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_option("extract.svd.method", self.method, SVD_METHODS)
+        if self.oversample < 0 or self.iters < 1 or self.tol <= 0 or self.dense_up_to < 0:
+            raise ValueError(
+                "extract.svd needs oversample >= 0, iters >= 1, tol > 0 and dense_up_to >= 0; "
+                f"got {self}"
+            )
+
+    def uses_dense(self, d: int, k: int) -> bool:
+        """Whether ``(d, d)`` matrices get a dense SVD (a sketch as wide as d saves nothing)."""
+        if self.method == "dense" or k + self.oversample >= d:
+            return True
+        return self.method == "auto" and d <= self.dense_up_to
 
 
 @dataclass(frozen=True)
@@ -26,7 +60,9 @@ class MeasureConfig:
     (1-based, negative from the end) for the token families; token_prompts: how many prompts (the
     first ones) get token families; max_tokens: truncate prompts to this many tokens (None: keep);
     store_factors: keep top-K_max U, V of the depth Jacobians; chunk_size: VJPs per vmap batch
-    (None: all d at once; speed only); pca_components: of the trajectory projections.
+    (None: all d at once; speed only); pca_components: of the trajectory projections; svd: how
+    the top-K factors are computed; spectra_prompts: how many prompts (the first ones) get the
+    full singular-value spectrum of every depth Jacobian (None: all).
     """
 
     k_max: int = 50
@@ -38,8 +74,12 @@ class MeasureConfig:
     store_factors: bool = False
     chunk_size: int | None = None
     pca_components: int = 2
+    svd: SVDOptions = field(default_factory=SVDOptions)
+    spectra_prompts: int | None = None
 
     def __post_init__(self) -> None:
+        if self.spectra_prompts is not None and self.spectra_prompts < 0:
+            raise ValueError(f"extract.spectra_prompts must be >= 0, got {self.spectra_prompts}")
         for variant in self.variants:
             check_option("variant", variant, VARIANTS)
         if not self.variants:
@@ -71,6 +111,14 @@ class MeasureConfig:
             for key, value in section.items()
             if key in known
         }
+        if isinstance(values.get("svd"), Mapping):
+            svd_known = {f.name for f in fields(SVDOptions)}
+            unknown = sorted(set(values["svd"]) - svd_known)
+            if unknown:
+                raise ValueError(
+                    f"extract.svd: unknown key {unknown[0]!r} (known: {', '.join(sorted(svd_known))})"
+                )
+            values["svd"] = SVDOptions(**values["svd"])
         return cls(**values)
 
 

@@ -1,10 +1,22 @@
-"""Singular value decompositions of Jacobians (dense; singular values descending)."""
+"""Singular value decompositions of Jacobians: dense, or the top K by randomized subspace iteration.
+
+The coupling statistics need only the top ``K_max`` triplets of every Jacobian (and their
+singular values for the normaliser of ``S_K``). At paper widths a dense SVD is O(d^3) and
+dominates the cost (d = 4096: 52 s on 2 CPU threads); the top-K path (randomized block Krylov) costs
+O(d^2 (K + p) i) with ``p`` oversampling columns and ``i`` iterations, stopping early once the
+top-K singular values change by less than ``tol`` (relative) between iterations, and falling
+back to a dense SVD of the matrices that have not settled by ``iters``.
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
+
+from blockcoupling.options import SVDOptions
+
+__all__ = ["SVD", "SVDOptions", "randomized_top_k", "singular_values", "svd", "top_k"]
 
 
 class SVD(NamedTuple):
@@ -20,8 +32,75 @@ class SVD(NamedTuple):
             raise ValueError(f"K={k} exceeds the number of singular values {self.s.shape[-1]} (d)")
         return SVD(self.u[..., :k], self.s[..., :k], self.v[..., :k])
 
+    def pick(self, index: int) -> SVD:
+        """The triplets of one matrix of a stack."""
+        return SVD(self.u[index], self.s[index], self.v[index])
+
 
 def svd(jac: torch.Tensor) -> SVD:
     """Full thin SVD of ``(..., d, d)`` Jacobians."""
     u, s, vh = torch.linalg.svd(jac, full_matrices=False)
     return SVD(u, s, vh.mT)
+
+
+def top_k(jac: torch.Tensor, k: int, options: SVDOptions = SVDOptions()) -> SVD:
+    """The top-``k`` singular triplets of ``(..., m, n)`` matrices, dense or randomized as
+    ``options`` says; ``u (..., m, k)``, ``s (..., k)`` descending, ``v (..., n, k)``.
+    """
+    if k > min(jac.shape[-2:]):
+        raise ValueError(f"K={k} exceeds the number of singular values {min(jac.shape[-2:])} (d)")
+    if options.uses_dense(min(jac.shape[-2:]), k):
+        return svd(jac).top(k)
+    return randomized_top_k(jac, k, options)
+
+
+def _orthonormal(y: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.qr(y).Q
+
+
+def randomized_top_k(jac: torch.Tensor, k: int, options: SVDOptions) -> SVD:
+    """Top-``k`` triplets by randomized block Krylov iteration (Musco & Musco 2015): a seeded
+    Gaussian sketch of ``k + oversample`` columns, then one more block ``(J J^T)^i J sketch`` per
+    iteration (each block orthonormalised, then the whole space), and the SVD of ``J`` projected
+    on that space. It stops once every top-``k`` singular value moves by less than ``tol`` of
+    itself; matrices that have not settled after ``iters`` iterations get a dense SVD.
+    """
+    m, n = jac.shape[-2:]
+    width = min(k + options.oversample, m, n)
+    generator = torch.Generator(device=jac.device).manual_seed(options.seed)
+    sketch = torch.randn(n, width, generator=generator, device=jac.device, dtype=jac.dtype)
+    blocks = [_orthonormal(jac @ sketch)]  # (..., m, width) each
+    factors = _project(jac, blocks[0], k)
+    for _ in range(options.iters):
+        if width * (len(blocks) + 1) >= m:  # the space would be all of R^m: exact is cheaper
+            break
+        blocks.append(_orthonormal(jac @ (jac.mT @ blocks[-1])))
+        previous, factors = factors.s, _project(jac, _orthonormal(torch.cat(blocks, -1)), k)
+        settled = _settled(factors.s, previous, options.tol)
+        if settled.all():
+            return factors
+    else:
+        unsettled = ~settled  # a flat spectrum around the K-th value: exact for those matrices
+        exact = svd(jac[unsettled]).top(k)
+        for part, dense in zip(factors, exact):
+            part[unsettled] = dense
+        return factors
+    return svd(jac).top(k)
+
+
+def _project(jac: torch.Tensor, basis: torch.Tensor, k: int) -> SVD:
+    """Top-k triplets of ``jac`` restricted to the range ``basis (..., m, width)``."""
+    small_u, s, small_vh = torch.linalg.svd(basis.mT @ jac, full_matrices=False)
+    return SVD((basis @ small_u)[..., :k], s[..., :k], small_vh.mT[..., :k])
+
+
+def _settled(s: torch.Tensor, previous: torch.Tensor, tol: float) -> torch.Tensor:
+    """Per matrix, whether each top-K singular value moved by less than ``tol`` of itself
+    (values below 1e-6 of the largest count as settled when they move less than that)."""
+    floor = 1e-6 * s[..., :1].clamp_min(torch.finfo(s.dtype).tiny)
+    return ((s - previous).abs() <= tol * torch.maximum(s, floor)).all(dim=-1)
+
+
+def singular_values(jac: torch.Tensor) -> torch.Tensor:
+    """Every singular value of ``(..., d, d)`` matrices, descending (no vectors: ~4x cheaper)."""
+    return torch.linalg.svdvals(jac)
