@@ -83,7 +83,8 @@ def main() -> None:
     start = time.perf_counter()
     model, tokenizer = load_model(parse_source(SOURCE))
     print(
-        f"load: {time.perf_counter() - start:.1f} s  (L={model.config.num_hidden_layers}, d={model.config.hidden_size})"
+        f"load: {time.perf_counter() - start:.1f} s  "
+        f"(L={model.config.num_hidden_layers}, d={model.config.hidden_size})"
     )
     ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"][:, : args.tokens]
     n = int(ids.shape[1])
@@ -98,7 +99,8 @@ def main() -> None:
             rows.append((threads, chunk, best_time(engine, args.layer, n - 1, args.repeats)))
     reference = rows[0][2]
     print(
-        f"\nlayer {args.layer}, output token {n - 1}: all {n} J_(t1,{n - 1}) (best of {args.repeats})"
+        f"\nlayer {args.layer}, output token {n - 1}: all {n} J_(t1,{n - 1}) "
+        f"(best of {args.repeats})"
     )
     print(f"{'threads':>7} {'chunk':>6} {'seconds':>8} {'ratio':>6}")
     for threads, chunk, seconds in rows:
@@ -125,8 +127,10 @@ def main() -> None:
             cross_stats(jacs, *bases(top, variant))
         end = time.perf_counter()
         print(
-            f"  of which (same sizes, random matrices): SVD of {layers} x {d} x {d}: {middle - start:.1f} s; "
-            f"cross_stats of {layers} x {layers} pairs, {len(VARIANTS)} variants: {end - middle:.1f} s"
+            f"  of which (same sizes, random matrices): SVD of {layers} x {d} x {d}: "
+            f"{middle - start:.1f} s; "
+            f"cross_stats of {layers} x {layers} pairs, {len(VARIANTS)} variants: "
+            f"{end - middle:.1f} s"
         )
     print(f"after: {uptime()}")
 

@@ -36,7 +36,8 @@ class _VocabOnly:
 
 
 def steps_per_second(cfg: TrainConfig, n_steps: int, seed: int = 0) -> float:
-    """Training updates per second of ``cfg`` (forward, backward, clip, AdamW), after one warm-up step."""
+    """Training updates per second of ``cfg`` (forward, backward, clip, AdamW), after one warm-up
+    step."""
     torch.manual_seed(seed)
     model = GPTNeoXForCausalLM(model_config(cfg, _VocabOnly(cfg.vocab_size)))
     model.train()
@@ -83,7 +84,8 @@ def main() -> None:
         projected = cfg.total_steps / rate
         total += projected
         print(
-            f"{name}: {n_params / 1e6:.2f} M params, batch {cfg.batch_size} x {cfg.context_length} tokens, "
+            f"{name}: {n_params / 1e6:.2f} M params, "
+            f"batch {cfg.batch_size} x {cfg.context_length} tokens, "
             f"{rate:.2f} steps/s, {rate * cfg.batch_size * cfg.context_length:.0f} tokens/s, "
             f"{cfg.total_steps} steps -> {projected / 60:.1f} min"
         )

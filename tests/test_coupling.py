@@ -65,7 +65,8 @@ def test_self_coupling_is_zero(reading: str, norm: str) -> None:
 
 
 def test_self_coupling_vju_is_not_zero_in_general() -> None:
-    """``vju`` reads J in the swapped bases ``V^T J U``; for a non-symmetric J that is not diagonal."""
+    """``vju`` reads J in the swapped bases ``V^T J U``; for a non-symmetric J that is not
+    diagonal."""
     jac = gaussian(16, seed=2)
     assert coupling.mis_coupling(jac, jac, 5, reading="offdiag", variant="vju") > 0.05
     sym = jac @ jac.T  # symmetric PSD: U = V, so vju is zero as well
@@ -78,8 +79,9 @@ def test_self_coupling_vju_is_not_zero_in_general() -> None:
 
 
 def test_paired_sign_flips_leave_J_and_metric_unchanged() -> None:
-    """Flipping (u_a, v_a) together is another valid SVD of the same J_j; A -> D A D (D = diag of signs),
-    so |A|, diag(A)^2 and the off-diagonal entries' squares, hence both readings, are unchanged."""
+    """Flipping (u_a, v_a) together is another valid SVD of the same J_j; A -> D A D
+    (D = diag of signs), so |A|, diag(A)^2 and the off-diagonal entries' squares, hence both
+    readings, are unchanged."""
     d, k = 12, 6
     gen = torch.Generator().manual_seed(3)
     u, v = random_orthogonal(d, gen), random_orthogonal(d, gen)
@@ -129,7 +131,8 @@ def test_hand_built_rotation_pair() -> None:
     """J_i = diag(3, 2, 1, 0.5); J_j = R diag(10, 5, 0.3, 0.1) R^T with R a rotation by theta in the
     (e_0, e_1) plane. J_j's bases are U_j = V_j = R (up to paired signs), so with c, s = cos, sin:
     A[:2, :2] = R2^T diag(3, 2) R2 = [[3c^2 + 2s^2, -cs], [-cs, 3s^2 + 2c^2]] and A[2, 2] = 1.
-    Hence  authors: || |A| - S ||_F = sqrt(2) (3 - 2) |s|   (diag deviations -s^2, +s^2; off-diag cs)
+    Hence  authors: || |A| - S ||_F = sqrt(2) (3 - 2) |s|
+                    (diag deviations -s^2, +s^2; off-diag cs)
            offdiag: || A - diag A ||_F = sqrt(2) (3 - 2) |c s|
     for K = 2 and K = 3 (the third direction is aligned), over ||S_K||_2 or trace S_K."""
     d, theta = 4, 0.3
@@ -154,7 +157,8 @@ def test_hand_built_rotation_pair() -> None:
 
 def test_hand_built_non_symmetric_pair_distinguishes_variants() -> None:
     """J_j = R_theta diag(10, 5) R_phi^T (d = 2): U_j = R_theta, V_j = R_phi. For J_i = diag(3, 2),
-    ujv: A = R_theta^T J_i R_phi;  vju: A = R_phi^T J_i R_theta = (ujv A)^T with the angles swapped."""
+    ujv: A = R_theta^T J_i R_phi;  vju: A = R_phi^T J_i R_theta = (ujv A)^T with the angles
+    swapped."""
     theta, phi = 0.4, -0.9
     jac_i = torch.diag(torch.tensor([3.0, 2.0], dtype=torch.float64))
     jac_j = (
@@ -181,8 +185,8 @@ def test_hand_built_non_symmetric_pair_distinguishes_variants() -> None:
 
 def test_maximum_is_reached_by_a_deranged_basis() -> None:
     """||A||_F <= ||S_{i,K}||_F for any K orthonormal columns (Ky Fan), so with p = 2 the offdiag
-    reading is <= 1 and the authors reading <= sqrt(2). Both bounds are reached when J_j's left basis
-    is J_i's with its top-K columns cyclically permuted: A = Pi^T S_i has a zero diagonal."""
+    reading is <= 1 and the authors reading <= sqrt(2). Both bounds are reached when J_j's left
+    basis is J_i's with its top-K columns cyclically permuted: A = Pi^T S_i has a zero diagonal."""
     d, k = 8, 4
     gen = torch.Generator().manual_seed(7)
     u, v = random_orthogonal(d, gen), random_orthogonal(d, gen)
@@ -206,10 +210,11 @@ def test_maximum_is_reached_by_a_deranged_basis() -> None:
 
 
 def expected_random(jac_i: torch.Tensor, k: int, reading: str) -> float:
-    """E[m_K] for J_j independent of J_i with Haar singular bases (as for a Gaussian J_j): the entries of
-    A are ~ N(0, sigma^2), sigma = ||J_i||_F / d, so
+    """E[m_K] for J_j independent of J_i with Haar singular bases (as for a Gaussian J_j): the
+    entries of A are ~ N(0, sigma^2), sigma = ||J_i||_F / d, so
     offdiag: sqrt(K (K - 1)) sigma / ||S_K||;
-    authors: sqrt(K^2 sigma^2 - 2 sqrt(2 / pi) sigma sum S_K + ||S_K||^2) / ||S_K||  (approximately)."""
+    authors: sqrt(K^2 sigma^2 - 2 sqrt(2 / pi) sigma sum S_K + ||S_K||^2) / ||S_K||
+             (approximately)."""
     d = jac_i.shape[0]
     s = svd(jac_i).s[:k].double().numpy()
     sigma = float(jac_i.double().norm()) / d
@@ -225,8 +230,8 @@ def expected_random(jac_i: torch.Tensor, k: int, reading: str) -> float:
 def test_independent_gaussian_pairs(reading: str) -> None:
     """d = 64, K = 10. Independent Gaussians sit at the expected value of unrelated bases (offdiag
     ~0.2, authors ~0.96: J_i's top-K spectrum is far above the ~N(0, 1) entries of A, so the
-    offdiag reading stays well below its maximum 1; the authors one reaches ~0.68 of sqrt(2)), and far
-    above a copy perturbed by 1% noise."""
+    offdiag reading stays well below its maximum 1; the authors one reaches ~0.68 of sqrt(2)), and
+    far above a copy perturbed by 1% noise."""
     d, k = 64, 10
     values, expected, perturbed = [], [], []
     for seed in range(6):

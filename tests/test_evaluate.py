@@ -116,7 +116,8 @@ def test_tokenizer_that_adds_bos_gives_the_same_number(bpe_tokenizer) -> None:
 
 
 class _BigramModel(torch.nn.Module):
-    """Causal LM whose logits put ``margin`` on succ[current token] (0 everywhere when margin = 0)."""
+    """Causal LM whose logits put ``margin`` on succ[current token] (0 everywhere when
+    margin = 0)."""
 
     def __init__(self, succ: dict[int, int], vocab: int, margin: float) -> None:
         super().__init__()

@@ -1,4 +1,5 @@
-"""Every figure renders from small synthetic datasets (docs/datasets.md), including NaN and single-model cases."""
+"""Every figure renders from small synthetic datasets (docs/datasets.md), including NaN and
+single-model cases."""
 
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def make_coupling(
 def make_trajectories(
     models: list[str], outer: str = "init", outer_values: list | None = None
 ) -> xr.Dataset:
-    """Combined trajectories.nc: lss, expodistance (model, init, prompt, token), pca, pca_explained."""
+    """Combined trajectories.nc: lss, expodistance (model, init, prompt, token), pca,
+    pca_explained."""
     rng = np.random.default_rng(1)
     outer_values = outer_values or ["trained", "random"]
     shape = (len(models), len(outer_values), PROMPTS)
@@ -120,7 +122,8 @@ def make_spectra(models: list[str]) -> xr.Dataset:
 
 
 def make_checkpoint_table(models: list[str], steps: list[int]) -> tuple[pd.DataFrame, xr.Dataset]:
-    """checkpoint_table output (via stats) and the checkpoint depth_mis (model, step, prompt, layer, layer_ref)."""
+    """checkpoint_table output (via stats) and the checkpoint depth_mis (model, step, prompt,
+    layer, layer_ref)."""
     ds = make_coupling(models, "step", steps)
     history = pd.DataFrame(
         [(m, s, 10 / np.log(s + 3) + i) for i, m in enumerate(models) for s in steps],
@@ -156,7 +159,8 @@ MANY = ["m-a", "m-b", "m-c", "m-d", "m-e"]
 
 
 def with_nan_padding(ds: xr.Dataset, traj: xr.Dataset) -> None:
-    """Outer-join gaps in place: a shallower model, a model without data, short prompts, missing tokens."""
+    """Outer-join gaps in place: a shallower model, a model without data, short prompts, missing
+    tokens."""
     ds["depth_mis"].loc[dict(model="m-b", layer=4)] = np.nan
     ds["depth_mis"].loc[dict(model="m-b", layer_ref=4)] = np.nan
     ds["depth_mis"].loc[dict(model="m-c")] = np.nan

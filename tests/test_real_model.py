@@ -110,10 +110,13 @@ def results(loaded) -> dict[str, dict[str, list[float]]]:
             out[name]["baseline"].append(unrelated_baseline(jacs))
             print(f"\n{name:>7} {text!r} ({ids.shape[1]} tokens): mean m_{K} over l != l': "
                   f"authors {out[name]['authors'][-1]:.4f}, offdiag {out[name]['offdiag'][-1]:.4f} "
-                  f"(unrelated-bases offdiag baseline {out[name]['baseline'][-1]:.4f}; {time.perf_counter() - start:.1f} s)")  # fmt: skip
+                  f"(unrelated-bases offdiag baseline {out[name]['baseline'][-1]:.4f}; "
+                  f"{time.perf_counter() - start:.1f} s)")  # fmt: skip
     for reading in ("authors", "offdiag"):
-        print(f"\nSmolLM2-135M-Instruct, {reading}: trained {np.mean(out['trained'][reading]):.4f}, "
-              f"random twin {np.mean(out['random'][reading]):.4f}  (coupling = minus these)")  # fmt: skip
+        print(f"\nSmolLM2-135M-Instruct, {reading}: "
+              f"trained {np.mean(out['trained'][reading]):.4f}, "
+              f"random twin {np.mean(out['random'][reading]):.4f}  "
+              "(coupling = minus these)")  # fmt: skip
     return out
 
 
@@ -131,7 +134,8 @@ def test_random_twin_sits_at_the_unrelated_bases_baseline(results) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the offdiag reading is small for unrelated bases too (random twin ~0.045 < trained ~0.067); "
+    reason="the offdiag reading is small for unrelated bases too "
+    "(random twin ~0.045 < trained ~0.067); "
     "see the module docstring",
 )
 def test_trained_model_couples_more_than_its_twin_offdiag_reading(results) -> None:

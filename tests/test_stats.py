@@ -14,7 +14,8 @@ Z95 = 1.959963984540054  # standard normal 97.5% quantile
 
 
 def make_table(n: int = 8, slope: float = 2.0, seed: int = 1) -> pd.DataFrame:
-    """n models with coupling = slope * score + noise and hyperparameters; every other model is base."""
+    """n models with coupling = slope * score + noise and hyperparameters; every other model is
+    base."""
     rng = np.random.default_rng(seed)
     score = rng.normal(50, 10, n)
     return pd.DataFrame(
@@ -32,7 +33,8 @@ def make_table(n: int = 8, slope: float = 2.0, seed: int = 1) -> pd.DataFrame:
 
 
 def make_coupling(n_models: int = 4, n_prompts: int = 10, seed: int = 2) -> xr.Dataset:
-    """Combined coupling dataset (docs/datasets.md): coupling (model, init, reading, variant, norm, k, prompt)."""
+    """Combined coupling dataset (docs/datasets.md): coupling (model, init, reading, variant, norm,
+    k, prompt)."""
     rng = np.random.default_rng(seed)
     shape = (n_models, 2, 2, 2, 2, 3, n_prompts)
     dims = ("model", "init", "reading", "variant", "norm", "k", "prompt")
@@ -291,7 +293,8 @@ def test_k_sweep_matches_correlation_at_each_k():
 
 # --------------------------------------------------------------------------- checkpoints
 def make_checkpoints() -> tuple[xr.Dataset, pd.DataFrame, xr.Dataset]:
-    """Checkpoint suite: coupling/adjacent_coupling (model, step, ..., prompt), history, trajectories."""
+    """Checkpoint suite: coupling/adjacent_coupling (model, step, ..., prompt), history,
+    trajectories."""
     ds = make_coupling(n_models=2, n_prompts=4).isel(init=0, drop=True)
     ds = ds.expand_dims(step=[0, 10, 100]).transpose("model", "step", ...)
     ds["coupling"] = ds["coupling"] * (1 - np.log1p(ds["step"]) / 10)

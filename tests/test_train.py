@@ -1,4 +1,5 @@
-"""The Shakespeare corpus split and the small GPT-NeoX training loop (tiny configs, seconds each)."""
+"""The Shakespeare corpus split and the small GPT-NeoX training loop (tiny configs, seconds
+each)."""
 
 from __future__ import annotations
 

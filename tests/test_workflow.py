@@ -249,7 +249,8 @@ def _imported_at_run_time(script: str) -> set[str]:
     code = (
         "import runpy, sys, blockcoupling.runner as r\n"
         "r.run_script = lambda *a: None\n"
-        f"runpy.run_path({str(REPO / 'scripts' / f'{script}.py')!r}, init_globals={{'snakemake': None}})\n"
+        f"runpy.run_path({str(REPO / 'scripts' / f'{script}.py')!r}, "
+        "init_globals={'snakemake': None})\n"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('blockcoupling.'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -106,7 +106,8 @@ class CharTokenizer:
 @contextlib.contextmanager
 def float64_exact() -> Iterator[None]:
     """Make HF's float32 islands (softmax(dtype=float32), Llama RMSNorm's upcast) respect float64,
-    so that finite differences can reach 1e-6 relative error. Harness only: the library is untouched."""
+    so that finite differences can reach 1e-6 relative error. Harness only: the library is
+    untouched."""
     softmax = torch.nn.functional.softmax
 
     def softmax64(input, dim=None, _stacklevel=3, dtype=None):  # noqa: ANN001

@@ -49,7 +49,8 @@ def _output_tensor(output: Any) -> torch.Tensor:
 
 def tree_map(leaf: Callable[[Any], Any], value: Any) -> Any:
     """Apply ``leaf`` to every leaf of nested tuples, lists and dicts (other objects, a KV cache
-    among them, are leaves), keeping the structure."""
+    among them, are leaves), keeping the structure.
+    """
     if isinstance(value, tuple):
         return tuple(tree_map(leaf, v) for v in value)
     if isinstance(value, list):
@@ -69,7 +70,8 @@ def _check_no_cache(kwargs: dict[str, Any]) -> None:
     for name, value in kwargs.items():
         if isinstance(value, Cache):
             raise RuntimeError(
-                f"the recorded block call carries a KV cache in {name!r}; record with use_cache=False"
+                f"the recorded block call carries a KV cache in {name!r}; "
+                "record with use_cache=False"
             )
 
 
@@ -133,7 +135,8 @@ def record_token_calls(model: nn.Module, input_ids: torch.Tensor, t: int) -> lis
 
     Re-invoking such a call (``residual_function`` copies the snapshot on every call, so nothing
     is appended twice) gives ``f(x)_t`` as a function of ``x_t`` alone, exactly the
-    ``J_{tt}`` of a causal block at ~1/t of the full-sequence cost. ``input``/``output``: ``(1, d)``.
+    ``J_{tt}`` of a causal block at ~1/t of the full-sequence cost.
+    ``input``/``output``: ``(1, d)``.
     """
     if t == 0:
         return record_calls(model, input_ids=input_ids[:, :1])

@@ -149,8 +149,9 @@ def measure_source(args: argparse.Namespace) -> str:
     at = {"k": args.k, "reading": args.reading, "variant": args.variant, "norm": "p"}
     coupling = metrics["coupling"].sel(at)
     adjacent = metrics["adjacent_coupling"].sel(at)
+    twin = f" (random twin, seed {args.seed})" if args.random_twin else ""
     lines = [
-        f"{source.describe()}{' (random twin, seed %d)' % args.seed if args.random_twin else ''}: "
+        f"{source.describe()}{twin}: "
         f"{data['depth'].sizes['layer']} blocks; m_{args.k} {args.reading}/{args.variant}, p=2",
         f"{'prompt':<10} {'tokens':>6} {'coupling':>9} {'adjacent':>9}",
     ]

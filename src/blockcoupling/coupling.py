@@ -42,9 +42,9 @@ def cross_stats(
 
 
 def matrix_stats(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``diag (..., K)`` and cumulative corner sums of squares ``corner (..., K)`` of ``a (..., K, K)``,
-    in float64: m_K is the square root of a difference of these sums, so near m = 0 their rounding
-    error is amplified (float64 keeps it near 1e-8).
+    """``diag (..., K)`` and cumulative corner sums of squares ``corner (..., K)`` of
+    ``a (..., K, K)``, in float64: m_K is the square root of a difference of these sums, so near
+    m = 0 their rounding error is amplified (float64 keeps it near 1e-8).
     """
     a = a.to(torch.float64)
     cumulative = torch.cumsum(torch.cumsum(a.square(), dim=-1), dim=-2)
@@ -52,7 +52,9 @@ def matrix_stats(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def coupling_matrix_direct(a: torch.Tensor, s_i: torch.Tensor, reading: str) -> torch.Tensor:
-    """The numerator ``|| |A| - S ||_F`` or ``|| A - diag(A) ||_F`` from an explicit ``a (K, K)``."""
+    """The numerator ``|| |A| - S ||_F`` or ``|| A - diag(A) ||_F`` from an explicit
+    ``a (K, K)``.
+    """
     check_option("reading", reading, READINGS)
     if reading == "authors":
         return torch.linalg.matrix_norm(a.abs() - torch.diag(s_i))

@@ -1,4 +1,5 @@
-"""Generalization measures of any HF causal LM: bits per byte on held-out text, multiple-choice accuracy.
+"""Generalization measures of any HF causal LM: bits per byte on held-out text, multiple-choice
+accuracy.
 
 Every sequence is scored after a prefix token (the tokenizer's BOS, else its EOS, as in
 lm-evaluation-harness), so the first token of a text is scored too, and texts are tokenized
@@ -131,7 +132,9 @@ def nll_bits_and_bytes(
     batch_size: int = 4,
     progress: bool = False,
 ) -> tuple[float, int]:
-    """(summed next-token NLL in bits, summed UTF-8 bytes) over ``texts``; see :func:`bits_per_byte`."""
+    """(summed next-token NLL in bits, summed UTF-8 bytes) over ``texts``; see
+    :func:`bits_per_byte`.
+    """
     length = _context_length(model, context_length)
     stride = stride or length
     if not 1 <= stride <= length:

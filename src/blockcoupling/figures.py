@@ -105,7 +105,9 @@ def style() -> Iterator[None]:
 
 
 def save(fig: plt.Figure, path: str | Path) -> list[Path]:
-    """Save `fig` as `{stem}.png` (dpi 150) and `{stem}.pdf`; `path` is a stem or a .png/.pdf path."""
+    """Save `fig` as `{stem}.png` (dpi 150) and `{stem}.pdf`; `path` is a stem or a .png/.pdf
+    path.
+    """
     path = Path(path)
     stem = path.with_suffix("") if path.suffix.lower() in (".png", ".pdf") else path
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +176,9 @@ def _heatmap_grid(
     path: str | Path,
     title: str = "",
 ) -> list[Path]:
-    """Grid of heatmaps (rows x cols of (title, frame index=y, columns=x)) on one shared colour scale."""
+    """Grid of heatmaps (rows x cols of (title, frame index=y, columns=x)) on one shared colour
+    scale.
+    """
     values = np.concatenate(
         [np.empty(0)] + [f.to_numpy(dtype=float).ravel() for row in panels for _, f in row]
     )
@@ -212,7 +216,8 @@ def _heatmap_grid(
 
 
 def _draw_heatmap(ax: plt.Axes, frame: pd.DataFrame, norm: Normalize, max_ticks: int = 8) -> None:
-    """Imshow of `frame` (rows top to bottom = index) with at most `max_ticks` labelled ticks per axis.
+    """Imshow of `frame` (rows top to bottom = index) with at most `max_ticks` labelled ticks per
+    axis.
 
     (seaborn.heatmap redraws the whole figure per call to thin its tick labels: too slow for grids.)
     """
@@ -340,7 +345,8 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
 def depth_heatmaps(depth_mis: xr.DataArray, path: str | Path, max_cols: int = 8) -> list[Path]:
     """Layer x layer_ref m_K, mean over prompts; rows = init, cols = model, shared colour scale.
 
-    `depth_mis`: dims (model, init, prompt, layer, layer_ref), selected at one k/reading/variant/norm.
+    `depth_mis`: dims (model, init, prompt, layer, layer_ref), selected at one
+    k/reading/variant/norm.
     More than `max_cols` models wrap into further (trained, random) row blocks.
     """
     _require_dims(depth_mis, ("model", "init", "prompt", "layer", "layer_ref"))
@@ -387,8 +393,8 @@ def token_heatmaps(
     """Token x token_ref m_K (mean over prompts) for self, fixed-input, fixed-output coupling.
 
     Rows = init, cols = family, for one model and block pair (layer, layer_ref; default: the first
-    layer with data, layer_ref = layer). Fixed families: averaged over the fixed token (NaN-aware) when
-    `fixed_token` is None, else at that fixed token position.
+    layer with data, layer_ref = layer). Fixed families: averaged over the fixed token (NaN-aware)
+    when `fixed_token` is None, else at that fixed token position.
     """
     present = [v for v in TOKEN_FAMILIES if v in coupling]
     if not present:
@@ -407,12 +413,17 @@ def token_heatmaps(
                 da, name = _fix_token(da, name, fixed_dim, fixed_token)
             row.append((name, _matrix(da, "token", "token_ref")))
         panels.append(row)
-    title = f"{model}: block {layer} vs block {layer if layer_ref is None else layer_ref}, mean over prompts"
+    title = (
+        f"{model}: block {layer} vs block {layer if layer_ref is None else layer_ref}, "
+        "mean over prompts"
+    )
     return _heatmap_grid(panels, inits, ("token t", "reference token t'"), MIS_LABEL, path, title)
 
 
 def _first_finite_layer(da: xr.DataArray) -> int:
-    """First `layer` with any finite value (token families are NaN outside their configured layers)."""
+    """First `layer` with any finite value (token families are NaN outside their configured
+    layers).
+    """
     finite = np.isfinite(da).any([d for d in da.dims if d != "layer"])
     if not finite.any():
         raise ValueError(f"{da.name} has no finite values")
@@ -422,7 +433,9 @@ def _first_finite_layer(da: xr.DataArray) -> int:
 def _fix_token(
     da: xr.DataArray, name: str, fixed_dim: str, fixed_token: int | None
 ) -> tuple[xr.DataArray, str]:
-    """Average over the fixed-token dim (None) or select one fixed token; returns data and panel title."""
+    """Average over the fixed-token dim (None) or select one fixed token; returns data and panel
+    title.
+    """
     if fixed_token is None:
         return da.mean(fixed_dim, skipna=True), f"{name}: mean"
     return select(da, **{fixed_dim: fixed_token}), f"{name} = {fixed_token}"
@@ -430,7 +443,8 @@ def _fix_token(
 
 # --------------------------------------------------------------------------- 5. LSS / expodistance
 def lss_expodistance(trajectories: xr.Dataset, path: str | Path) -> list[Path]:
-    """Box + strip plots of per-prompt LSS and expodistance (mean over tokens) per model, hue = init.
+    """Box + strip plots of per-prompt LSS and expodistance (mean over tokens) per model,
+    hue = init.
 
     `trajectories`: lss, expodistance with dims (model, init, prompt, token).
     """
@@ -578,7 +592,8 @@ def singular_value_spectra(spectra: xr.Dataset, path: str | Path, model: str) ->
 
 # --------------------------------------------------------------------------- 8. K sweep
 def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
-    """Correlation of coupling with the score vs K (95% CI band), hue = method, one panel per subset.
+    """Correlation of coupling with the score vs K (95% CI band), hue = method, one panel per
+    subset.
 
     `sweep`: a `stats.k_sweep` table.
     """
@@ -652,7 +667,9 @@ def _lines_vs_step(table: pd.DataFrame, columns: Sequence[str], path: str | Path
 
 
 def coupling_vs_step(table: pd.DataFrame, path: str | Path) -> list[Path]:
-    """All-pairs and adjacent-layer coupling vs training step, one line per model (a `checkpoint_table`)."""
+    """All-pairs and adjacent-layer coupling vs training step, one line per model (a
+    `checkpoint_table`).
+    """
     return _lines_vs_step(table, ["coupling", "adjacent_coupling"], path)
 
 
@@ -662,7 +679,9 @@ def trajectory_metrics_vs_step(table: pd.DataFrame, path: str | Path) -> list[Pa
 
 
 def pick_steps(steps: Sequence[int]) -> list[int]:
-    """Early (first), middle (closest to the midpoint in log(1 + step)) and final step, deduplicated."""
+    """Early (first), middle (closest to the midpoint in log(1 + step)) and final step,
+    deduplicated.
+    """
     steps = np.sort(np.asarray(steps, dtype=int))
     if steps.size == 0:
         return []
@@ -698,7 +717,9 @@ def depth_heatmaps_over_training(
 
 
 def coupling_vs_validation_loss(table: pd.DataFrame, path: str | Path) -> list[Path]:
-    """Coupling vs validation loss over checkpoints and sizes: colour = log10(step + 1), marker = model."""
+    """Coupling vs validation loss over checkpoints and sizes: colour = log10(step + 1),
+    marker = model.
+    """
     require_columns(table, ["model", "step", "coupling", "val_loss"])
     data = table.dropna(subset=["coupling", "val_loss"]).sort_values("step")
     log_step = np.log10(data["step"].to_numpy(dtype=float) + 1)

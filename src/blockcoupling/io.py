@@ -95,6 +95,7 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
         if isinstance(error, FileNotFoundError):
             raise
         raise ValueError(
-            f"{path} cannot be read ({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
+            f"{path} cannot be read "
+            f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
             "it may be truncated: delete it and run snakemake again to rebuild it"
         ) from None

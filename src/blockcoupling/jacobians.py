@@ -137,7 +137,8 @@ def validate_requests(
                 raise ValueError(f"{name}={t} is outside the prompt's tokens 0..{n_tokens - 1}")
         if causal and r.t1 > r.t2:
             raise ValueError(
-                f"t1={r.t1} > t2={r.t2}: the Jacobian is zero by causality (input after output); not computed"
+                f"t1={r.t1} > t2={r.t2}: the Jacobian is zero by causality (input after output); "
+                "not computed"
             )
     return checked
 

@@ -93,7 +93,8 @@ def tokenize(
         raise ValueError(f"prompt {prompt.id!r} has {ids.shape[1]} token(s); at least 2 are needed")
     if limit is not None and ids.shape[1] > limit:
         raise ValueError(
-            f"prompt {prompt.id!r} has {ids.shape[1]} tokens, longer than the model's context of {limit}; "
+            f"prompt {prompt.id!r} has {ids.shape[1]} tokens, "
+            f"longer than the model's context of {limit}; "
             "set max_tokens"
         )
     return ids

