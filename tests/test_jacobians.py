@@ -189,7 +189,7 @@ def test_single_token_diagonal_path_matches_finite_differences(arch: str) -> Non
 def test_diagonal_falls_back_when_the_cached_call_disagrees() -> None:
     model = ARCHITECTURES["llama"]()
     engine = JacobianEngine(model, {"input_ids": IDS})
-    engine.full[1].output[4] += 1.0  # corrupt the reference: the guard must refuse the fast path
+    engine.full[1].input[4] += 1.0  # corrupt the reference: the guard must refuse the fast path
     jac = engine.diagonal(2, 4)
     assert engine.fallbacks == 1
     assert torch.isfinite(jac).all()

@@ -213,6 +213,24 @@ def test_random_twin(dtype: torch.dtype) -> None:
     assert not torch.allclose(weights(random_twin(model, seed=12)), weights(twin))
 
 
+def test_a_twin_is_built_in_its_storage_dtype_and_spread_with_device_map(tmp_path: Path) -> None:
+    """load_random_twin reads only the config; bfloat16 twins are created in bfloat16 (no float32
+    copy); device_map='auto' builds the same weights and dispatches them (here all to the CPU)."""
+    from blockcoupling.models import load_random_twin
+
+    ARCHITECTURES["llama"](dtype=torch.float32).save_pretrained(tmp_path)
+    source = parse_source({"path": str(tmp_path)})
+    plain, _ = load_random_twin(source, 3, LoadOptions(dtype="bfloat16", task="encoder"))
+    assert all(p.dtype == torch.bfloat16 for p in plain.parameters())
+    spread, _ = load_random_twin(
+        source, 3, LoadOptions(dtype="bfloat16", task="encoder", device_map="auto")
+    )
+    assert hasattr(spread, "hf_device_map")
+    assert torch.equal(weights(spread), weights(plain))
+    with pytest.raises(ValueError, match="device_map 'balanced' is not one of null, auto"):
+        LoadOptions(device_map="balanced")
+
+
 # --- adapters -------------------------------------------------------------------------------------
 
 

@@ -65,10 +65,8 @@ def _detach(value: Any) -> Any:
 
 
 def _check_no_cache(kwargs: dict[str, Any]) -> None:
-    from transformers.cache_utils import Cache
-
     for name, value in kwargs.items():
-        if isinstance(value, Cache):
+        if _is_cache(value):
             raise RuntimeError(
                 f"the recorded block call carries a KV cache in {name!r}; "
                 "record with use_cache=False"
@@ -100,8 +98,13 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
             hidden = _hidden_of(rec_args, rec_kwargs)
             if hidden.shape[0] != 1:
                 raise ValueError(f"record_calls needs batch size 1, got {hidden.shape[0]}")
+            device = block_device(module)  # a model spread over GPUs: the block's own
             calls[index] = BlockCall(
-                module, rec_args, rec_kwargs, hidden[0], _output_tensor(output).detach()[0]
+                module,
+                rec_args,
+                rec_kwargs,
+                hidden[0].to(device),
+                _output_tensor(output).detach()[0].to(device),
             )
 
         return hook
@@ -149,9 +152,7 @@ def record_token_calls(model: nn.Module, input_ids: torch.Tensor, t: int) -> lis
 
 def _snapshot(value: Any) -> Any:
     """Deep-copy any KV cache in a block's args or kwargs (the block will append to it)."""
-    from transformers.cache_utils import Cache
-
-    return tree_map(lambda v: copy.deepcopy(v) if isinstance(v, Cache) else v, value)
+    return tree_map(lambda v: copy.deepcopy(v) if _is_cache(v) else v, value)
 
 
 def _accepts_use_cache(model: nn.Module) -> bool:
@@ -162,14 +163,45 @@ def states(calls: list[BlockCall]) -> torch.Tensor:
     """Token states through depth, ``(layer, token, d)`` for layer = 0..L: the first block's input,
     then every block's output (taken from the blocks, never from ``output_hidden_states``).
     """
-    return torch.stack([calls[0].input] + [call.output for call in calls])
+    device = calls[0].input.device
+    return torch.stack([calls[0].input] + [call.output.to(device) for call in calls])
 
 
-def _cast(value: Any, dtype: torch.dtype) -> Any:
-    """Floating tensors of a nested structure in ``dtype``."""
-    return tree_map(
-        lambda v: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v, value
-    )
+def _cast(value: Any, dtype: torch.dtype, device: torch.device) -> Any:
+    """Floating tensors of a nested structure (KV caches included: a copy) in ``dtype`` on
+    ``device``; other tensors on ``device``.
+    """
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.to(device, dtype) if v.is_floating_point() else v.to(device)
+        if _is_cache(v):
+            cache = copy.deepcopy(v)
+            for layer in getattr(cache, "layers", ()):
+                for name, tensor in list(vars(layer).items()):
+                    if isinstance(tensor, torch.Tensor):
+                        setattr(layer, name, convert(tensor))
+            return cache
+        return v
+
+    return tree_map(convert, value)
+
+
+def _is_cache(value: Any) -> bool:
+    from transformers.cache_utils import Cache
+
+    return isinstance(value, Cache)
+
+
+def block_device(block: nn.Module) -> torch.device:
+    """Where a block's weights sit (each block of a model spread over GPUs has its own)."""
+    parameter = next(block.parameters(), None)
+    if parameter is None or parameter.device.type == "meta":
+        raise ValueError(
+            "the block's weights are not on a device (offloaded to disk or meta); load the model "
+            "with its blocks on CPU or GPU (device_map without disk offload)"
+        )
+    return parameter.device
 
 
 def compute_dtype(block: nn.Module) -> torch.dtype:
@@ -180,18 +212,52 @@ def compute_dtype(block: nn.Module) -> torch.dtype:
     )
 
 
+def compute_block(block: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """``block`` itself when its weights are all ``dtype``; else a copy of this block alone in
+    ``dtype`` on the same device, with bitsandbytes-quantized linear layers replaced by
+    ``nn.Linear`` holding their dequantized weights (the Jacobian is that of the dequantized
+    block, in ``dtype``).
+    """
+    parameters = list(block.parameters())
+    if all(p.is_floating_point() and p.dtype == dtype for p in parameters):
+        return block
+    upcast = copy.deepcopy(block)
+    for name, module in list(upcast.named_modules()):
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.Tensor) and not weight.is_floating_point():
+            _replace(upcast, name, _dequantized_linear(module, dtype))
+    return upcast.to(dtype)
+
+
+def _dequantized_linear(module: nn.Module, dtype: torch.dtype) -> nn.Linear:
+    """An ``nn.Linear`` equal to a bitsandbytes ``Linear4bit``/``Linear8bitLt`` (dequantized)."""
+    from transformers.integrations.bitsandbytes import dequantize_bnb_weight
+
+    weight = dequantize_bnb_weight(module.weight, getattr(module, "state", None)).to(dtype)
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=module.bias is not None)
+    linear = linear.to(device=weight.device, dtype=dtype)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        if module.bias is not None:
+            linear.bias.copy_(module.bias)
+    return linear
+
+
+def _replace(root: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(root.get_submodule(parent_name) if parent_name else root, child, module)
+
+
 def residual_function(call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
     """``f(x) = block(x) - x`` for ``x`` of shape ``(token, d)``, re-invoking the block with its
-    recorded arguments, in the compute dtype (a float32 copy of a half-precision block).
+    recorded arguments in the compute dtype on the block's own device (``compute_block``: a
+    float32 copy of this block alone when the model is in half precision or quantized).
     """
     dtype = compute_dtype(call.block)
-    block = call.block
-    needs_copy = any(p.is_floating_point() and p.dtype != dtype for p in block.parameters())
-    quantized = any(not p.is_floating_point() for p in block.parameters())
-    if needs_copy and not quantized:
-        block = copy.deepcopy(block).to(dtype)
-    args = _cast(call.args, dtype)
-    kwargs = _cast(call.kwargs, dtype)
+    block = compute_block(call.block, dtype)
+    device = block_device(call.block)
+    args = _cast(call.args, dtype, device)
+    kwargs = _cast(call.kwargs, dtype, device)
     in_kwargs = not (args and isinstance(args[0], torch.Tensor))
 
     def residual(x: torch.Tensor) -> torch.Tensor:

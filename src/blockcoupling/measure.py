@@ -116,6 +116,21 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
             model.set_attn_implementation(previous)
 
 
+@contextlib.contextmanager
+def matmul_precision(tf32: bool) -> Iterator[None]:
+    """CUDA float32 matmuls and convolutions in TensorFloat-32 (``tf32``) or full IEEE float32
+    for the duration; restores the previous settings (CPU computations are unaffected)."""
+    backends = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    previous = [backend.fp32_precision for backend in backends]
+    for backend in backends:
+        backend.fp32_precision = "tf32" if tf32 else "ieee"
+    try:
+        yield
+    finally:
+        for backend, value in zip(backends, previous):
+            backend.fp32_precision = value
+
+
 def _resolve_position(position: int, n: int, what: str) -> int:
     resolved = position + n if position < 0 else position
     if not 0 <= resolved < n:
@@ -271,7 +286,7 @@ def measure_inputs(
     trajectory_states: list[np.ndarray] = []
     lengths: list[int] = []
     depth_positions: list[int] = []
-    with eager_attention(model):
+    with eager_attention(model), matmul_precision(config.tf32):
         for i in track(
             range(len(items)), len(items), "block Jacobians", lambda i: items[i].id, progress
         ):

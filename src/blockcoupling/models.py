@@ -289,15 +289,21 @@ TASKS = ("causal-lm", "encoder")
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How to load: storage dtype, device, quantization (None, '4bit', '8bit'), task."""
+    """How to load: storage dtype, device, quantization (None, '4bit', '8bit': bitsandbytes),
+    task, and ``device_map`` (``'auto'``: accelerate spreads the blocks over every visible GPU,
+    for models larger than one; each block's Jacobians are then taken on its own device).
+    """
 
     dtype: str = "float32"
     device: str = "cpu"
     quantization: str | None = None
     task: str = "causal-lm"
+    device_map: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.device_map not in (None, "auto"):
+            raise ValueError(f"device_map {self.device_map!r} is not one of null, auto")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
         if self.quantization not in (None, "4bit", "8bit"):
@@ -331,13 +337,15 @@ def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tup
     quantization = _quantization_config(options)
     if quantization is not None:
         kwargs["quantization_config"] = quantization
+    if quantization is not None or options.device_map:  # weights straight to their devices
+        kwargs["device_map"] = options.device_map or options.device
     try:
         model = _auto_class(options.task).from_pretrained(where.name_or_path, **kwargs)
     except (OSError, ValueError) as error:
         raise ModelSourceError(
             f"cannot load {source.describe()}: {str(error).splitlines()[0]}"
         ) from None
-    if quantization is None:
+    if "device_map" not in kwargs:
         model = model.to(options.device)
     model.eval()
     return model, _tokenizer(where, options)
@@ -363,9 +371,24 @@ def load_random_twin(
         raise ModelSourceError(
             f"cannot load the config of {source.describe()}: {str(error).splitlines()[0]}"
         ) from None
-    cls = _auto_class(options.task)._model_mapping[type(config)]
-    twin = _seeded_init(cls, config, torch_dtype(options.dtype), seed)
-    return twin.to(options.device), _tokenizer(where, options)
+    mapping = _auto_class(options.task)._model_mapping
+    if type(config) not in mapping:
+        raise UnknownArchitectureError(
+            f"{source.describe()}: no {options.task} model class for config "
+            f"{type(config).__name__} (model_type {getattr(config, 'model_type', None)!r})"
+        )
+    dtype = torch_dtype(options.dtype)
+    if options.device_map:  # larger than one device: built on the CPU, then spread
+        import accelerate
+
+        twin = _seeded_init(mapping[type(config)], config, dtype, seed, "cpu")
+        device_map = accelerate.infer_auto_device_map(
+            twin, no_split_module_classes=twin._no_split_modules, dtype=dtype
+        )
+        twin = accelerate.dispatch_model(twin, device_map)
+    else:
+        twin = _seeded_init(mapping[type(config)], config, dtype, seed, options.device)
+    return twin, _tokenizer(where, options)
 
 
 def _pretrained_kwargs(where: Resolved, options: LoadOptions) -> dict[str, Any]:
@@ -390,10 +413,16 @@ def _tokenizer(where: Resolved, options: LoadOptions) -> Any:
     return transformers.AutoTokenizer.from_pretrained(where.name_or_path, **kwargs)
 
 
-def _seeded_init(cls: type, config: Any, dtype: torch.dtype, seed: int) -> nn.Module:
+def _seeded_init(
+    cls: type, config: Any, dtype: torch.dtype, seed: int, device: str | torch.device = "cpu"
+) -> nn.Module:
+    """A seeded random initialisation, created directly in the storage ``dtype`` on ``device``
+    (no float32 or host copy of a half-precision twin). The same seed gives the same weights on
+    the same kind of device (CPU and CUDA generators differ)."""
     import torch
 
-    with torch.random.fork_rng(devices=[]):
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
         torch.manual_seed(seed)
         model = cls._from_config(config, dtype=dtype, attn_implementation="eager")
     return model.eval()
@@ -401,8 +430,8 @@ def _seeded_init(cls: type, config: Any, dtype: torch.dtype, seed: int) -> nn.Mo
 
 def random_twin(model: nn.Module, seed: int) -> nn.Module:
     """The same architecture and config with a fresh, seeded random initialisation, in eval mode,
-    same dtype and device (quantized models get a float32 twin).
+    same storage dtype and device (quantized models get a float32 twin).
     """
     parameter = next(model.parameters())
     dtype = parameter.dtype if parameter.is_floating_point() else torch_dtype("float32")
-    return _seeded_init(type(model), model.config, dtype, seed).to(parameter.device)
+    return _seeded_init(type(model), model.config, dtype, seed, parameter.device)

@@ -62,7 +62,8 @@ class MeasureConfig:
     store_factors: keep top-K_max U, V of the depth Jacobians; chunk_size: VJPs per vmap batch
     (None: all d at once; speed only); pca_components: of the trajectory projections; svd: how
     the top-K factors are computed; spectra_prompts: how many prompts (the first ones) get the
-    full singular-value spectrum of every depth Jacobian (None: all).
+    full singular-value spectrum of every depth Jacobian (None: all); tf32: allow TensorFloat-32
+    matmuls on CUDA (off: Jacobians and SVDs in full float32).
     """
 
     k_max: int = 50
@@ -76,6 +77,7 @@ class MeasureConfig:
     pca_components: int = 2
     svd: SVDOptions = field(default_factory=SVDOptions)
     spectra_prompts: int | None = None
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         if self.spectra_prompts is not None and self.spectra_prompts < 0:
