@@ -1,6 +1,7 @@
 # The checked config (one Plan, built and checked before any job), input functions and code
 # hashes. Every rules file reads only PLAN and the functions defined here.
 import os
+import re
 import sys
 
 from blockcoupling.workflow import (
@@ -25,8 +26,13 @@ def script_hash(name):
     return code_hash(os.path.join(workflow.basedir, "scripts", f"{name}.py"))
 
 
+def constraint(names):
+    """A wildcard constraint matching exactly these names (nothing when there are none)."""
+    return "|".join(re.escape(name) for name in sorted(names)) or "__none__"
+
+
 wildcard_constraints:
-    model="|".join(sorted(PLAN.models)) or "__none__",
+    model=constraint(PLAN.models),
     step=r"final|random|\d+",
 
 

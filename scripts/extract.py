@@ -1,4 +1,5 @@
-"""Rule extract: block Jacobians -> SVDs -> exact coupling statistics and trajectory metrics."""
+"""Rule extract / extract_shard: block Jacobians -> SVDs -> exact coupling statistics and
+trajectory metrics, for every prompt or for one shard ``(first, count)`` of them."""
 
 from blockcoupling import prompts
 from blockcoupling.io import provenance, write_netcdf
@@ -11,10 +12,13 @@ def main(sm):
     config = MeasureConfig.from_config(
         {**sm.params.extract, "chunk_size": sm.resources.vjp_chunk or None}
     )
+    items = prompts.read_jsonl(sm.input.prompts)
+    if sm.params.shard is not None:
+        first, count = sm.params.shard
+        items, config = items[first : first + count], config.for_shard(first)
     model, tokenizer, attrs = load_for_job(
         {**sm.params.model, "load": {**sm.params.model["load"], "device": sm.resources.device}}
     )
-    items = prompts.read_jsonl(sm.input.prompts)
     datasets = measure(
         model, tokenizer, items, config, attrs=provenance(sm.params.extract, **attrs)
     )

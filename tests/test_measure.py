@@ -453,3 +453,24 @@ def test_attention_is_restored_after_an_error() -> None:
     with pytest.raises(FloatingPointError):
         measure(model, CharTokenizer(), ["hello"], MeasureConfig(k_max=2), progress=False)
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_merged_prompt_shards_equal_one_job_over_every_prompt(model) -> None:
+    """Shards of 2, 2 and 1 prompts (token families on the first 3 prompts, spectra on the first
+    one) merge into exactly the datasets of one job: values, padding, coords and attrs."""
+    from blockcoupling.measure_datasets import merge_shards
+
+    texts = ["hello", "abc", "fourteen", "xy", "abcdefg"]
+    config = MeasureConfig(k_max=3, token_layers=(-1,), token_prompts=3, spectra_prompts=1)
+    ids = [f"p{i:04d}" for i in range(len(texts))]
+    items = [{"id": i, "text": t} for i, t in zip(ids, texts)]
+    whole = measure(model, CharTokenizer(), items, config, progress=False)
+    parts = [
+        measure(model, CharTokenizer(), items[first:stop], config.for_shard(first), progress=False)
+        for first, stop in ((0, 2), (2, 4), (4, 5))
+    ]
+    for name, dataset in whole.items():
+        merged = merge_shards([part[name] for part in parts])
+        xr.testing.assert_identical(merged, dataset)
+        for var in dataset.variables:
+            assert merged[var].dtype == dataset[var].dtype, (name, var)

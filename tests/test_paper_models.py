@@ -20,7 +20,7 @@ def test_shape_and_columns(models):
     assert len(models) == 42
     assert list(models.columns) == [
         "name", "hub_id", "family", "params", "n_layers", "d_model", "train_tokens",
-        "score", "pos_encoding", "base", "gpu_mem_gb",
+        "score", "pos_encoding", "base", "gpu_mem_gb", "dtype", "quantization", "device_map",
     ]  # fmt: skip
     assert (~models["base"]).sum() == 14
     assert models["name"].is_unique and models["hub_id"].is_unique

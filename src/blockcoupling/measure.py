@@ -119,7 +119,8 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
 @contextlib.contextmanager
 def matmul_precision(tf32: bool) -> Iterator[None]:
     """CUDA float32 matmuls and convolutions in TensorFloat-32 (``tf32``) or full IEEE float32
-    for the duration; restores the previous settings (CPU computations are unaffected)."""
+    for the duration; restores the previous settings (CPU computations are unaffected).
+    """
     backends = (torch.backends.cuda.matmul, torch.backends.cudnn)
     previous = [backend.fp32_precision for backend in backends]
     for backend in backends:

@@ -232,3 +232,22 @@ def trajectory_dataset(
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
     ds["step_norm"].attrs["description"] = "||x^l - x^(l-1)||; NaN at layer 0"
     return ds
+
+
+def merge_shards(shards: Sequence[xr.Dataset]) -> xr.Dataset:
+    """One dataset from the same kind of dataset of consecutive prompt shards, equal to what one
+    job over every prompt writes: concatenated along ``prompt`` (NaN-padding token dims to the
+    longest prompt, as ``pad`` does); shards without that kind of data (token families and
+    spectra live on the first prompts only) are skipped.
+    """
+    if not shards:
+        raise ValueError("no shards to merge")
+    holding = [ds for ds in shards if ds.data_vars and ds.sizes.get("prompt", 0) > 0]
+    if not holding:
+        return shards[0]
+    merged = xr.concat(holding, dim="prompt", join="outer", combine_attrs="override")
+    for name, variable in holding[0].variables.items():  # padding must not change dtypes
+        if name in merged.variables and merged[name].dtype != variable.dtype:
+            if np.issubdtype(variable.dtype, np.integer) and not merged[name].isnull().any():
+                merged[name] = merged[name].astype(variable.dtype)
+    return merged

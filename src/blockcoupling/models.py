@@ -418,7 +418,8 @@ def _seeded_init(
 ) -> nn.Module:
     """A seeded random initialisation, created directly in the storage ``dtype`` on ``device``
     (no float32 or host copy of a half-precision twin). The same seed gives the same weights on
-    the same kind of device (CPU and CUDA generators differ)."""
+    the same kind of device (CPU and CUDA generators differ).
+    """
     import torch
 
     device = torch.device(device)

@@ -8,15 +8,16 @@ never what it computes, so changing them re-runs nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from blockcoupling.formulas import VARIANTS, check_option
 
 SVD_METHODS = ("auto", "dense", "topk")
 
-# Keys of the ``extract`` section that change neither Jacobians nor statistics.
-RUN_ONLY_KEYS = ("prompt_set", "threads", "device", "chunk_size")
+# Keys of the ``extract`` section that change neither Jacobians nor statistics (prompt shards
+# are merged into the same files as one job's).
+RUN_ONLY_KEYS = ("prompt_set", "threads", "device", "chunk_size", "prompts_per_shard")
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,16 @@ class MeasureConfig:
             raise ValueError(f"extract.token_prompts must be >= 0, got {self.token_prompts}")
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(f"extract.chunk_size must be >= 1 or null, got {self.chunk_size}")
+
+    def for_shard(self, first: int) -> MeasureConfig:
+        """The options for a shard whose first prompt is prompt ``first`` of the whole set: token
+        families and full spectra stay on the first ``token_prompts`` / ``spectra_prompts``
+        prompts of the whole set, so merged shards equal one job over every prompt.
+        """
+        spectra = None if self.spectra_prompts is None else max(0, self.spectra_prompts - first)
+        return replace(
+            self, token_prompts=max(0, self.token_prompts - first), spectra_prompts=spectra
+        )
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> MeasureConfig:

@@ -41,3 +41,6 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
             with open(log_path, "a") as log:
                 traceback.print_exc(file=log)
         sys.exit(1)
+    except Exception:  # a bug: the whole traceback, in the rule's log too
+        logging.exception("%s failed", snakemake.rule)
+        sys.exit(1)

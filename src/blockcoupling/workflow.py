@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from blockcoupling.combine import META_FIELDS
+from blockcoupling.models import LoadOptions
 from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig
 
 FINAL, RANDOM = "final", "random"
@@ -66,9 +67,13 @@ def _number(value: str | None) -> float | None:
     return float(value) if value not in ("", None) else None
 
 
+# Optional model-table columns that become load options (models.LoadOptions); empty: default.
+LOAD_COLUMNS = ("dtype", "quantization", "device_map")
+
+
 def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
     """Model entries from a TSV such as resources/paper_models.tsv (name, hub_id, metadata,
-    gpu_mem_gb); scores missing in the table stay missing.
+    gpu_mem_gb, and the load options of LOAD_COLUMNS); scores missing in the table stay missing.
     """
     entries = {}
     with open(path, newline="", encoding="utf-8") as handle:
@@ -85,6 +90,8 @@ def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
                     "pos_encoding": row.get("pos_encoding", ""),
                 }
                 gpu = int(float(row.get("gpu_mem_gb") or 16))
+                load = {key: row[key] for key in LOAD_COLUMNS if row.get(key)}
+                LoadOptions(**load)
             except (KeyError, TypeError, ValueError) as error:
                 raise ConfigError(f"model_table {path} line {line}: {error}") from None
             entries[row["name"]] = ModelEntry(
@@ -92,6 +99,7 @@ def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
                 source={"hub": row["hub_id"]},
                 steps=_default_steps(random_init),
                 meta=meta,
+                load=load,
                 resources={"gpu_mem_gb": gpu, "mem_mb": max(16000, gpu * 1500)},
             )
     return entries
@@ -174,6 +182,7 @@ class Plan:
     prompt_files: dict[str, str]  # prompt set -> resolved local file ('' for hub sets)
     selection: dict[str, Any]  # k, reading, variant, norm of statistics and figures
     token_model: str | None  # the model of the per-model figures
+    n_prompts: int = 0  # prompts of the extraction set (hub sets: the most they can hold)
 
     @property
     def prompt_set(self) -> str:
@@ -184,6 +193,24 @@ class Plan:
     def train_runs(self) -> dict[str, dict[str, Any]]:
         """Training runs: name -> TrainConfig fields."""
         return dict(self.config.get("train", {}).get("runs", {}))
+
+    def shards(self, model: str) -> list[tuple[int, int]]:
+        """``(first prompt, prompt count)`` of each extraction job of a model: one job over every
+        prompt, or consecutive shards of ``prompts_per_shard`` (the model's ``resources`` or
+        ``extract``), merged afterwards into the same files.
+        """
+        size = self.models[model].resources.get("prompts_per_shard") or self.config["extract"].get(
+            "prompts_per_shard"
+        )
+        if not size or size >= self.n_prompts:
+            return [(0, self.n_prompts)]
+        return [
+            (first, min(size, self.n_prompts - first)) for first in range(0, self.n_prompts, size)
+        ]
+
+    def sharded(self, sharded: bool) -> list[str]:
+        """The models extracted in several shards (``True``) or in one job (``False``)."""
+        return [name for name in self.models if (len(self.shards(name)) > 1) == sharded]
 
     def train_steps(self, run: str) -> list[int]:
         """The checkpoint steps of a training run."""
@@ -387,7 +414,8 @@ def check_config(config: dict[str, Any], basedir: str | Path = ".") -> Plan:
         ),
         "norm": _choice("stats", "norm", stats.get("norm"), list(metric.norms), "metrics.norms"),
     }
-    plan = Plan(config, models, prompt_files, selection, None)
+    n_prompts = _prompt_count(config, prompt_files)
+    plan = Plan(config, models, prompt_files, selection, None, n_prompts)
     token_model = config["figures"].get("token_model")
     cross = list(plan.cross_model)
     if token_model is not None and token_model not in cross:
@@ -396,8 +424,34 @@ def check_config(config: dict[str, Any], basedir: str | Path = ".") -> Plan:
             f"({', '.join(cross) or 'none'})"
         )
     return Plan(
-        config, models, prompt_files, selection, token_model or (cross[0] if cross else None)
+        config,
+        models,
+        prompt_files,
+        selection,
+        token_model or (cross[0] if cross else None),
+        n_prompts,
     )
+
+
+def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
+    """How many prompts the extraction set holds after sampling (a local file is read and
+    sampled here, so a bad file stops before any job; a hub set holds at most n_per_source per
+    source).
+    """
+    from blockcoupling import prompts
+
+    name = config["extract"]["prompt_set"]
+    n, seed = config["prompts"]["n_per_source"], config["prompts"]["seed"]
+    if not prompt_files[name]:
+        return n * len(config["prompts"]["sets"][name]["hub"])
+    try:
+        pool = prompts.load_prompt_file(prompt_files[name])
+    except ValueError as error:
+        raise ConfigError(f"prompts.sets.{name}.file: {error}") from None
+    count = len(prompts.sample_prompts(pool, n, seed))
+    if count == 0:
+        raise ConfigError(f"prompts.sets.{name}.file {prompt_files[name]!r} holds no prompts")
+    return count
 
 
 def _check_package(package: str, what: str) -> None:
