@@ -30,7 +30,7 @@ rule extract:
         **EXTRACT_RESOURCES,
     params:
         model=model_params,
-        extract=science_params(config["extract"]),
+        extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
         shard=None,
         code=script_hash("extract"),
     script:
@@ -60,7 +60,7 @@ rule extract_shard:
         **EXTRACT_RESOURCES,
     params:
         model=model_params,
-        extract=science_params(config["extract"]),
+        extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
         shard=lambda wildcards: (
             int(wildcards.shard),
             dict(PLAN.shards(wildcards.model))[int(wildcards.shard)],

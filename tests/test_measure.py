@@ -474,3 +474,16 @@ def test_merged_prompt_shards_equal_one_job_over_every_prompt(model) -> None:
         xr.testing.assert_identical(merged, dataset)
         for var in dataset.variables:
             assert merged[var].dtype == dataset[var].dtype, (name, var)
+
+
+def test_token_max_tokens_keeps_the_first_tokens_of_the_families(model, result) -> None:
+    """Causal: the families over the first 3 tokens are the corner of those over all 5."""
+    config = MeasureConfig(
+        k_max=K_MAX, token_layers=TOKEN_LAYERS, token_prompts=1, token_max_tokens=3
+    )
+    short = measure(model, CharTokenizer(), PROMPTS, config, progress=False)["tokens"]
+    assert short.sizes["token"] == 3 and int(short["n_tokens"][0]) == 3
+    corner = result["tokens"].isel(token=slice(0, 3), token_ref=slice(0, 3))
+    corner = corner.isel(token_in=slice(0, 3), token_out=slice(0, 3))
+    for name in ("singular_values", "self_diag", "fixed_in_corner", "fixed_out_diag"):
+        np.testing.assert_allclose(short[name], corner[name], rtol=1e-10, atol=1e-12)

@@ -248,13 +248,16 @@ def _replace(root: nn.Module, name: str, module: nn.Module) -> None:
     setattr(root.get_submodule(parent_name) if parent_name else root, child, module)
 
 
-def residual_function(call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
+def residual_function(
+    call: BlockCall, block: nn.Module | None = None
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """``f(x) = block(x) - x`` for ``x`` of shape ``(token, d)``, re-invoking the block with its
-    recorded arguments in the compute dtype on the block's own device (``compute_block``: a
-    float32 copy of this block alone when the model is in half precision or quantized).
+    recorded arguments in the compute dtype on the block's own device. ``block``: the module to
+    invoke, by default ``compute_block(call.block)`` (a float32 copy of this block alone when the
+    model is in half precision or quantized; pass one to reuse it across calls).
     """
     dtype = compute_dtype(call.block)
-    block = compute_block(call.block, dtype)
+    block = compute_block(call.block, dtype) if block is None else block
     device = block_device(call.block)
     args = _cast(call.args, dtype, device)
     kwargs = _cast(call.kwargs, dtype, device)

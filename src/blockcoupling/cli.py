@@ -2,6 +2,7 @@
 
 blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one model
 blockcoupling check-config FILE                          validate a config as the workflow does
+blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
 """
 
 from __future__ import annotations
@@ -79,6 +80,23 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the workflow's folder (schemas/, resources/); default: found from this package",
     )
+    plan = commands.add_parser(
+        "plan",
+        help="estimated GPU-hours, peak GPU memory and output size of a config's jobs",
+        description=(
+            "Cost of every extract and evaluate job of a workflow config: hours (all steps "
+            "and shards), hours of the longest job, peak device memory against the model's "
+            "gpu_mem_gb, output size, and the totals. Exits 1 when a GPU job does not fit "
+            "(the workflow refuses such a config before any job). Rates: see "
+            "blockcoupling.cost (CPU calibrated on a 2-core machine; GPU assumed)."
+        ),
+    )
+    plan.add_argument("--configfile", type=Path, required=True, metavar="FILE", help="config")
+    plan.add_argument(
+        "--gpu-tflops", type=float, default=None, help="achieved float32 TFLOP/s of your GPUs"
+    )
+    plan.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
+    plan.add_argument("--workflow-dir", type=Path, default=None, help="as for check-config")
     return parser
 
 
@@ -90,8 +108,8 @@ def _workflow_dir(given: Path | None) -> Path:
     raise ValueError("cannot find schemas/config.schema.yaml; give --workflow-dir")
 
 
-def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
-    """Validate a config file as the workflow does; return a one-paragraph summary."""
+def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool = True) -> Any:
+    """The workflow's ``Plan`` of a config file: schema defaults and every check applied."""
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
@@ -109,7 +127,12 @@ def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
     except WorkflowError as error:
         reason = [line for line in str(error).splitlines() if line.strip()]
         raise ValueError(f"{file}: {' '.join(reason[:3])}") from None
-    plan = check_config(config, folder)
+    return check_config(config, folder, check_memory)
+
+
+def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
+    """Validate a config file as the workflow does; return a one-paragraph summary."""
+    plan = load_plan(file, workflow_dir)
     jobs = sum(len(e.steps) for e in plan.models.values())
     return (
         f"{file}: ok. {len(plan.models)} models ({len(plan.cross_model)} cross-model, "
@@ -117,6 +140,50 @@ def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
         f"{len(plan.train_runs)} training runs, prompt set {plan.prompt_set!r}, statistics at "
         + ", ".join(f"{k}={v}" for k, v in plan.selection.items())
     )
+
+
+def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
+    """The cost table of a config's extract/evaluate jobs, and whether every GPU job fits."""
+    from dataclasses import replace
+
+    from blockcoupling import cost
+
+    plan = load_plan(args.configfile, args.workflow_dir, check_memory=False)
+    gpu = cost.GPU
+    if args.gpu_tflops:
+        gpu = replace(
+            gpu,
+            name=f"GPU, float32 ({args.gpu_tflops:g} TFLOP/s given)",
+            matmul=args.gpu_tflops * 1e12,
+        )
+    rows = cost.plan_costs(plan, gpu=gpu)
+    if args.csv:
+        import pandas as pd
+
+        frame = pd.DataFrame(
+            [
+                {
+                    "model": r.model,
+                    "rule": r.rule,
+                    "jobs": r.jobs,
+                    "device": "gpu" if r.on_gpu else "cpu",
+                    "hours": r.seconds / 3600,
+                    "hours_per_job": r.job_seconds / 3600,
+                    "peak_gb": r.peak_bytes / cost.GB,
+                    "gpu_mem_gb": r.declared_gb,
+                    "output_gb": r.output_bytes / cost.GB,
+                    "fits": r.fits,
+                }
+                for r in rows
+            ]
+        )
+        frame.to_csv(args.csv, index=False)
+    header = (
+        f"{args.configfile}: {len(plan.models)} models, {plan.n_prompts} prompts, "
+        f"max_tokens {plan.config['extract'].get('max_tokens')} (null counts as "
+        f"{cost.DEFAULT_TOKENS})"
+    )
+    return header + "\n" + cost.plan_table(rows, gpu=gpu), all(r.fits for r in rows if r.on_gpu)
 
 
 def measure_source(args: argparse.Namespace) -> str:
@@ -173,6 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             print(check_config_file(args.file, args.workflow_dir))
+        elif args.command == "plan":
+            report, fits = plan_report(args)
+            print(report)
+            return 0 if fits else 1
         else:
             print(measure_source(args))
     except (ValueError, OSError) as error:

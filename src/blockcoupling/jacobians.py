@@ -16,6 +16,7 @@ from torch import nn
 
 from blockcoupling.capture import (
     BlockCall,
+    compute_block,
     compute_dtype,
     record_calls,
     record_token_calls,
@@ -189,6 +190,17 @@ class JacobianEngine:
         self.n_tokens = int(self.full[0].input.shape[0])  # tokens as the blocks see them
         self._calls[self.n_tokens] = self.full
         self.fallbacks = 0  # diagonal Jacobians that had to take the full-sequence path
+        self._compute_block: tuple[nn.Module | None, nn.Module | None] = (None, None)
+
+    def _residual(self, call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``residual_function(call)`` with the compute copy of its block kept for the next
+        call on the same block (one copy alive at a time: a half-precision or quantized model
+        never holds more than one float32 block).
+        """
+        if self._compute_block[0] is not call.block:
+            self._compute_block = (None, None)  # free the previous copy first
+            self._compute_block = (call.block, compute_block(call.block, compute_dtype(call.block)))
+        return residual_function(call, self._compute_block[1])
 
     def calls_for(self, length: int) -> list[BlockCall]:
         """Recorded block calls of the prompt's first ``length`` tokens (a causal prefix of the
@@ -206,7 +218,7 @@ class JacobianEngine:
         length = t2 + 1 if self.causal and "input_ids" in self.inputs else self.n_tokens
         call = self.calls_for(length)[layer - 1]
         x = call.input.to(compute_dtype(call.block))
-        jac = output_token_jacobians(residual_function(call), x, t2, self.chunk_size)
+        jac = output_token_jacobians(self._residual(call), x, t2, self.chunk_size)
         return _finite(jac, layer, f"t2={t2}")
 
     def input_token(self, layer: int, t1: int) -> torch.Tensor:
@@ -215,7 +227,7 @@ class JacobianEngine:
         """
         call = self.full[layer - 1]
         x = call.input.to(compute_dtype(call.block))
-        jac = input_token_jacobians(residual_function(call), x, t1, self.chunk_size)
+        jac = input_token_jacobians(self._residual(call), x, t1, self.chunk_size)
         return _finite(jac, layer, f"t1={t1}", stacked="t2")
 
     def diagonal(self, layer: int, t: int) -> torch.Tensor:
@@ -251,11 +263,11 @@ class JacobianEngine:
             return None
         call, reference = calls[layer - 1], self.full[layer - 1]
         dtype = compute_dtype(call.block)
-        residual, x = residual_function(call), call.input.to(dtype)
+        residual, x = self._residual(call), call.input.to(dtype)
         try:
             with torch.no_grad():
                 value = residual(x)[0]
-                expected = residual_function(reference)(reference.input.to(dtype))[t]
+                expected = self._residual(reference)(reference.input.to(dtype))[t]
         except (RuntimeError, ValueError, TypeError):
             return None
         if (value - expected).norm() > _guard_tolerance(call.block) * max(

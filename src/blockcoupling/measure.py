@@ -153,7 +153,13 @@ def _depth(
     engine: JacobianEngine, t: int, config: MeasureConfig, n_layers: int, spectrum: bool
 ) -> DepthResult:
     """Statistics of every depth pair at token t; the full spectra when ``spectrum``."""
-    jac = torch.stack([engine.diagonal(layer, t) for layer in range(1, n_layers + 1)])
+    jac = None  # (layer, d, d), filled in place: L d^2 floats at the peak, never twice that
+    for layer in range(1, n_layers + 1):
+        one = engine.diagonal(layer, t)
+        if jac is None:
+            jac = one.new_empty((n_layers, *one.shape))
+        jac[layer - 1] = one
+        del one
     top = top_k(jac, config.k_max, config.svd)
     stats = [cross_stats(jac, *bases(top, variant)) for variant in config.variants]
     result = DepthResult(
@@ -199,7 +205,7 @@ def _token_families(
             result.s[layer][: t2 + 1, t2] = _np(tops[layer].s)
             diagonal[layer].append(tops[layer].pick(t2))
     for t1 in range(n):
-        jacs = {layer: engine.input_token(layer, t1)[t1:] for layer in layers}
+        jacs = {layer: engine.input_token(layer, t1)[t1:n] for layer in layers}
         _family_stats(jacs, config, result.families["fixed_in"], (t1, slice(t1, n)))
     stacked = {
         layer: SVD(*(torch.stack(parts) for parts in zip(*diagonal[layer]))) for layer in layers
@@ -286,6 +292,7 @@ def measure_inputs(
     token_results: list[TokenResult] = []
     trajectory_states: list[np.ndarray] = []
     lengths: list[int] = []
+    family_tokens: list[int] = []  # tokens of the token families (token_max_tokens at most)
     depth_positions: list[int] = []
     with eager_attention(model), matmul_precision(config.tf32):
         for i in track(
@@ -299,7 +306,10 @@ def measure_inputs(
             spectrum = config.spectra_prompts is None or i < config.spectra_prompts
             depth_results.append(_depth(engine, depth_positions[-1], config, n_layers, spectrum))
             if i < n_token_prompts:
-                token_results.append(_token_families(engine, token_layers, n, config))
+                family_tokens.append(min(n, config.token_max_tokens or n))
+                token_results.append(
+                    _token_families(engine, token_layers, family_tokens[-1], config)
+                )
     common = dict(attrs or {})
     common.update(measure_config=str(asdict(config)), k_max=config.k_max)
     prompt_coords = {
@@ -311,7 +321,12 @@ def measure_inputs(
         "depth": depth_dataset(depth_results, prompt_coords, depth_positions, config, common),
         "spectra": spectra_dataset(depth_results, prompt_coords, common),
         "tokens": tokens_dataset(
-            token_results, list(items[:n_token_prompts]), lengths, token_layers, config, common
+            token_results,
+            list(items[:n_token_prompts]),
+            family_tokens,
+            token_layers,
+            config,
+            common,
         ),
         "trajectories": trajectory_dataset(trajectory_states, prompt_coords, config, common),
     }

@@ -63,7 +63,9 @@ class MeasureConfig:
     store_factors: keep top-K_max U, V of the depth Jacobians; chunk_size: VJPs per vmap batch
     (None: all d at once; speed only); pca_components: of the trajectory projections; svd: how
     the top-K factors are computed; spectra_prompts: how many prompts (the first ones) get the
-    full singular-value spectrum of every depth Jacobian (None: all); tf32: allow TensorFloat-32
+    full singular-value spectrum of every depth Jacobian (None: all); token_max_tokens: the token
+    families cover the first this many tokens of a prompt (None: all; their cost grows as n^3);
+    tf32: allow TensorFloat-32
     matmuls on CUDA (off: Jacobians and SVDs in full float32).
     """
 
@@ -78,9 +80,12 @@ class MeasureConfig:
     pca_components: int = 2
     svd: SVDOptions = field(default_factory=SVDOptions)
     spectra_prompts: int | None = None
+    token_max_tokens: int | None = None
     tf32: bool = False
 
     def __post_init__(self) -> None:
+        if self.token_max_tokens is not None and self.token_max_tokens < 2:
+            raise ValueError(f"extract.token_max_tokens must be >= 2, got {self.token_max_tokens}")
         if self.spectra_prompts is not None and self.spectra_prompts < 0:
             raise ValueError(f"extract.spectra_prompts must be >= 0, got {self.spectra_prompts}")
         for variant in self.variants:

@@ -39,6 +39,7 @@ class ModelEntry:
     load: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
     revision_template: str = "step{step}"
+    token_families: bool = True  # False: depth-wise only (e.g. a long checkpoint suite)
 
     @property
     def is_checkpoint_suite(self) -> bool:
@@ -157,6 +158,7 @@ def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
             load=dict(spec.get("load", {})),
             resources=dict(spec.get("resources", {})),
             revision_template=spec.get("revision_template", "step{step}"),
+            token_families=spec.get("token_families", True),
         )
     return entries
 
@@ -193,6 +195,15 @@ class Plan:
     def train_runs(self) -> dict[str, dict[str, Any]]:
         """Training runs: name -> TrainConfig fields."""
         return dict(self.config.get("train", {}).get("runs", {}))
+
+    def extract_options(self, model: str) -> dict[str, Any]:
+        """The ``extract`` section as it applies to one model (``token_families: false``: no
+        token prompts).
+        """
+        section = dict(self.config["extract"])
+        if not self.models[model].token_families:
+            section["token_prompts"] = 0
+        return section
 
     def shards(self, model: str) -> list[tuple[int, int]]:
         """``(first prompt, prompt count)`` of each extraction job of a model: one job over every
@@ -356,11 +367,15 @@ def _choice(section: str, key: str, value: Any, allowed: list[Any], source: str)
     return chosen
 
 
-def check_config(config: dict[str, Any], basedir: str | Path = ".") -> Plan:
+def check_config(
+    config: dict[str, Any], basedir: str | Path = ".", check_memory: bool = True
+) -> Plan:
     """Check every cross-field constraint of a schema-validated config; return the Plan.
 
     ``basedir``: the workflow's folder (relative prompt files and the model table are also
-    looked up there). Raises ``ConfigError`` with one line naming the key and the fix.
+    looked up there). ``check_memory``: refuse a GPU job whose estimated peak memory
+    (``cost.check_fits``) exceeds its model's ``gpu_mem_gb``. Raises ``ConfigError`` with one
+    line naming the key and the fix.
     """
     from blockcoupling.metrics import MetricConfig
 
@@ -423,7 +438,7 @@ def check_config(config: dict[str, Any], basedir: str | Path = ".") -> Plan:
             f"figures.token_model {token_model!r} is not a cross-model model "
             f"({', '.join(cross) or 'none'})"
         )
-    return Plan(
+    plan = Plan(
         config,
         models,
         prompt_files,
@@ -431,6 +446,14 @@ def check_config(config: dict[str, Any], basedir: str | Path = ".") -> Plan:
         token_model or (cross[0] if cross else None),
         n_prompts,
     )
+    if check_memory:
+        from blockcoupling.cost import check_fits
+
+        try:
+            check_fits(plan)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+    return plan
 
 
 def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:

@@ -1,0 +1,310 @@
+"""A cost model of the workflow's GPU (or CPU) jobs: seconds, peak memory and output size.
+
+Torch-free: the workflow calls ``check_fits`` when it builds the DAG (a job that cannot fit its
+declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`` prints
+``plan_table``. Counts follow the extraction as written (``measure.py``):
+
+- depth-wise, per prompt and block: d VJPs through the block on one token with the prefix KV
+  cache (``JacobianEngine.diagonal``), each ~3 forward passes of one token (``2 P`` FLOPs for a
+  block of P parameters, plus ``4 n d`` for attention over n tokens); one top-K (or dense) SVD
+  of the layer stack; the coupling statistics of every layer pair (``L^2 d^2 K`` per variant);
+- token families, per token prompt and token block: d VJPs per output token on its prefix and
+  d JVPs per input token on the whole prompt (``~9 d P n^2`` FLOPs in all), n(n+1) SVDs, and
+  the statistics of every pair within a group (``~(4/3) n^3 d^2 K`` per layer pair and variant);
+- memory: the weights in their storage dtype, a float32 copy of one block, the Jacobians held at
+  once (``L d^2`` floats for depth, ``layers n d^2`` per token group) with their SVD workspace,
+  and the activations of one vmapped chunk of VJPs/JVPs.
+
+Rates: ``CPU`` was calibrated on this project's 2-core machine by ``bench/paper_scale.py``
+(see the README); ``GPU`` is an assumption (an H100 in IEEE float32, no TF32), not a
+measurement: no GPU was available where this was written. Scale them with ``--gpu-tflops``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GB = 1e9
+BYTES_PER_PARAM = {
+    "float64": 8,
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "4bit": 0.55,
+    "8bit": 1.05,
+}
+DEFAULT_TOKENS = 128  # assumed prompt length where extract.max_tokens is null
+ACTIVATION_FLOATS = 16  # floats of saved activations per token, per d, for one VJP/JVP sample
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Achieved throughputs of one kind of device.
+
+    matmul: FLOP/s of the batched VJP/JVP products and statistics; dense_svd: seconds per d^3 of
+    a dense SVD (U, S, V); svdvals: likewise for singular values only; topk: seconds per
+    ``d^2 (K + oversample)`` of a top-K SVD (block Krylov, a few iterations); overhead: seconds
+    per job (start, model load).
+    """
+
+    name: str
+    matmul: float
+    dense_svd: float
+    svdvals: float
+    topk: float
+    overhead: float
+
+
+CPU = Rates(
+    "CPU, 2 threads (calibrated)",
+    matmul=4.0e10,
+    dense_svd=52.0 / 4096**3,
+    svdvals=13.0 / 4096**3,
+    topk=0.3 / (4096**2 * 70),
+    overhead=20.0,
+)
+GPU = Rates(
+    "GPU, float32 (assumed: H100, 25 TFLOP/s achieved)",
+    matmul=25e12,
+    dense_svd=1.5 / 4096**3,
+    svdvals=0.5 / 4096**3,
+    topk=0.3 / (4096**2 * 70) / 100,
+    overhead=120.0,
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the cost depends on: layers, width, parameters, storage bytes per parameter."""
+
+    n_layers: int
+    d_model: int
+    params: float
+    bytes_per_param: float
+
+    @property
+    def block_params(self) -> float:
+        """Parameters of one block (at least the 12 d^2 of a standard block)."""
+        return max(12.0 * self.d_model**2, self.params / self.n_layers)
+
+
+@dataclass
+class JobCost:
+    """One rule's jobs for one model (all its steps and shards): total seconds, the longest
+    job's seconds, peak device memory, output bytes, and what the model declares.
+    """
+
+    model: str
+    rule: str
+    jobs: int
+    seconds: float
+    job_seconds: float
+    peak_bytes: float
+    output_bytes: float
+    declared_gb: float
+    runtime_min: float
+    on_gpu: bool
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the peak fits the declared device memory (none declared: assumed to fit)."""
+        return self.declared_gb <= 0 or self.peak_bytes <= self.declared_gb * GB
+
+    @property
+    def in_time(self) -> bool:
+        """Whether the longest job fits the declared runtime (none declared: assumed to)."""
+        return self.runtime_min <= 0 or self.job_seconds <= self.runtime_min * 60
+
+
+def shape_of(meta: dict[str, Any], load: dict[str, Any]) -> Shape | None:
+    """The Shape of a model from its metadata and load options (None without n_layers/d_model).
+    Parameters default to 13 d^2 L (blocks plus a little) where the table has none.
+    """
+    layers, d = meta.get("n_layers"), meta.get("d_model")
+    if not layers or not d:
+        return None
+    params = meta.get("params") or 13.0 * d * d * layers
+    storage = load.get("quantization") or load.get("dtype") or "float32"
+    return Shape(int(layers), int(d), float(params), BYTES_PER_PARAM[storage])
+
+
+def _dense(d: int, k: int, svd: dict[str, Any]) -> bool:
+    """Whether ``extract.svd`` takes the dense path at width d (``SVDOptions.uses_dense``)."""
+    from blockcoupling.options import SVDOptions
+
+    return SVDOptions(**svd).uses_dense(d, k)
+
+
+def _svd_seconds(d: int, count: float, k: int, svd: dict[str, Any], rates: Rates) -> float:
+    if _dense(d, k, svd):
+        return count * rates.dense_svd * d**3
+    return count * rates.topk * d**2 * (k + svd.get("oversample", 20))
+
+
+def extract_cost(shape: Shape, extract: dict[str, Any], n_prompts: int, rates: Rates) -> dict:
+    """Seconds (by part), peak bytes and output bytes of extracting ``n_prompts`` prompts."""
+    n = extract.get("max_tokens") or DEFAULT_TOKENS
+    n_family = min(n, extract.get("token_max_tokens") or n)
+    k = extract.get("k_max", 50)
+    variants = len(extract.get("variants", ["ujv", "vju"]))
+    layers_l, d, p = shape.n_layers, shape.d_model, shape.block_params
+    token_layers = len(set(extract.get("token_layers", [])))
+    token_prompts = min(extract.get("token_prompts", 0), n_prompts) if token_layers else 0
+    spectra = extract.get("spectra_prompts")
+    spectra_prompts = n_prompts if spectra is None else min(spectra, n_prompts)
+    svd = extract.get("svd", {})
+    chunk = extract.get("chunk_size") or d
+    vjp = 3.0 * (2.0 * p + 4.0 * n * d)  # one VJP of one token through a block
+    seconds = {
+        "depth jacobians": n_prompts * layers_l * (d * vjp + 2.0 * p * n) / rates.matmul,
+        "depth svd": _svd_seconds(d, n_prompts, k, svd, rates) * layers_l
+        + spectra_prompts * layers_l * rates.svdvals * d**3,
+        "depth statistics": n_prompts * variants * 2.0 * layers_l**2 * d**2 * k / rates.matmul,
+        "forward passes": n_prompts * 6.0 * shape.params * n / rates.matmul,
+    }
+    if token_prompts:
+        nf = n_family  # VJPs of each output token on its prefix, JVPs of each input token on
+        per_layer = 3.0 * d * p * nf**2 + 6.0 * d * p * nf * n + 6.0 * nf * d * p  # all n, self
+        seconds["token jacobians"] = token_prompts * token_layers * per_layer / rates.matmul
+        seconds["token svd"] = token_prompts * _svd_seconds(
+            d, token_layers * nf * (nf + 1), k, svd, rates
+        )
+        stats = (4.0 / 3.0) * nf**3 * d**2 * k * token_layers**2 * variants
+        seconds["token statistics"] = token_prompts * stats / rates.matmul
+    weights = shape.params * shape.bytes_per_param
+    block_copy = p * 4 if shape.bytes_per_param < 4 else 0  # the float32 copy of one block
+    held = 3.0 if _dense(d, k, svd) else 1.3  # Jacobians held, with a dense SVD's U and V
+    depth_held = held * layers_l * d * d * 4  # the stack (filled in place) and SVD workspace
+    depth_act = chunk * ACTIVATION_FLOATS * d * 4 * 2
+    token_held = held * token_layers * n_family * d * d * 4 if token_prompts else 0
+    token_act = chunk * n * ACTIVATION_FLOATS * d * 4 * 2 if token_prompts else 0
+    peak = weights + block_copy + max(depth_held + depth_act, token_held + token_act)
+    f64 = 8
+    output = (
+        n_prompts
+        * (
+            variants * layers_l**2 * k * 2 * f64  # depth diag and corner
+            + layers_l * k * f64  # top-K singular values
+            + (layers_l + 1) * n * 6 * f64  # trajectories
+        )
+        + spectra_prompts * layers_l * d * f64
+    )
+    if token_prompts:
+        output += token_prompts * (
+            variants * token_layers**2 * (n_family**2 + 2 * n_family**3) * k * 2 * f64
+            + token_layers * n_family**2 * k * f64
+        )
+    return {"seconds": seconds, "peak": peak, "output": output}
+
+
+def evaluate_cost(shape: Shape, tokens: float, rates: Rates) -> dict:
+    """Forward passes over ``tokens`` tokens (held-out text and answer choices)."""
+    peak = shape.params * shape.bytes_per_param + 4 * 2048 * shape.d_model * 64
+    return {"seconds": {"forward": 2.0 * shape.params * tokens / rates.matmul}, "peak": peak}
+
+
+def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
+    """The cost of every extract and evaluate job of a ``workflow.Plan`` (models without
+    ``n_layers``/``d_model`` in their metadata are left out).
+    """
+    rows = []
+    for name, entry in plan.models.items():
+        shape = shape_of(entry.meta, entry.load)
+        if shape is None:
+            continue
+        declared = float(entry.resources.get("gpu_mem_gb", 0))
+        device = entry.load.get("device", plan.config["extract"].get("device", "auto"))
+        on_gpu = declared > 0 or device.startswith("cuda")
+        rates = gpu if on_gpu else cpu
+        shards = plan.shards(name)
+        options = plan.extract_options(name)
+        job = extract_cost(shape, options, max(count for _, count in shards), rates)
+        total = extract_cost(shape, options, plan.n_prompts, rates)
+        steps = len(entry.steps)
+        runtime = float(entry.resources.get("runtime", 0))
+        rows.append(
+            JobCost(
+                name,
+                "extract",
+                steps * len(shards),
+                (sum(total["seconds"].values()) + rates.overhead * len(shards)) * steps,
+                sum(job["seconds"].values()) + rates.overhead,
+                job["peak"],
+                total["output"] * steps,
+                declared,
+                runtime,
+                on_gpu,
+                {part: value * steps for part, value in total["seconds"].items()},
+            )
+        )
+        if name in plan.evaluated(plan.models):
+            tokens = (
+                plan.config["evaluate"].get("heldout_chars", 20000) / 3.5 + plan.n_prompts * 200
+            )
+            cost = evaluate_cost(shape, tokens, rates)
+            seconds = sum(cost["seconds"].values()) + rates.overhead
+            rows.append(
+                JobCost(
+                    name,
+                    "evaluate",
+                    steps,
+                    seconds * steps,
+                    seconds,
+                    cost["peak"],
+                    0.0,
+                    declared,
+                    runtime,
+                    on_gpu,
+                )
+            )
+    return rows
+
+
+def check_fits(plan: Any) -> None:
+    """Raise ``ValueError`` naming the first model whose GPU job cannot fit its ``gpu_mem_gb``."""
+    for row in plan_costs(plan):
+        if row.on_gpu and not row.fits:
+            raise ValueError(
+                f"models.{row.model}: one {row.rule} job needs ~{row.peak_bytes / GB:.0f} GB of "
+                f"GPU memory, more than its gpu_mem_gb={row.declared_gb:.0f}; raise gpu_mem_gb, "
+                "quantize the model, or lower extract.chunk_size, max_tokens or token_layers "
+                "(blockcoupling plan shows the parts)"
+            )
+
+
+def plan_table(rows: list[JobCost], gpu: Rates = GPU, cpu: Rates = CPU) -> str:
+    """A fixed-width table of the jobs and the totals (GPU-hours, CPU-hours, output)."""
+    head = (
+        f"{'model':<26} {'rule':<8} {'jobs':>5} {'hours':>8} {'h/job':>6} {'peak GB':>8} "
+        f"{'declared':>8} {'output GB':>9}  device"
+    )
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        flags = ("" if row.fits else "  OVER gpu_mem_gb") + (
+            "" if row.in_time else "  OVER runtime: shard it (prompts_per_shard)"
+        )
+        lines.append(
+            f"{row.model:<26} {row.rule:<8} {row.jobs:>5} {row.seconds / 3600:>8.2f} "
+            f"{row.job_seconds / 3600:>6.2f} {row.peak_bytes / GB:>8.1f} {row.declared_gb:>8.0f} "
+            f"{row.output_bytes / GB:>9.2f}  {'GPU' if row.on_gpu else 'CPU'}{flags}"
+        )
+    parts: dict[str, float] = {}
+    for row in rows:
+        for part, value in row.parts.items():
+            parts[part] = parts.get(part, 0.0) + value
+    share = sum(parts.values()) or 1.0
+    lines += [
+        "-" * len(head),
+        f"total: {sum(r.seconds for r in rows if r.on_gpu) / 3600:.1f} GPU-hours, "
+        f"{sum(r.seconds for r in rows if not r.on_gpu) / 3600:.2f} CPU-hours, "
+        f"{sum(r.output_bytes for r in rows) / GB:.1f} GB of output",
+        "extraction time by part: "
+        + ", ".join(
+            f"{part} {100 * value / share:.0f}%"
+            for part, value in sorted(parts.items(), key=lambda kv: -kv[1])
+        ),
+        f"rates: {gpu.name}; {cpu.name}",
+    ]
+    return "\n".join(lines)
