@@ -218,3 +218,57 @@ def test_input_token_jacobians_equal_output_token_ones_and_the_fallback() -> Non
         torch.testing.assert_close(
             fallback.permute(1, 2, 0), engine.input_token(2, 3)[..., :3], rtol=1e-10, atol=1e-12
         )
+
+
+class OldStyleTanh(torch.autograd.Function):
+    """tanh with a hand-written backward and no ``setup_context`` (as BLOOM's GeLU):
+    ``torch.func`` refuses it, plain autograd (and double backward) accepts it."""
+
+    @staticmethod
+    def forward(ctx, x):  # noqa: ANN001, ANN205
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205
+        (y,) = ctx.saved_tensors
+        return grad * (1 - y * y)
+
+
+def test_blocks_that_torch_func_refuses_fall_back_to_autograd_loops() -> None:
+    """A token-mixing block whose nonlinearity is a custom autograd.Function: the VJP loop and the
+    double-backward JVPs equal the vmapped paths on the same block built from torch.tanh, and
+    each fallback is reported once per batch."""
+    from blockcoupling.jacobians import input_token_jacobians, output_token_jacobians
+
+    generator = torch.Generator().manual_seed(0)
+    mixing = torch.randn(N_TOKENS, N_TOKENS, generator=generator, dtype=torch.float64).tril()
+    weight = torch.randn(16, 16, generator=generator, dtype=torch.float64) / 4
+    x = torch.randn(N_TOKENS, 16, generator=generator, dtype=torch.float64)
+
+    def block(activation):  # noqa: ANN001, ANN202
+        return lambda h: activation((mixing @ h) @ weight.T)
+
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.vjp(block(OldStyleTanh.apply), x)
+    refused: list[str] = []
+    accepted: list[str] = []
+    for t in (0, 3, 5):
+        loop = output_token_jacobians(
+            block(OldStyleTanh.apply), x, t, on_fallback=lambda: refused.append("vjp")
+        )
+        vmapped = output_token_jacobians(
+            block(torch.tanh), x, t, on_fallback=lambda: accepted.append("vjp")
+        )
+        torch.testing.assert_close(loop, vmapped, rtol=1e-12, atol=1e-14)
+        assert torch.count_nonzero(loop[: t + 1]) > 0
+        columns = input_token_jacobians(
+            block(OldStyleTanh.apply), x, t, on_fallback=lambda: refused.append("jvp")
+        )
+        forward = input_token_jacobians(
+            block(torch.tanh), x, t, on_fallback=lambda: accepted.append("jvp")
+        )
+        torch.testing.assert_close(columns, forward, rtol=1e-12, atol=1e-14)
+    assert refused == ["vjp", "jvp"] * 3
+    assert accepted == []
