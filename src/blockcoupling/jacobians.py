@@ -16,6 +16,7 @@ from torch import nn
 
 from blockcoupling.capture import (
     BlockCall,
+    accepts_use_cache,
     compute_dtype,
     record_calls,
     record_token_calls,
@@ -253,11 +254,7 @@ class JacobianEngine:
         self, layer: int, t: int
     ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor] | None:
         """The single-token residual function and its input ``(1, d)``, if it passes the guard."""
-        if (
-            not self.causal
-            or "input_ids" not in self.inputs
-            or not hasattr(self.model.config, "use_cache")
-        ):
+        if not self.causal or "input_ids" not in self.inputs or not accepts_use_cache(self.model):
             return None
         if t not in self._token_calls:
             try:
