@@ -229,7 +229,7 @@ def float64_exact() -> Iterator[None]:
     OLMo's LayerNorm, GPT-Neo/GPT-J's attention, MPT's softmax, Mixtral's router) keep float64.
     Harness only: the library is untouched."""
     softmax = torch.nn.functional.softmax
-    patched = {name: name in vars(torch.Tensor) for name in ("to", "float")}
+    own = {name: name in vars(torch.Tensor) for name in ("to", "float")}  # else inherited
     to, to_float = torch.Tensor.to, torch.Tensor.float
 
     def softmax64(input, dim=None, _stacklevel=3, dtype=None):  # noqa: ANN001
@@ -253,7 +253,7 @@ def float64_exact() -> Iterator[None]:
     finally:
         torch.nn.functional.softmax = softmax
         for name, original in (("to", to), ("float", to_float)):
-            if patched[name]:
+            if own[name]:
                 setattr(torch.Tensor, name, original)
             else:
                 delattr(torch.Tensor, name)
