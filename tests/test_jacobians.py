@@ -4,30 +4,59 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import ARCHITECTURES, float64_exact
+from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, IMAGE_SIZE, float64_exact
 
 from blockcoupling.capture import record_calls, residual_function
 from blockcoupling.jacobians import JacobianEngine, Request
-from blockcoupling.models import blocks_of
+from blockcoupling.models import ADAPTERS, blocks_of
 
 N_TOKENS = 6
 IDS = torch.tensor([[5, 17, 3, 42, 8, 29]])
+PIXELS = torch.randn(
+    1, 3, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+)
+EVERY_ARCHITECTURE = sorted(ARCHITECTURES) + sorted(IMAGE_ARCHITECTURES)
+CAUSAL_TEXT = [arch for arch in sorted(ARCHITECTURES) if ADAPTERS[arch].causal]
+# Blocks that torch.func refuses, so the engine takes its plain autograd loops (and why).
+NEEDS_AUTOGRAD_LOOPS = {"bloom": "BloomGelu is a custom autograd.Function without setup_context"}
+
+
+def tiny(arch: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A tiny float64 model of ``arch`` and its batch-1 inputs (6 token ids or one image)."""
+    if arch in IMAGE_ARCHITECTURES:
+        return IMAGE_ARCHITECTURES[arch](), {"pixel_values": PIXELS}
+    return ARCHITECTURES[arch](), {"input_ids": IDS}
+
+
+def run_model(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> None:
+    """One forward pass without a KV cache."""
+    text_config = model.config.get_text_config()
+    with torch.no_grad():
+        if hasattr(text_config, "use_cache"):
+            model(**inputs, use_cache=False)
+        else:
+            model(**inputs)
 
 
 def fd_jacobian(
-    model: torch.nn.Module, layer: int, t1: int, t2: int, eps: float = 1e-5
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    layer: int,
+    t1: int,
+    t2: int,
+    eps: float = 1e-5,
 ) -> torch.Tensor:
     """Central differences of ``block(x)_t2 - x_t2`` w.r.t. ``x_t1``, perturbing the block's input
-    inside a full model forward with a hook (independent of the re-invocation path)."""
+    inside a full model forward on ``inputs`` with a hook (independent of the re-invocation
+    path)."""
     block = blocks_of(model)[layer - 1]
-    d = model.config.hidden_size
 
-    def residual_at(t: int, j: int, delta: float) -> torch.Tensor:
+    def residual_at(j: int, delta: float) -> torch.Tensor:
         seen: dict[str, torch.Tensor] = {}
 
         def pre(module, args, kwargs):  # noqa: ANN001
             hidden = (args[0] if args else kwargs["hidden_states"]).clone()
-            hidden[0, t, j] += delta
+            hidden[0, t1, j] += delta
             seen["in"] = hidden
             if args:
                 return (hidden, *args[1:]), kwargs
@@ -40,19 +69,23 @@ def fd_jacobian(
             block.register_forward_pre_hook(pre, with_kwargs=True),
             block.register_forward_hook(post, with_kwargs=True),
         ]
-        with torch.no_grad():
-            model(input_ids=IDS, use_cache=False)
-        for handle in handles:
-            handle.remove()
+        try:
+            run_model(model, inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
         return (seen["out"] - seen["in"])[0, t2]
 
-    columns = [(residual_at(t1, j, eps) - residual_at(t1, j, -eps)) / (2 * eps) for j in range(d)]
+    d = residual_at(0, 0.0).shape[0]
+    columns = [(residual_at(j, eps) - residual_at(j, -eps)) / (2 * eps) for j in range(d)]
     return torch.stack(columns, dim=1)
 
 
-def naive_jacobian(model: torch.nn.Module, layer: int, t1: int, t2: int) -> torch.Tensor:
+def naive_jacobian(
+    model: torch.nn.Module, inputs: dict[str, torch.Tensor], layer: int, t1: int, t2: int
+) -> torch.Tensor:
     """One autograd row at a time through the full-length re-invocation (no prefix, no vmap)."""
-    call = record_calls(model, input_ids=IDS)[layer - 1]
+    call = record_calls(model, **inputs)[layer - 1]
     f = residual_function(call)
     x = call.input.clone().requires_grad_(True)
     y = f(x)[t2]
@@ -64,30 +97,51 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def requests_for(engine: JacobianEngine) -> list[Request]:
+    """Diagonal and context Jacobians in every layer; input after output for encoders."""
+    last = engine.n_tokens - 1
+    wanted = [
+        Request(2, 4, 4),
+        Request(2, 1, 4),
+        Request(3, 0, last),
+        Request(1, last, last),
+        Request(1, 0, 0),
+    ]
+    if not engine.causal:
+        wanted.append(Request(2, 4, 1))
+    return wanted
+
+
+def outside_sliding_window(model: torch.nn.Module, request: Request) -> bool:
+    window = getattr(model.config.get_text_config(), "sliding_window", None)
+    return window is not None and request.t2 - request.t1 >= window
+
+
+@pytest.mark.parametrize("arch", EVERY_ARCHITECTURE)
 def test_every_jacobian_kind_matches_finite_differences(arch: str) -> None:
+    """Every architecture of the adapter table: batched VJPs (``jacobians``), JVPs
+    (``input_token``) and a naive autograd loop against central differences in float64."""
     with float64_exact():
-        model = ARCHITECTURES[arch]()
-        engine = JacobianEngine(model, {"input_ids": IDS})
-        wanted = [
-            Request(2, 4, 4),
-            Request(2, 1, 4),
-            Request(3, 0, 5),
-            Request(1, 5, 5),
-            Request(1, 0, 0),
-        ]
+        model, inputs = tiny(arch)
+        engine = JacobianEngine(model, inputs)
+        wanted = requests_for(engine)
         got = engine.jacobians(wanted)
         for request in wanted:
-            fd = fd_jacobian(model, request.layer, request.t1, request.t2)
+            fd = fd_jacobian(model, inputs, request.layer, request.t1, request.t2)
+            forward = engine.input_token(request.layer, request.t1)[request.t2]  # JVPs
+            if torch.count_nonzero(fd) == 0:  # a sliding-window mask: exactly zero, both ways
+                assert outside_sliding_window(model, request), f"{arch} {request}: J is 0"
+                assert torch.count_nonzero(got[request]) == torch.count_nonzero(forward) == 0
+                continue
             assert fd.norm() > 1e-3, f"{arch} {request}: reference Jacobian is ~0"
             assert relative_error(got[request], fd) < 1e-6, f"{arch} {request}"
-            naive = naive_jacobian(model, request.layer, request.t1, request.t2)
+            naive = naive_jacobian(model, inputs, request.layer, request.t1, request.t2)
             assert relative_error(got[request], naive) < 1e-10, f"{arch} {request}"
-            forward = engine.input_token(request.layer, request.t1)[request.t2]  # JVPs
             assert relative_error(forward, fd) < 1e-6, f"{arch} {request} (JVP)"
+        assert (engine.loop_fallbacks > 0) == (arch in NEEDS_AUTOGRAD_LOOPS), engine.loop_fallbacks
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("arch", CAUSAL_TEXT)
 def test_context_jacobians_are_nonzero_and_causal_prefix_only(arch: str) -> None:
     model = ARCHITECTURES[arch]()
     engine = JacobianEngine(model, {"input_ids": IDS})
@@ -113,7 +167,7 @@ def test_recording_with_a_kv_cache_would_be_wrong() -> None:
     assert captured["kwargs"].get("past_key_values") is not None
     calls = record_calls(model, input_ids=IDS)
     assert all(call.kwargs.get("past_key_values") is None for call in calls)
-    good = naive_jacobian(model, 2, 1, 4)
+    good = naive_jacobian(model, {"input_ids": IDS}, 2, 1, 4)
     block = blocks_of(model)[1]
     x = captured["args"][0][0].clone().requires_grad_(True)
     try:
@@ -168,16 +222,16 @@ def test_non_finite_jacobian_names_layer_and_tokens() -> None:
         engine.output_token(2, 3)
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("arch", CAUSAL_TEXT)
 def test_single_token_diagonal_path_matches_finite_differences(arch: str) -> None:
     """J_tt through a snapshot of the prefix KV cache equals the FD reference and the
     full-sequence path, and never falls back on these architectures."""
     with float64_exact():
-        model = ARCHITECTURES[arch]()
-        engine = JacobianEngine(model, {"input_ids": IDS})
+        model, inputs = tiny(arch)
+        engine = JacobianEngine(model, inputs)
         for layer, t in ((1, 5), (2, 3), (3, 0)):
             fast = engine.diagonal(layer, t)
-            assert relative_error(fast, fd_jacobian(model, layer, t, t)) < 1e-6, (
+            assert relative_error(fast, fd_jacobian(model, inputs, layer, t, t)) < 1e-6, (
                 f"{arch} layer {layer} t {t}"
             )
             assert relative_error(fast, engine.output_token(layer, t)[t]) < 1e-10
@@ -218,3 +272,57 @@ def test_input_token_jacobians_equal_output_token_ones_and_the_fallback() -> Non
         torch.testing.assert_close(
             fallback.permute(1, 2, 0), engine.input_token(2, 3)[..., :3], rtol=1e-10, atol=1e-12
         )
+
+
+class OldStyleTanh(torch.autograd.Function):
+    """tanh with a hand-written backward and no ``setup_context`` (as BLOOM's GeLU):
+    ``torch.func`` refuses it, plain autograd (and double backward) accepts it."""
+
+    @staticmethod
+    def forward(ctx, x):  # noqa: ANN001, ANN205
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205
+        (y,) = ctx.saved_tensors
+        return grad * (1 - y * y)
+
+
+def test_blocks_that_torch_func_refuses_fall_back_to_autograd_loops() -> None:
+    """A token-mixing block whose nonlinearity is a custom autograd.Function: the VJP loop and the
+    double-backward JVPs equal the vmapped paths on the same block built from torch.tanh, and
+    each fallback is reported once per batch."""
+    from blockcoupling.jacobians import input_token_jacobians, output_token_jacobians
+
+    generator = torch.Generator().manual_seed(0)
+    mixing = torch.randn(N_TOKENS, N_TOKENS, generator=generator, dtype=torch.float64).tril()
+    weight = torch.randn(16, 16, generator=generator, dtype=torch.float64) / 4
+    x = torch.randn(N_TOKENS, 16, generator=generator, dtype=torch.float64)
+
+    def block(activation):  # noqa: ANN001, ANN202
+        return lambda h: activation((mixing @ h) @ weight.T)
+
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.vjp(block(OldStyleTanh.apply), x)
+    refused: list[str] = []
+    accepted: list[str] = []
+    for t in (0, 3, 5):
+        loop = output_token_jacobians(
+            block(OldStyleTanh.apply), x, t, on_fallback=lambda: refused.append("vjp")
+        )
+        vmapped = output_token_jacobians(
+            block(torch.tanh), x, t, on_fallback=lambda: accepted.append("vjp")
+        )
+        torch.testing.assert_close(loop, vmapped, rtol=1e-12, atol=1e-14)
+        assert torch.count_nonzero(loop[: t + 1]) > 0
+        columns = input_token_jacobians(
+            block(OldStyleTanh.apply), x, t, on_fallback=lambda: refused.append("jvp")
+        )
+        forward = input_token_jacobians(
+            block(torch.tanh), x, t, on_fallback=lambda: accepted.append("jvp")
+        )
+        torch.testing.assert_close(columns, forward, rtol=1e-12, atol=1e-14)
+    assert refused == ["vjp", "jvp"] * 3
+    assert accepted == []

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from tiny_models import ARCHITECTURES, VOCAB
+from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, VOCAB
 
+from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.models import (
     ADAPTERS,
     LoadOptions,
@@ -20,6 +21,7 @@ from blockcoupling.models import (
     assemble_package_file,
     blocks_of,
     load_model,
+    load_random_twin,
     package_folder,
     parse_source,
     random_twin,
@@ -162,6 +164,22 @@ def test_load_local_folder(saved_folder: Path) -> None:
         assert model(input_ids=ids).logits.shape == (1, 6, VOCAB)
 
 
+def test_mixture_of_experts_loads_with_eager_experts(tmp_path: Path) -> None:
+    """grouped_mm (transformers' default experts kernel) has no float64 kernel and no vmap rule:
+    loads and twins get the eager experts, and their Jacobians exist in float64."""
+    model = ARCHITECTURES["mixtral"](dtype=torch.float32)
+    model.set_experts_implementation("grouped_mm")
+    model.save_pretrained(tmp_path)
+    word_tokenizer().save_pretrained(tmp_path)
+    source = parse_source({"path": str(tmp_path)})
+    loaded, _ = load_model(source, LoadOptions(dtype="float64"))
+    twin, _ = load_random_twin(source, seed=3, options=LoadOptions(dtype="float64"))
+    for network in (loaded, twin):
+        assert network.config._experts_implementation == "eager"
+        jac = JacobianEngine(network, {"input_ids": torch.tensor([[3, 4, 5]])}).output_token(1, 2)
+        assert jac.dtype == torch.float64 and torch.isfinite(jac).all()
+
+
 def test_load_options(saved_folder: Path) -> None:
     model, _ = load_model(parse_source({"path": str(saved_folder)}), LoadOptions(dtype="float64"))
     assert next(model.parameters()).dtype == torch.float64
@@ -234,13 +252,18 @@ def test_a_twin_is_built_in_its_storage_dtype_and_spread_with_device_map(tmp_pat
 # --- adapters -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_every_adapter_has_a_tiny_model() -> None:
+    """The finite-difference tests cover the whole adapter table."""
+    assert sorted({**ARCHITECTURES, **IMAGE_ARCHITECTURES}) == sorted(ADAPTERS)
+
+
+@pytest.mark.parametrize("arch", sorted({**ARCHITECTURES, **IMAGE_ARCHITECTURES}))
 def test_blocks_of_every_tiny_architecture(arch: str) -> None:
     for layers in (2, 3):
-        model = ARCHITECTURES[arch](layers=layers)
-        assert model.config.model_type in ADAPTERS
+        model = {**ARCHITECTURES, **IMAGE_ARCHITECTURES}[arch](layers=layers)
+        assert model.config.model_type == arch
         blocks = blocks_of(model)
-        assert len(blocks) == model.config.num_hidden_layers == layers
+        assert len(blocks) == model.config.get_text_config().num_hidden_layers == layers
         assert len({id(b) for b in blocks}) == layers
 
 

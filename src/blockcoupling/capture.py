@@ -117,7 +117,7 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
         with torch.no_grad():
             if cached:
                 model(**model_inputs, use_cache=True)
-            elif _accepts_use_cache(model):
+            elif accepts_use_cache(model):
                 model(**model_inputs, use_cache=False)
             else:
                 model(**model_inputs)
@@ -155,8 +155,13 @@ def _snapshot(value: Any) -> Any:
     return tree_map(lambda v: copy.deepcopy(v) if _is_cache(v) else v, value)
 
 
-def _accepts_use_cache(model: nn.Module) -> bool:
-    return hasattr(getattr(model, "config", None), "use_cache")
+def accepts_use_cache(model: nn.Module) -> bool:
+    """Whether the model takes ``use_cache`` (its text config has one: composite multimodal
+    configs keep it in their text config).
+    """
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return hasattr(text_config, "use_cache")
 
 
 def states(calls: list[BlockCall]) -> torch.Tensor:

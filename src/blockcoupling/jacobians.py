@@ -16,6 +16,7 @@ from torch import nn
 
 from blockcoupling.capture import (
     BlockCall,
+    accepts_use_cache,
     compute_block,
     compute_dtype,
     record_calls,
@@ -29,35 +30,55 @@ class NonFiniteJacobianError(FloatingPointError):
     """A Jacobian with NaN or inf entries."""
 
 
+def _one_hot_vectors(x: torch.Tensor, t: int) -> torch.Tensor:
+    """The d one-hot vectors of token ``t`` in the shape of ``x (token, d)``: ``(d, token, d)``."""
+    n, d = x.shape
+    vectors = torch.zeros(d, n, d, dtype=x.dtype, device=x.device)
+    vectors[:, t, :] = torch.eye(d, dtype=x.dtype, device=x.device)
+    return vectors
+
+
 def output_token_jacobians(
     residual: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
     t2: int,
     chunk_size: int | None = None,
+    on_fallback: Callable[[], None] | None = None,
 ) -> torch.Tensor:
     """All ``J_{t1 t2}`` for one output token: ``(token, d_out, d_in)`` (t1 = 0..n-1 of ``x``).
 
     ``x``: the block input ``(token, d)``; ``residual``: ``f(x) = block(x) - x``. Uses one
     ``torch.func.vjp`` and ``vmap`` over the d one-hot cotangents of token t2, ``chunk_size`` of
-    them at a time (None: all at once).
+    them at a time (None: all at once). Blocks that ``torch.func`` refuses (a custom
+    ``autograd.Function`` without ``setup_context``, such as BLOOM's GeLU) fall back to a plain
+    loop of d ``torch.autograd.grad`` VJPs; ``on_fallback`` is called when that happens.
     """
-    n, d = x.shape
-    with torch.no_grad():  # torch.func still differentiates w.r.t. x; no graph w.r.t. the weights
-        return _output_token_jacobians(residual, x, t2, chunk_size)
+    cotangents = _one_hot_vectors(x, t2)
+    try:
+        with torch.no_grad():  # torch.func differentiates w.r.t. x; no graph w.r.t. the weights
+            _, vjp_fn = torch.func.vjp(residual, x)
+            (rows,) = torch.func.vmap(vjp_fn, chunk_size=chunk_size)(cotangents)
+    except (RuntimeError, NotImplementedError):
+        if on_fallback is not None:
+            on_fallback()
+        rows = _products_by_backward(residual, x, cotangents)
+    return rows.permute(1, 0, 2)  # (d_out, token, d_in) -> (token, d_out, d_in)
 
 
-def _output_token_jacobians(
-    residual: Callable[[torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    t2: int,
-    chunk_size: int | None,
+def _products_by_backward(
+    residual: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, cotangents: torch.Tensor
 ) -> torch.Tensor:
-    n, d = x.shape
-    _, vjp_fn = torch.func.vjp(residual, x)
-    cotangents = torch.zeros(d, n, d, dtype=x.dtype, device=x.device)
-    cotangents[:, t2, :] = torch.eye(d, dtype=x.dtype, device=x.device)
-    (rows,) = torch.func.vmap(vjp_fn, chunk_size=chunk_size)(cotangents)  # (d_out, token, d_in)
-    return rows.permute(1, 0, 2)
+    """``J^T u`` for each cotangent ``u`` of ``cotangents (m, token, d)``, one backward pass
+    each: ``(m, token, d)``.
+    """
+    with torch.enable_grad():
+        inputs = x.detach().requires_grad_(True)
+        output = residual(inputs)
+        rows = [
+            torch.autograd.grad(output, inputs, cotangent, retain_graph=True)[0]
+            for cotangent in cotangents
+        ]
+    return torch.stack(rows).detach()
 
 
 def input_token_jacobians(
@@ -65,17 +86,16 @@ def input_token_jacobians(
     x: torch.Tensor,
     t1: int,
     chunk_size: int | None = None,
+    on_fallback: Callable[[], None] | None = None,
 ) -> torch.Tensor:
     """All ``J_{t1 t2}`` for one input token: ``(token, d_out, d_in)`` (t2 = 0..n-1 of ``x``).
 
     One batch of d Jacobian-vector products with one-hot tangents at token t1 (forward mode,
     ``chunk_size`` at a time): each gives a column of ``J_{t1 t2}`` for every output token t2.
     """
-    n, d = x.shape
-    tangents = torch.zeros(d, n, d, dtype=x.dtype, device=x.device)
-    tangents[:, t1, :] = torch.eye(d, dtype=x.dtype, device=x.device)
-    columns = input_token_products(residual, x, tangents, chunk_size)  # (d_in, token, d_out)
-    return columns.permute(1, 2, 0)
+    tangents = _one_hot_vectors(x, t1)
+    columns = input_token_products(residual, x, tangents, chunk_size, on_fallback)
+    return columns.permute(1, 2, 0)  # (d_in, token, d_out) -> (token, d_out, d_in)
 
 
 def input_token_products(
@@ -83,13 +103,15 @@ def input_token_products(
     x: torch.Tensor,
     tangents: torch.Tensor,
     chunk_size: int | None = None,
+    on_fallback: Callable[[], None] | None = None,
 ) -> torch.Tensor:
     """Jacobian-vector products ``J v`` of ``residual`` at ``x (token, d)`` for every tangent of
     ``tangents (m, token, d)``: ``(m, token, d)``.
 
     Forward mode (``torch.func.jvp``, vmapped ``chunk_size`` tangents at a time). Blocks whose
-    functions have no forward rule fall back to the double-backward identity
-    ``J v = d/du <J^T u, v>``.
+    functions have no forward rule, or that ``torch.func`` refuses, fall back to the
+    double-backward identity ``J v = d/du <J^T u, v>``; ``on_fallback`` is called when that
+    happens.
     """
     try:
         with torch.no_grad():
@@ -97,6 +119,8 @@ def input_token_products(
                 lambda v: torch.func.jvp(residual, (x,), (v,))[1], chunk_size=chunk_size
             )(tangents)
     except (RuntimeError, NotImplementedError):
+        if on_fallback is not None:
+            on_fallback()
         return _products_by_double_backward(residual, x, tangents)
 
 
@@ -190,7 +214,11 @@ class JacobianEngine:
         self.n_tokens = int(self.full[0].input.shape[0])  # tokens as the blocks see them
         self._calls[self.n_tokens] = self.full
         self.fallbacks = 0  # diagonal Jacobians that had to take the full-sequence path
+        self.loop_fallbacks = 0  # VJP/JVP batches torch.func refused: plain autograd loops
         self._compute_block: tuple[nn.Module | None, nn.Module | None] = (None, None)
+
+    def _count_loop_fallback(self) -> None:
+        self.loop_fallbacks += 1
 
     def _residual(self, call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
         """``residual_function(call)`` with the compute copy of its block kept for the next
@@ -218,7 +246,9 @@ class JacobianEngine:
         length = t2 + 1 if self.causal and "input_ids" in self.inputs else self.n_tokens
         call = self.calls_for(length)[layer - 1]
         x = call.input.to(compute_dtype(call.block))
-        jac = output_token_jacobians(self._residual(call), x, t2, self.chunk_size)
+        jac = output_token_jacobians(
+            self._residual(call), x, t2, self.chunk_size, self._count_loop_fallback
+        )
         return _finite(jac, layer, f"t2={t2}")
 
     def input_token(self, layer: int, t1: int) -> torch.Tensor:
@@ -227,7 +257,9 @@ class JacobianEngine:
         """
         call = self.full[layer - 1]
         x = call.input.to(compute_dtype(call.block))
-        jac = input_token_jacobians(self._residual(call), x, t1, self.chunk_size)
+        jac = input_token_jacobians(
+            self._residual(call), x, t1, self.chunk_size, self._count_loop_fallback
+        )
         return _finite(jac, layer, f"t1={t1}", stacked="t2")
 
     def diagonal(self, layer: int, t: int) -> torch.Tensor:
@@ -240,18 +272,14 @@ class JacobianEngine:
             self.fallbacks += 1
             return self.output_token(layer, t)[t]
         residual, x = checked
-        jac = output_token_jacobians(residual, x, 0, self.chunk_size)
+        jac = output_token_jacobians(residual, x, 0, self.chunk_size, self._count_loop_fallback)
         return _finite(jac, layer, f"t2={t}", first=t)[0]
 
     def _token_call(
         self, layer: int, t: int
     ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor] | None:
         """The single-token residual function and its input ``(1, d)``, if it passes the guard."""
-        if (
-            not self.causal
-            or "input_ids" not in self.inputs
-            or not hasattr(self.model.config, "use_cache")
-        ):
+        if not self.causal or "input_ids" not in self.inputs or not accepts_use_cache(self.model):
             return None
         if t not in self._token_calls:
             try:

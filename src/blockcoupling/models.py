@@ -37,7 +37,9 @@ class Adapter:
     causal: bool = True
 
 
-# The one adapter table. Keys are ``config.model_type``.
+# The one adapter table. Keys are ``config.model_type``; paths as the pinned transformers (5.23)
+# lays the modules out (ViT and DeiT keep their blocks in ``layers``, no ``encoder``). Every entry
+# is checked against finite differences on a tiny random model (tests/test_jacobians.py).
 ADAPTERS: dict[str, Adapter] = {
     "llama": Adapter("layers"),
     "mistral": Adapter("layers"),
@@ -47,7 +49,7 @@ ADAPTERS: dict[str, Adapter] = {
     "gemma": Adapter("layers"),
     "gemma2": Adapter("layers"),
     "gemma3_text": Adapter("layers"),
-    "gemma3": Adapter("language_model.layers"),
+    "gemma3": Adapter("language_model.layers"),  # text prompts: image tokens attend both ways
     "olmo": Adapter("layers"),
     "olmo2": Adapter("layers"),
     "phi": Adapter("layers"),
@@ -63,8 +65,8 @@ ADAPTERS: dict[str, Adapter] = {
     "opt": Adapter("decoder.layers"),
     "bert": Adapter("encoder.layer", causal=False),
     "roberta": Adapter("encoder.layer", causal=False),
-    "vit": Adapter("encoder.layer", causal=False),
-    "deit": Adapter("encoder.layer", causal=False),
+    "vit": Adapter("layers", causal=False),
+    "deit": Adapter("layers", causal=False),
 }
 
 
@@ -330,7 +332,8 @@ def _quantization_config(options: LoadOptions) -> Any:
 
 def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tuple[nn.Module, Any]:
     """Load ``(model, tokenizer)`` in eval mode with eager attention (needed for batched VJPs and
-    forward-mode AD; sdpa has neither on CPU). The tokenizer is None for non-text models.
+    forward-mode AD; sdpa has neither on CPU) and eager mixture-of-experts layers (grouped_mm has
+    no float64 kernel and no vmap rule). The tokenizer is None for non-text models.
     """
     where = resolve(source)
     kwargs = _pretrained_kwargs(where, options)
@@ -394,6 +397,7 @@ def load_random_twin(
 def _pretrained_kwargs(where: Resolved, options: LoadOptions) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "attn_implementation": "eager",
+        "experts_implementation": "eager",
         "dtype": torch_dtype(options.dtype),
         **options.extra,
     }
@@ -425,7 +429,9 @@ def _seeded_init(
     device = torch.device(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
         torch.manual_seed(seed)
-        model = cls._from_config(config, dtype=dtype, attn_implementation="eager")
+        model = cls._from_config(
+            config, dtype=dtype, attn_implementation="eager", experts_implementation="eager"
+        )
     return model.eval()
 
 

@@ -1,0 +1,104 @@
+"""The cost planner: how estimates scale, the memory refusal before any job, the CLI."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from blockcoupling import cli, cost
+from blockcoupling import workflow as wf
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
+SHAPE = cost.Shape(n_layers=32, d_model=4096, params=7e9, bytes_per_param=2)
+EXTRACT = {
+    "max_tokens": 64,
+    "k_max": 50,
+    "variants": ["ujv", "vju"],
+    "token_layers": [],
+    "spectra_prompts": 0,
+    "chunk_size": 256,
+}
+
+
+def paper(**extract) -> dict:
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    config["extract"].update(extract)
+    validate(config, SCHEMA)
+    return config
+
+
+def test_extraction_time_is_linear_in_prompts_and_token_families_cubic_in_tokens() -> None:
+    one = cost.extract_cost(SHAPE, EXTRACT, 10, cost.GPU)
+    two = cost.extract_cost(SHAPE, EXTRACT, 20, cost.GPU)
+    for part, seconds in one["seconds"].items():
+        assert two["seconds"][part] == pytest.approx(2 * seconds, rel=1e-9), part
+    tokens = {**EXTRACT, "token_layers": [-1], "token_prompts": 1}
+    short = cost.extract_cost(SHAPE, {**tokens, "token_max_tokens": 16}, 1, cost.GPU)
+    long = cost.extract_cost(SHAPE, {**tokens, "token_max_tokens": 32}, 1, cost.GPU)
+    assert long["seconds"]["token statistics"] == pytest.approx(
+        8 * short["seconds"]["token statistics"]
+    )
+    assert long["output"] > 7 * short["output"] - 8 * one["output"]
+
+
+def test_top_k_svd_is_cheaper_than_dense_at_paper_width() -> None:
+    dense = cost.extract_cost(SHAPE, {**EXTRACT, "svd": {"method": "dense"}}, 100, cost.CPU)
+    topk = cost.extract_cost(SHAPE, {**EXTRACT, "svd": {"method": "topk"}}, 100, cost.CPU)
+    assert topk["seconds"]["depth svd"] < dense["seconds"]["depth svd"] / 10
+    # the memory of a dense SVD's U and V is not needed either
+    assert topk["peak"] < dense["peak"]
+
+
+def test_peak_memory_holds_the_weights_one_block_copy_and_the_depth_stack() -> None:
+    peak = cost.extract_cost(SHAPE, {**EXTRACT, "svd": {"method": "topk"}}, 1, cost.GPU)["peak"]
+    weights = SHAPE.params * 2
+    stack = SHAPE.n_layers * SHAPE.d_model**2 * 4
+    assert weights + stack < peak < weights + stack + SHAPE.block_params * 4 + 2e9
+
+
+def test_shards_shorten_the_longest_job_not_the_total() -> None:
+    def costs(**extract) -> dict[str, cost.JobCost]:
+        plan = wf.check_config(paper(**extract), REPO, check_memory=False)
+        return {r.model: r for r in cost.plan_costs(plan)}
+
+    whole, split = costs(prompts_per_shard=None), costs(prompts_per_shard=100)
+    row, part = whole["llama-3-8b"], split["llama-3-8b"]
+    assert part.jobs == 12 * row.jobs
+    assert part.seconds == pytest.approx(row.seconds, rel=0.05)  # plus per-job overheads
+    # the first shard carries every token family (they live on the first prompts)
+    assert part.job_seconds > 0.5 * row.job_seconds
+    depth_only = costs(prompts_per_shard=100, token_prompts=0)["llama-3-8b"]
+    one_job = costs(prompts_per_shard=None, token_prompts=0)["llama-3-8b"]
+    assert depth_only.job_seconds < one_job.job_seconds / 10
+
+
+def test_a_job_over_its_gpu_memory_is_refused_before_any_job() -> None:
+    config = paper()
+    config["models"]["pythia-12b-steps"]["resources"]["gpu_mem_gb"] = 16
+    with pytest.raises(wf.ConfigError, match=r"models.pythia-12b-steps: one extract job needs"):
+        wf.check_config(copy.deepcopy(config), REPO)
+    plan = wf.check_config(config, REPO, check_memory=False)  # the planner still reports it
+    row = next(r for r in cost.plan_costs(plan) if r.model == "pythia-12b-steps")
+    assert not row.fits and "OVER gpu_mem_gb" in cost.plan_table([row])
+
+
+def test_cli_plan_prints_the_totals_and_fails_when_a_job_does_not_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert cli.main(["plan", "--configfile", str(REPO / "config" / "paper.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "GPU-hours" in out and "llama-3-70b" in out and "pythia-12b-steps" in out
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    config["models"]["pythia-12b-steps"]["resources"]["gpu_mem_gb"] = 16
+    config["model_table"] = str(REPO / config["model_table"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    csv = tmp_path / "plan.csv"
+    assert cli.main(["plan", "--configfile", str(bad), "--csv", str(csv)]) == 1
+    assert "OVER gpu_mem_gb" in capsys.readouterr().out
+    assert "pythia-12b-steps" in csv.read_text()
