@@ -36,6 +36,7 @@ if PLAN.checkpoint_models:
         output:
             table="results/stats/checkpoint_table.csv",
             correlations="results/stats/checkpoint_correlations.csv",
+            emergence="results/stats/checkpoint_emergence.csv",
         log:
             "logs/stats/checkpoints.log",
         benchmark:
@@ -50,6 +51,8 @@ if PLAN.checkpoint_models:
                 for name, entry in PLAN.checkpoint_models.items()
                 if entry.is_trained_here
             },
+            n_boot=config["stats"]["n_boot"],
+            seed=config["stats"]["seed"],
             code=script_hash("stats_checkpoints"),
         script:
             "../scripts/stats_checkpoints.py"

@@ -14,12 +14,13 @@ def main(sm):
         coupling, k=k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
     )
     table = stats.model_table(per_model, evaluation, score=sm.params.score)
+    subsets = stats.table_subsets(table)  # all, base, and each family (e.g. the training grid)
     frames = {
         "summary": table,
-        "correlations": stats.correlations(table),
-        "ols": stats.ols_fits(table),
-        "partial": stats.partial_correlation(table),
-        "k_sweep": stats.k_sweep(coupling, table, **at),
+        "correlations": stats.with_holm(stats.correlations(table, subsets=subsets)),
+        "ols": stats.ols_fits(table, subsets=subsets),
+        "partial": stats.with_holm(stats.partial_correlation(table, subsets=subsets)),
+        "k_sweep": stats.k_sweep(coupling, table, subsets=subsets, **at),
     }
     for name, frame in frames.items():
         stats.write_table(frame, sm.output[name])

@@ -1,4 +1,5 @@
-"""Rule stats_checkpoints: coupling, LSS, expodistance and validation loss per checkpoint."""
+"""Rule stats_checkpoints: coupling (with CIs), LSS, expodistance and validation loss per
+checkpoint; their correlations as repeated measures; the shape of each emergence curve."""
 
 import pandas as pd
 
@@ -22,9 +23,12 @@ def main(sm):
         history,
         read_netcdf(sm.input.trajectories),
         **sm.params.selection,
+        n_boot=sm.params.n_boot,
+        seed=sm.params.seed,
     )
     stats.write_table(table, sm.output.table)
     stats.write_table(stats.checkpoint_correlations(table), sm.output.correlations)
+    stats.write_table(stats.emergence_summary(table), sm.output.emergence)
 
 
 run_script(snakemake, main)

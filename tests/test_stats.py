@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
 
@@ -324,27 +325,80 @@ def make_checkpoints() -> tuple[xr.Dataset, pd.DataFrame, xr.Dataset]:
 
 def test_checkpoint_table_and_correlations():
     ds, history, traj = make_checkpoints()
-    table = stats.checkpoint_table(ds, history, traj)
+    table = stats.checkpoint_table(ds, history, traj, n_boot=200)
     assert len(table) == 6 and list(table["step"][:3]) == [0, 10, 100]
     got = row(table, model="m1", step=10)
-    expect = (
-        ds["coupling"]
-        .sel(model="m1", step=10, reading="authors", variant="ujv", norm="p", k=10)
-        .mean()
-    )
-    assert got["coupling"] == pytest.approx(float(expect))
-    assert got["adjacent_coupling"] == pytest.approx(float(expect) / 2)
+    cell = ds["coupling"].sel(model="m1", step=10, reading="authors", variant="ujv", norm="p", k=10)
+    assert got["coupling"] == pytest.approx(float(cell.mean()))
+    assert got["coupling_low"] < got["coupling"] < got["coupling_high"]
+    assert got["adjacent_coupling"] == pytest.approx(float(cell.mean()) / 2)
     assert got["lss"] == pytest.approx(float(traj["lss"].sel(model="m1", step=10).mean()))
-    assert got["neg_val_loss"] == -5.0
+    assert got["neg_val_loss"] == -5.0 and got["group"] == "m1" and got["n_prompts"] == 4
     assert np.isnan(row(table, model="m1", step=0)["val_loss"])
     corr = stats.checkpoint_correlations(table, methods=("pearson",))
-    pooled = row(corr, subset="all", predictor="coupling")
-    keep = table.dropna(subset=["val_loss"])
-    assert pooled["n"] == 5
-    assert pooled["r"] == pytest.approx(
-        np.corrcoef(keep["coupling"], -keep["val_loss"])[0, 1], abs=1e-12
-    )
+    assert set(corr["design"]) == {
+        "within run",
+        "runs combined (Fisher z)",
+        "mixed model (run as group)",
+    }
     assert row(corr, subset="m0", predictor="coupling")["reason"] == "n=3 < 4"
+    assert "all" not in set(corr["subset"])  # never one pooled correlation of all checkpoints
+    finite = corr.dropna(subset=["p"])
+    assert (finite["p_holm"] >= finite["p"] - 1e-15).all()
+
+
+def test_mixed_slope_recovers_the_within_group_slope():
+    """Groups with very different intercepts and a common slope: the MixedLM slope equals the
+    fixed-effects (group dummies) OLS slope, while a pooled fit is far off."""
+    rng = np.random.default_rng(1)
+    groups = np.repeat(np.arange(6), 8)
+    x = rng.normal(size=groups.size) + 3 * groups  # x drifts with the group...
+    y = 0.5 * x - 4.0 * groups + rng.normal(scale=0.1, size=groups.size)  # ...intercepts fall
+    data = pd.DataFrame({"x": x, "y": y, "g": groups})
+    got = stats.mixed_slope(data, "y", "x", "g")
+    dummies = pd.get_dummies(data["g"], prefix="g", dtype=float)
+    fixed = sm.OLS(data["y"], pd.concat([data[["x"]], dummies], axis=1)).fit()
+    per_sd = fixed.params["x"] * data["x"].std(ddof=1)
+    assert got["coef"] == pytest.approx(per_sd, rel=2e-2)
+    assert got["ci_low"] < got["coef"] < got["ci_high"] and got["n_groups"] == 6
+    pooled = np.polyfit(data["x"], data["y"], 1)[0] * data["x"].std(ddof=1)
+    assert abs(pooled - per_sd) > 0.5 * abs(per_sd)
+    assert "too few" in stats.mixed_slope(data[data["g"] == 0], "y", "x", "g")["reason"]
+
+
+def test_combined_correlation_and_holm_by_hand():
+    runs = pd.DataFrame({"r": [0.5, 0.8, np.nan], "n": [7, 13, 3]})
+    got = stats.combined_correlation(runs)
+    z = (4 * np.arctanh(0.5) + 10 * np.arctanh(0.8)) / 14
+    assert got["r"] == pytest.approx(np.tanh(z)) and got["n_groups"] == 2 and got["n"] == 20
+    assert got["ci_low"] == pytest.approx(np.tanh(z - 1.959963984540054 / np.sqrt(14)))
+    assert got["p"] == pytest.approx(2 * sps_norm_sf(z * np.sqrt(14)))
+    p = np.array([0.01, 0.04, np.nan, 0.03])
+    np.testing.assert_allclose(stats.holm(p), [0.03, 0.06, np.nan, 0.06])
+
+
+def sps_norm_sf(x: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.sf(x))
+
+
+def test_emergence_summary_reads_the_shape_of_each_curve():
+    table = pd.DataFrame(
+        {
+            "model": ["a"] * 4 + ["b"] * 4,
+            "group": ["g"] * 8,
+            "step": [0, 10, 100, 400] * 2,
+            "coupling": [-1.0, -0.5, -0.7, -0.8, -1.0, -0.9, -0.8, -0.6],
+            "coupling_low": [np.nan, -0.55, np.nan, np.nan, np.nan, np.nan, np.nan, -0.65],
+            "coupling_high": [np.nan, -0.45, np.nan, np.nan, np.nan, np.nan, np.nan, -0.55],
+        }
+    )
+    out = stats.emergence_summary(table).set_index("model")
+    assert out.loc["a", "peak_step"] == 10 and out.loc["a", "rise"] == pytest.approx(0.5)
+    assert out.loc["a", "decline"] == pytest.approx(0.3)
+    assert out.loc["a", "shape"] == "rise, peak, decline"
+    assert out.loc["b", "peak_step"] == 400 and out.loc["b", "shape"] == "rise"
 
 
 def test_checkpoint_table_drops_steps_a_model_never_had():
@@ -352,7 +406,7 @@ def test_checkpoint_table_drops_steps_a_model_never_had():
     ds, history, traj = make_checkpoints()
     for name in ("coupling", "adjacent_coupling"):
         ds[name] = ds[name].where(~((ds["model"] == "m1") & (ds["step"] == 0)))
-    table = stats.checkpoint_table(ds, history, traj)
+    table = stats.checkpoint_table(ds, history, traj, n_boot=50)
     assert len(table) == 5
     assert [(m, s) for m, s in zip(table["model"], table["step"])] == [
         ("m0", 0),

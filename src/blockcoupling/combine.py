@@ -17,6 +17,7 @@ META_FIELDS = (
     "base",
     "family",
     "pos_encoding",
+    "group",  # models that differ only by seed share a group (train.grids)
 )
 TRAINED_INITS = {"final": "trained", "random": "random"}
 

@@ -21,7 +21,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
 from blockcoupling.io import read_netcdf
-from blockcoupling.stats import correlate, require_columns, select
+from blockcoupling.stats import correlate, mixed_slope, require_columns, select
 
 matplotlib.use("Agg")
 
@@ -635,7 +635,9 @@ def _model_order(table: pd.DataFrame) -> list[str]:
 
 
 def _lines_vs_step(table: pd.DataFrame, columns: Sequence[str], path: str | Path) -> list[Path]:
-    """One panel per column: value vs step (symlog x), one line per model (ordered by size)."""
+    """One panel per column: value vs step (symlog x), one line per model (ordered by size),
+    with a band where the table has the column's bootstrap CI (``*_low``, ``*_high``).
+    """
     require_columns(table, ["model", "step", *columns])
     order = _model_order(table)
     with style():
@@ -647,17 +649,29 @@ def _lines_vs_step(table: pd.DataFrame, columns: Sequence[str], path: str | Path
             if data.empty:
                 _no_data(ax)
             else:
+                palette = dict(zip(order, sns.color_palette(n_colors=len(order))))
                 sns.lineplot(
                     data=data,
                     x="step",
                     y=column,
                     hue="model",
                     hue_order=order,
+                    palette=palette,
                     marker="o",
                     errorbar=None,
                     ax=ax,
                     legend=ax is axes[0, -1],
                 )
+                if {f"{column}_low", f"{column}_high"} <= set(data.columns):  # bootstrap CIs
+                    for model, rows in data.groupby("model"):
+                        ax.fill_between(
+                            rows["step"],
+                            rows[f"{column}_low"],
+                            rows[f"{column}_high"],
+                            color=palette[str(model)],
+                            alpha=0.15,
+                            lw=0,
+                        )
             ax.set_xscale("symlog", linthresh=1)
             ax.set_xlim(left=-0.3)
             ax.set(xlabel=STEP_LABEL, ylabel=_label(column))
@@ -718,7 +732,7 @@ def depth_heatmaps_over_training(
 
 def coupling_vs_validation_loss(table: pd.DataFrame, path: str | Path) -> list[Path]:
     """Coupling vs validation loss over checkpoints and sizes: colour = log10(step + 1),
-    marker = model.
+    marker = model; the title gives the mixed-model slope with runs as groups.
     """
     require_columns(table, ["model", "step", "coupling", "val_loss"])
     data = table.dropna(subset=["coupling", "val_loss"]).sort_values("step")
@@ -757,10 +771,23 @@ def coupling_vs_validation_loss(table: pd.DataFrame, path: str | Path) -> list[P
         ax.set(
             xlabel=_label("val_loss"),
             ylabel=_label("coupling"),
-            title="coupling vs −validation loss\n"
-            + _corr_text(data["coupling"], -data["val_loss"]),
+            title="coupling vs −validation loss\n" + _mixed_text(data, "neg_val_loss", "coupling"),
         )
         return save(fig, path)
+
+
+def _mixed_text(data: pd.DataFrame, target: str, predictor: str) -> str:
+    """The mixed-model slope (run as group) of ``target`` on ``predictor``, or why there is
+    none: checkpoints of one run are repeated measures, not independent points.
+    """
+    res = mixed_slope(data.assign(neg_val_loss=-data["val_loss"]), target, predictor, "model")
+    if np.isnan(res["coef"]):
+        return f"mixed model: {res['reason']}"
+    return (
+        f"mixed model, run as group: −val loss {res['coef']:+.3f} nats per sd of coupling "
+        f"[{res['ci_low']:+.3f}, {res['ci_high']:+.3f}], p = {res['p']:.2g}, "
+        f"n = {res['n']} in {res['n_groups']} runs"
+    )
 
 
 # --------------------------------------------------------------------------- rendering by name

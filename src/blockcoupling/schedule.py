@@ -60,6 +60,20 @@ class TrainConfig:
                 )
             self.checkpoint_steps = steps
 
+    def n_params(self, vocab_size: int | None = None) -> int:
+        """Parameters of the GPT-NeoX model (untied embeddings and head, LayerNorms with bias;
+        ``vocab_size``: the trained tokenizer's, at most ``self.vocab_size``).
+        """
+        d, inter = self.d_model, self.intermediate_size or 4 * self.d_model
+        vocab = vocab_size or self.vocab_size
+        block = 4 * d * d + 4 * d + 2 * d * inter + inter + d + 4 * d  # attention, MLP, 2 norms
+        return self.n_layers * block + 2 * vocab * d + 2 * d
+
+    @property
+    def train_tokens(self) -> int:
+        """Tokens seen in training (steps x batch x context)."""
+        return self.total_steps * self.batch_size * self.context_length
+
     @property
     def steps(self) -> list[int]:
         """The checkpoint steps (sorted, with 0 and total_steps)."""

@@ -9,6 +9,7 @@ mean mis-coupling, so larger = more coupled. Every table-level analysis runs per
 from __future__ import annotations
 
 import os
+import warnings
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ import pandas as pd
 import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
 
 from blockcoupling.io import atomic_write
 
@@ -266,14 +268,35 @@ def correlate(
 def subset_frames(
     table: pd.DataFrame, subsets: Sequence[str] = SUBSETS
 ) -> Iterator[tuple[str, pd.DataFrame]]:
-    """Yield (name, rows) for `all` (every row) and `base` (rows with base == True)."""
+    """Yield (name, rows) for `all` (every row), `base` (rows with base == True) and
+    `family:<name>` (the rows of one family, e.g. a training grid).
+    """
     for name in subsets:
         if name == "all":
             yield name, table
         elif name == "base":
             yield name, table[table["base"].astype(bool)]
+        elif name.startswith("family:"):
+            yield name, table[table["family"].astype(str) == name.split(":", 1)[1]]
         else:
-            raise ValueError(f"subset must be one of {SUBSETS}, got {name!r}")
+            raise ValueError(f"subset must be one of {SUBSETS} or family:<name>, got {name!r}")
+
+
+def table_subsets(table: pd.DataFrame) -> tuple[str, ...]:
+    """`all`, `base`, and `family:<name>` for every family with at least MIN_N_CORRELATION
+    models that is not the whole table.
+    """
+    counts = table["family"].astype(str).value_counts()
+    families = [f for f, n in sorted(counts.items()) if MIN_N_CORRELATION <= n < len(table)]
+    return (*SUBSETS, *(f"family:{f}" for f in families))
+
+
+def with_holm(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``p_holm`` (Holm over every finite p of the table) and a ``note``."""
+    n = int(np.isfinite(frame["p"].astype(float)).sum())
+    return frame.assign(
+        p_holm=holm(frame["p"]), note=f"p_holm: Holm over the {n} tests of this table"
+    )
 
 
 def require_columns(table: pd.DataFrame, columns: Sequence[str]) -> None:
@@ -470,26 +493,37 @@ def checkpoint_table(
     reading: str = "authors",
     variant: str = "ujv",
     norm: str = "p",
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
 ) -> pd.DataFrame:
-    """One row per (model, step): coupling, adjacent_coupling (means over prompts), val_loss, ...
+    """One row per (model, step): coupling and adjacent_coupling (means over prompts, with
+    percentile bootstrap CIs over prompts: ``*_low``, ``*_high``), val_loss, ...
 
     `coupling_checkpoints`: dims (model, step, ..., prompt); `history`: columns model, step,
     val_loss (+ val_accuracy); `trajectories` (optional): lss, expodistance (model, step, prompt,
     token), averaged over prompts and tokens. Adds neg_val_loss (higher = better), log10_params,
-    n_layers, d_model.
+    n_layers, d_model and group (models that differ only by seed share it).
     """
     require_columns(history, ["model", "step", "val_loss"])
     sel = dict(k=k, reading=reading, variant=variant, norm=norm)
-    means = {
-        v: select(coupling_checkpoints[v], **sel).mean("prompt", skipna=True)
+    parts = [
+        _bootstrap_cells(
+            select(coupling_checkpoints[v], **sel), n_boot, seed, ci, v, f"n_prompts_{v}", v
+        )
         for v in ("coupling", "adjacent_coupling")
-    }
+    ]
+    ds = xr.merge(parts, compat="override").drop_vars(
+        ["n_prompts_adjacent_coupling"], errors="ignore"
+    )
+    ds = ds.rename({"n_prompts_coupling": "n_prompts"})
     if trajectories is not None:
-        means |= {
-            v: trajectories[v].mean(["prompt", "token"], skipna=True)
-            for v in ("lss", "expodistance")
-        }
-    ds = xr.Dataset(means)
+        ds = ds.assign(
+            {
+                v: trajectories[v].mean(["prompt", "token"], skipna=True)
+                for v in ("lss", "expodistance")
+            }
+        )
     table = (
         ds.drop_vars([c for c in ds.coords if c not in ("model", "step")])
         .to_dataframe()
@@ -498,15 +532,21 @@ def checkpoint_table(
     table["model"] = table["model"].astype(str)
     table["step"] = table["step"].astype(int)
     meta = coupling_checkpoints["model"]
+
+    def coord(name: str) -> np.ndarray:
+        return meta[name].values if name in meta.coords else np.full(meta.size, np.nan)
+
+    groups = np.asarray(coord("group"), dtype=object)
     table = table.merge(
         pd.DataFrame(
             {
                 "model": meta.values.astype(str),
-                "log10_params": _log10(meta["params"].values)
-                if "params" in meta.coords
-                else np.nan,
-                "n_layers": meta["n_layers"].values if "n_layers" in meta.coords else np.nan,
-                "d_model": meta["d_model"].values if "d_model" in meta.coords else np.nan,
+                "group": [
+                    g if isinstance(g, str) and g else m for g, m in zip(groups, meta.values)
+                ],
+                "log10_params": _log10(coord("params")),
+                "n_layers": coord("n_layers"),
+                "d_model": coord("d_model"),
             }
         ),
         on="model",
@@ -522,6 +562,72 @@ def checkpoint_table(
     return table.sort_values(["model", "step"], ignore_index=True)
 
 
+def mixed_slope(
+    data: pd.DataFrame, target: str, predictor: str, group: str, ci: float = 0.95
+) -> dict:
+    """Statsmodels MixedLM ``target ~ 1 + z(predictor)`` with a random intercept per ``group``:
+    coef (target units per predictor sd), ci_low, ci_high, p, n, n_groups, reason.
+
+    Repeated measures (checkpoints of one run, seeds of one configuration) share their group's
+    intercept, so the slope is estimated within groups instead of treating every row as an
+    independent model. NaN with a reason for fewer than 2 groups or too few rows.
+    """
+    data = data[[target, predictor, group]].dropna()
+    n, n_groups = len(data), int(data[group].nunique())
+    row = dict(coef=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, n_groups=n_groups)
+    if n_groups < 2 or n < n_groups + 3:
+        return row | {"reason": f"n={n}, groups={n_groups}: too few for a mixed model"}
+    if data[predictor].nunique() < 2:
+        return row | {"reason": "constant predictor"}
+    z = (data[predictor] - data[predictor].mean()) / data[predictor].std(ddof=1)
+    design = sm.add_constant(z.rename(predictor).to_frame(), has_constant="add")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = sm.MixedLM(data[target], design, groups=data[group]).fit(reml=True)
+    bounds = fit.conf_int(alpha=1 - ci)
+    converged = bool(getattr(fit, "converged", True))
+    notes = {type(w.message).__name__ for w in caught if "Convergence" in type(w.message).__name__}
+    return row | dict(
+        coef=float(fit.params[predictor]),
+        ci_low=float(bounds.loc[predictor, 0]),
+        ci_high=float(bounds.loc[predictor, 1]),
+        p=float(fit.pvalues[predictor]),
+        reason="" if converged and not notes else "fit did not fully converge",
+    )
+
+
+def combined_correlation(rows: pd.DataFrame, ci: float = 0.95) -> dict:
+    """Per-run correlations (columns r, n) combined by Fisher z weighted by n - 3: r, ci_low,
+    ci_high, p (two-sided normal test of the mean z), n (rows in all), n_groups, reason.
+    """
+    usable = rows[np.isfinite(rows["r"]) & (rows["n"] >= MIN_N_CORRELATION)]
+    row = dict(r=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=int(usable["n"].sum()))
+    row["n_groups"] = len(usable)
+    if len(usable) < 2:
+        return row | {"reason": f"{len(usable)} run(s) with a correlation: too few to combine"}
+    weights = usable["n"] - 3
+    z = np.arctanh(np.clip(usable["r"], -0.999999, 0.999999))
+    mean, se = float((weights * z).sum() / weights.sum()), float(1 / np.sqrt(weights.sum()))
+    half = sps.norm.ppf((1 + ci) / 2) * se
+    return row | dict(
+        r=float(np.tanh(mean)),
+        ci_low=float(np.tanh(mean - half)),
+        ci_high=float(np.tanh(mean + half)),
+        p=float(2 * sps.norm.sf(abs(mean) / se)),
+        reason="",
+    )
+
+
+def holm(p: Sequence[float]) -> np.ndarray:
+    """Holm-adjusted p values over the finite entries of ``p`` (NaN stays NaN)."""
+    p = np.asarray(p, dtype=float)
+    out = np.full_like(p, np.nan)
+    finite = np.isfinite(p)
+    if finite.any():
+        out[finite] = multipletests(p[finite], method="holm")[1]
+    return out
+
+
 def checkpoint_correlations(
     table: pd.DataFrame,
     target: str = "neg_val_loss",
@@ -529,21 +635,91 @@ def checkpoint_correlations(
     methods: Sequence[str] = METHODS,
     ci: float = 0.95,
 ) -> pd.DataFrame:
-    """Correlations of coupling with `target` across all checkpoints and sizes (`subset` = "all")
-    and within each model's checkpoints (`subset` = the model name). Columns as `correlations`.
+    """Coupling vs ``target`` over training; checkpoints of one run are repeated measures.
+
+    They are never pooled as independent samples:
+
+    - ``design="within run"``: each model's own correlation over its checkpoints (``subset`` =
+      the model; descriptive, its checkpoints form one time series);
+    - ``design="runs combined (Fisher z)"``: those correlations combined, weighted by n - 3;
+    - ``design="mixed model (run as group)"``: MixedLM slope of target on the z-scored predictor
+      with a random intercept per run (``coef``; ``r`` is NaN).
+
+    ``p_holm``: Holm-adjusted over every test of the table (``note`` says so).
     """
     require_columns(table, ["model", target, *predictors])
-    groups = [("all", table), *((str(m), g) for m, g in table.groupby("model", sort=True))]
-    frames = [
-        correlations(g.assign(base=True), target, predictors, methods, ("all",), ci).assign(
-            subset=name
+    rows = []
+    for name, part in table.groupby("model", sort=True):
+        for pred in predictors:
+            for method in methods:
+                rows.append(
+                    dict(subset=str(name), design="within run", target=target, predictor=pred)
+                    | {"method": method}
+                    | correlate(part[pred], part[target], method, ci)
+                )
+    within = pd.DataFrame(rows)
+    for pred in predictors:
+        for method in methods:
+            runs = within[(within["predictor"] == pred) & (within["method"] == method)]
+            rows.append(
+                dict(subset="all runs", design="runs combined (Fisher z)", target=target)
+                | dict(predictor=pred, method=method, ci_method="fisher_z")
+                | combined_correlation(runs, ci)
+            )
+        rows.append(
+            dict(subset="all runs", design="mixed model (run as group)", target=target)
+            | dict(predictor=pred, method="mixedlm", ci_method="wald")
+            | mixed_slope(table, target, pred, "model", ci)
         )
-        for name, g in groups
-    ]
-    return pd.concat(frames, ignore_index=True)
+    out = pd.DataFrame(rows)
+    out["p_holm"] = holm(out["p"])
+    out["note"] = f"p_holm: Holm over the {int(np.isfinite(out['p']).sum())} tests of this table"
+    return out
 
 
-# --------------------------------------------------------------------------- atomic writers
+def emergence_summary(table: pd.DataFrame, column: str = "coupling") -> pd.DataFrame:
+    """The shape of ``column`` over training per model: value at the first step, the peak
+    (step and value), the last value, ``rise`` = peak - first, ``decline`` = peak - last, and
+    ``shape`` ("rise, peak, decline" when both exceed the peak's bootstrap half-width, else
+    "rise" / "flat or falling"); one row per model, with its group (seeds share a group).
+    """
+    require_columns(table, ["model", "step", column])
+    rows = []
+    for model, part in table.dropna(subset=[column]).groupby("model", sort=True):
+        part = part.sort_values("step")
+        peak = part.loc[part[column].idxmax()]
+        first, last = part.iloc[0], part.iloc[-1]
+        width = (
+            (peak[f"{column}_high"] - peak[f"{column}_low"]) / 2
+            if f"{column}_high" in part.columns
+            else 0.0
+        )
+        rise, decline = peak[column] - first[column], peak[column] - last[column]
+        if rise > width and decline > width:
+            shape = "rise, peak, decline"
+        elif rise > width:
+            shape = "rise"
+        else:
+            shape = "flat or falling"
+        rows.append(
+            dict(
+                model=str(model),
+                group=str(part["group"].iloc[0]) if "group" in part.columns else str(model),
+                first_step=int(first["step"]),
+                first=float(first[column]),
+                peak_step=int(peak["step"]),
+                peak=float(peak[column]),
+                last_step=int(last["step"]),
+                last=float(last[column]),
+                rise=float(rise),
+                decline=float(decline),
+                peak_ci_half_width=float(width),
+                shape=shape,
+            )
+        )
+    return pd.DataFrame(rows)
+
+
 def write_table(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write one table as CSV, atomically."""
     return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))

@@ -11,6 +11,7 @@ import ast
 import csv
 import hashlib
 import importlib.util
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from blockcoupling.combine import META_FIELDS
 from blockcoupling.models import LoadOptions
 from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig
+from blockcoupling.schedule import TrainConfig
 
 FINAL, RANDOM = "final", "random"
 PACKAGE = "blockcoupling"
@@ -111,10 +113,8 @@ def _default_steps(random_init: bool) -> tuple[str, ...]:
     return (FINAL, RANDOM) if random_init else (FINAL,)
 
 
-def train_config(run: str, spec: dict[str, Any]) -> Any:
+def train_config(run: str, spec: dict[str, Any]) -> TrainConfig:
     """The ``TrainConfig`` of a run, or a ConfigError naming the run and the key."""
-    from blockcoupling.schedule import TrainConfig
-
     try:
         return TrainConfig(**spec)
     except TypeError as error:  # an unknown key
@@ -161,6 +161,83 @@ def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
             token_families=spec.get("token_families", True),
         )
     return entries
+
+
+# --------------------------------------------------------------------------- training grids
+GRID_ABBREVIATIONS = {
+    "n_layers": "L",
+    "d_model": "d",
+    "seed": "s",
+    "total_steps": "t",
+    "learning_rate": "lr",
+    "weight_decay": "wd",
+    "batch_size": "b",
+}
+
+
+def grid_runs(name: str, grid: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The training runs of ``train.grids.<name>``: every combination of the ``axes`` values over
+    ``base``, named ``<name>-L2-d64-s0`` (axis abbreviations, in the axes' order); ``n_heads``
+    is ``d_model / head_dim`` unless given.
+    """
+    axes = grid["axes"]
+    runs = {}
+    for values in itertools.product(*axes.values()):
+        point = dict(zip(axes, values))
+        spec = {**grid.get("base", {}), **point}
+        if "n_heads" not in spec:
+            d_model = spec.get("d_model", TrainConfig.d_model)
+            if d_model % grid.get("head_dim", 32):
+                raise ConfigError(
+                    f"train.grids.{name}: d_model={d_model} is not a multiple of head_dim="
+                    f"{grid.get('head_dim', 32)}; set head_dim or n_heads"
+                )
+            spec["n_heads"] = d_model // grid.get("head_dim", 32)
+        label = "-".join(f"{GRID_ABBREVIATIONS.get(k, k)}{v}" for k, v in point.items())
+        runs[f"{name}-{label}"] = spec
+    return runs
+
+
+def expand_grids(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with every ``train.grids`` run under ``train.runs`` and, per run,
+    its models under ``models``: ``<run>`` (its checkpoint suite, when ``checkpoints``) and
+    ``<run>-final`` (its last checkpoint and random twin, in the cross-model analysis, when
+    ``final``), with metadata from the run (``group``: the run's name without its seed).
+    """
+    grids = config.get("train", {}).get("grids") or {}
+    if not grids:
+        return config
+    config = {**config, "train": dict(config["train"]), "models": dict(config.get("models") or {})}
+    config["train"]["runs"] = dict(config["train"].get("runs") or {})
+    for name, grid in grids.items():
+        for run, spec in grid_runs(name, grid).items():
+            if run in config["train"]["runs"]:
+                raise ConfigError(f"train.grids.{name}: run {run!r} is also under train.runs")
+            config["train"]["runs"][run] = spec
+            cfg = train_config(run, spec)
+            meta = {
+                "params": float(cfg.n_params()),
+                "n_layers": cfg.n_layers,
+                "d_model": cfg.d_model,
+                "train_tokens": float(cfg.train_tokens),
+                "base": True,
+                "family": name,
+                "pos_encoding": "RoPE",
+                "group": run.replace(f"-s{cfg.seed}", "") if "seed" in grid["axes"] else run,
+            }
+            wanted = grid.get("models", {"checkpoints": True, "final": True})
+            for suffix, source in (
+                ("", {"train": run}),
+                ("-final", {"train": run, "checkpoint": "last"}),
+            ):
+                if not wanted.get("final" if suffix else "checkpoints", True):
+                    continue
+                if run + suffix in config["models"]:
+                    raise ConfigError(
+                        f"train.grids.{name}: model {run + suffix!r} is also under models"
+                    )
+                config["models"][run + suffix] = {"source": source, "meta": meta}
+    return config
 
 
 # --------------------------------------------------------------------------- the checked plan
@@ -303,6 +380,7 @@ class Plan:
             out += [
                 "results/stats/checkpoint_table.csv",
                 "results/stats/checkpoint_correlations.csv",
+                "results/stats/checkpoint_emergence.csv",
             ]
         return out
 
@@ -379,7 +457,7 @@ def check_config(
     """
     from blockcoupling.metrics import MetricConfig
 
-    config = dict(config)
+    config = expand_grids(dict(config))
     if config.get("model_table"):
         config["model_table"] = resource_path(config["model_table"], basedir)
         if not Path(config["model_table"]).is_file():
