@@ -2,7 +2,8 @@
 # checkpoint step). The slow stage: everything downstream reuses its files. Device, threads and
 # the VJP chunk size are resources: they change no result, so changing them re-runs nothing.
 # A model with extract.prompts_per_shard (or resources.prompts_per_shard) is extracted in prompt
-# shards ({shard}: the index of its first prompt) merged into the same files as one job writes.
+# shards ({shard}: the index of its first prompt) and its token families in a job per prompt,
+# merged into the same files as one job writes.
 EXTRACT_RESOURCES = dict(
     mem_mb=mem_mb,
     gpu_mem_gb=gpu_mem,
@@ -61,10 +62,42 @@ rule extract_shard:
     params:
         model=model_params,
         extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
-        shard=lambda wildcards: (
-            int(wildcards.shard),
-            dict(PLAN.shards(wildcards.model))[int(wildcards.shard)],
-        ),
+        shard=lambda wildcards: {
+            "first": int(wildcards.shard),
+            "count": dict(PLAN.shards(wildcards.model))[int(wildcards.shard)],
+            "token_families": not PLAN.token_jobs(wildcards.model),
+        },
+        code=script_hash("extract"),
+    script:
+        "../scripts/extract.py"
+
+
+rule extract_tokens:
+    input:
+        prompts=prompt_file,
+        model=model_inputs,
+    output:
+        tokens="results/extract/{model}/{step}/shards/tokens/{prompt}/tokens.nc",
+    log:
+        "logs/extract/{model}/{step}/tokens{prompt}.log",
+    benchmark:
+        "benchmarks/extract/{model}/{step}/tokens{prompt}.tsv"
+    wildcard_constraints:
+        model=constraint(PLAN.sharded(True)),
+        prompt=r"\d+",
+    conda:
+        "../envs/torch.yaml"
+    threads: config["extract"]["threads"]
+    resources:
+        **EXTRACT_RESOURCES,
+    params:
+        model=model_params,
+        extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
+        shard=lambda wildcards: {
+            "first": int(wildcards.prompt),
+            "count": 1,
+            "token_families": True,
+        },
         code=script_hash("extract"),
     script:
         "../scripts/extract.py"
@@ -73,9 +106,9 @@ rule extract_shard:
 rule merge_shards:
     input:
         lambda wildcards: [
-            f"results/extract/{wildcards.model}/{wildcards.step}/shards/{first}/{kind}.nc"
-            for first, _ in PLAN.shards(wildcards.model)
-            for kind in EXTRACTED
+            path
+            for paths in PLAN.shard_parts(wildcards.model, wildcards.step).values()
+            for path in paths
         ],
     output:
         **{kind: f"results/extract/{{model}}/{{step}}/{kind}.nc" for kind in EXTRACTED},
@@ -88,7 +121,7 @@ rule merge_shards:
     conda:
         "../envs/analysis.yaml"
     params:
-        kinds=list(EXTRACTED),
+        parts=lambda wildcards: PLAN.shard_parts(wildcards.model, wildcards.step),
         code=script_hash("merge_shards"),
     script:
         "../scripts/merge_shards.py"

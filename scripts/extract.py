@@ -1,5 +1,8 @@
-"""Rule extract / extract_shard: block Jacobians -> SVDs -> exact coupling statistics and
-trajectory metrics, for every prompt or for one shard ``(first, count)`` of them."""
+"""Rules extract / extract_shard / extract_tokens: block Jacobians -> SVDs -> exact coupling
+statistics and trajectory metrics, for every prompt or for one shard of them (a token-family
+job: the first prompts, writing tokens.nc only)."""
+
+from dataclasses import replace
 
 from blockcoupling import prompts
 from blockcoupling.io import provenance, write_netcdf
@@ -13,17 +16,19 @@ def main(sm):
         {**sm.params.extract, "chunk_size": sm.resources.vjp_chunk or None}
     )
     items = prompts.read_jsonl(sm.input.prompts)
-    if sm.params.shard is not None:
-        first, count = sm.params.shard
+    if sm.params.shard is not None:  # {first, count, token_families}
+        first, count = sm.params.shard["first"], sm.params.shard["count"]
         items, config = items[first : first + count], config.for_shard(first)
+        if not sm.params.shard["token_families"]:  # a job of their own computes them
+            config = replace(config, token_prompts=0)
     model, tokenizer, attrs = load_for_job(
         {**sm.params.model, "load": {**sm.params.model["load"], "device": sm.resources.device}}
     )
     datasets = measure(
         model, tokenizer, items, config, attrs=provenance(sm.params.extract, **attrs)
     )
-    for name, dataset in datasets.items():
-        write_netcdf(dataset, sm.output[name])
+    for name in sm.output.keys():  # a token-family job writes tokens.nc only
+        write_netcdf(datasets[name], sm.output[name])
 
 
 run_script(snakemake, main)

@@ -6,10 +6,8 @@ from blockcoupling.runner import run_script
 
 
 def main(sm):
-    kinds = sm.params.kinds
-    for i, kind in enumerate(kinds):
-        shards = [read_netcdf(path) for path in sm.input[i :: len(kinds)]]
-        write_netcdf(merge_shards(shards), sm.output[kind])
+    for kind, paths in sm.params.parts.items():
+        write_netcdf(merge_shards([read_netcdf(path) for path in paths]), sm.output[kind])
 
 
 run_script(snakemake, main)

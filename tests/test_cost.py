@@ -68,12 +68,12 @@ def test_shards_shorten_the_longest_job_not_the_total() -> None:
 
     whole, split = costs(prompts_per_shard=None), costs(prompts_per_shard=100)
     row, part = whole["llama-3-8b"], split["llama-3-8b"]
-    assert part.jobs == 12 * row.jobs
-    assert part.seconds == pytest.approx(row.seconds, rel=0.05)  # plus per-job overheads
-    # the first shard carries every token family (they live on the first prompts)
-    assert part.job_seconds > 0.5 * row.job_seconds
+    assert part.jobs == (12 + 20) * row.jobs  # 12 shards and 20 token-family jobs per step
+    assert part.seconds == pytest.approx(row.seconds, rel=0.1)  # plus per-job overheads
+    assert part.job_seconds < row.job_seconds / 8
     depth_only = costs(prompts_per_shard=100, token_prompts=0)["llama-3-8b"]
     one_job = costs(prompts_per_shard=None, token_prompts=0)["llama-3-8b"]
+    assert depth_only.jobs == 12 * one_job.jobs
     assert depth_only.job_seconds < one_job.job_seconds / 6  # 12 shards, plus overheads
 
 

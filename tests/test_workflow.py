@@ -87,11 +87,13 @@ def snakemake(folder: Path, *args: str, env: dict | None = None) -> subprocess.C
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
 
 
-def dry_run(folder: Path, env: dict | None = None) -> tuple[dict[str, int], set[str]]:
-    """A dry run of the default target: rule -> job count, and the rules planned because their
-    params (the code hash among them) changed. (A job that re-runs anyway because an upstream
-    job does is listed for that reason instead.)"""
-    result = snakemake(folder, "-n", env=env)
+def dry_run(
+    folder: Path, *targets: str, env: dict | None = None
+) -> tuple[dict[str, int], set[str]]:
+    """A dry run (of the default target, or ``targets``): rule -> job count, and the rules
+    planned because their params (the code hash among them) changed. (A job that re-runs anyway
+    because an upstream job does is listed for that reason instead.)"""
+    result = snakemake(folder, "-n", *targets, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     text = result.stdout + result.stderr
     if "Nothing to be done" in text:
@@ -111,7 +113,7 @@ def dry_run(folder: Path, env: dict | None = None) -> tuple[dict[str, int], set[
 
 def planned(folder: Path, env: dict | None = None) -> dict[str, int]:
     """Rule -> job count of a dry run of the default target."""
-    return dry_run(folder, env)[0]
+    return dry_run(folder, env=env)[0]
 
 
 @pytest.fixture(scope="module")
@@ -191,12 +193,16 @@ def test_n_boot_reruns_statistics_and_only_the_figures_of_its_tables(
     done: Path, tmp_path: Path
 ) -> None:
     jobs, changed = dry_run(variant(done, tmp_path, lambda c, f: c["stats"].update(n_boot=30)))
-    assert changed == {"stats"}
+    assert changed == {"stats", "stats_checkpoints"}  # both bootstrap their CIs
     assert set(jobs) == {
         "stats",
+        "stats_checkpoints",
         "figure_coupling_vs_score",
         "figure_hyperparameter_correlations",
         "figure_k_sweep_curve",
+        "figure_coupling_vs_step",
+        "figure_trajectory_metrics_vs_step",
+        "figure_coupling_vs_validation_loss",
     }
 
 
@@ -372,3 +378,27 @@ def test_empty_prompt_file_is_one_clear_line(tmp_path: Path) -> None:
     text = result.stdout + result.stderr
     assert result.returncode != 0
     assert re.search(r"ERROR sample_prompts: .*empty", text), text[-2000:]
+
+
+def test_prompt_shards_merge_into_the_same_files_and_a_lost_shard_reruns_alone(
+    done: Path, tmp_path: Path
+) -> None:
+    """One prompt per shard: the merged files equal the one-job files of the finished run; a
+    shard deleted (as a killed job leaves it) re-runs alone, then its merge."""
+    import xarray as xr
+
+    from blockcoupling.io import read_netcdf
+
+    def shard(config: dict, folder: Path) -> None:
+        config["extract"]["prompts_per_shard"] = 1
+
+    folder = variant(done, tmp_path, shard)
+    result = snakemake(folder, "--cores", "2", "results/extract/tiny/final/depth.nc")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for kind in ("depth", "spectra", "tokens", "trajectories"):
+        merged = read_netcdf(folder / f"results/extract/tiny/final/{kind}.nc")
+        whole = read_netcdf(done / f"results/extract/tiny/final/{kind}.nc")
+        xr.testing.assert_identical(merged, whole)
+    (folder / "results/extract/tiny/final/shards/1/depth.nc").unlink()
+    jobs = dry_run(folder, "results/extract/tiny/final/depth.nc")[0]
+    assert jobs == {"extract_shard": 1, "merge_shards": 1}

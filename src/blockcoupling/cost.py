@@ -220,7 +220,12 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
         rates = gpu if on_gpu else cpu
         shards = plan.shards(name)
         options = plan.extract_options(name)
-        job = extract_cost(shape, options, max(count for _, count in shards), rates)
+        token_jobs = len(plan.token_jobs(name))
+        depth_only = {**options, "token_prompts": 0} if token_jobs else options
+        job = extract_cost(shape, depth_only, max(count for _, count in shards), rates)
+        if token_jobs:  # one token prompt's own job
+            tokens = extract_cost(shape, {**options, "token_prompts": 1}, 1, rates)
+            job = max(job, tokens, key=lambda cost: sum(cost["seconds"].values()))
         total = extract_cost(shape, options, plan.n_prompts, rates)
         steps = len(entry.steps)
         runtime = float(entry.resources.get("runtime", 0))
@@ -228,8 +233,9 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
             JobCost(
                 name,
                 "extract",
-                steps * len(shards),
-                (sum(total["seconds"].values()) + rates.overhead * len(shards)) * steps,
+                steps * (len(shards) + token_jobs),
+                (sum(total["seconds"].values()) + rates.overhead * (len(shards) + token_jobs))
+                * steps,
                 sum(job["seconds"].values()) + rates.overhead,
                 job["peak"],
                 total["output"] * steps,

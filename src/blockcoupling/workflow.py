@@ -300,6 +300,27 @@ class Plan:
         """The models extracted in several shards (``True``) or in one job (``False``)."""
         return [name for name in self.models if (len(self.shards(name)) > 1) == sharded]
 
+    def token_jobs(self, model: str) -> list[int]:
+        """The prompts whose token families a sharded model extracts in jobs of their own, one
+        prompt each (the families live on the first prompts and cost ~n^3: in the shards they
+        would make the first shard by far the longest job); [] for a model in one job.
+        """
+        extract = self.extract_options(model)
+        if len(self.shards(model)) < 2 or not extract["token_layers"]:
+            return []
+        return list(range(min(extract["token_prompts"], self.n_prompts)))
+
+    def shard_parts(self, model: str, step: str) -> dict[str, list[str]]:
+        """The files each merged file of a sharded model gathers (kind -> shard files)."""
+        folder = f"results/extract/{model}/{step}/shards"
+        parts = {
+            kind: [f"{folder}/{first}/{kind}.nc" for first, _ in self.shards(model)]
+            for kind in EXTRACTED
+        }
+        if self.token_jobs(model):
+            parts["tokens"] = [f"{folder}/tokens/{i}/tokens.nc" for i in self.token_jobs(model)]
+        return parts
+
     def train_steps(self, run: str) -> list[int]:
         """The checkpoint steps of a training run."""
         return train_config(run, self.train_runs[run]).steps
