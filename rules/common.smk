@@ -1,18 +1,21 @@
 # The checked config (one Plan, built and checked before any job), input functions and code
 # hashes. Every rules file reads only PLAN and the functions defined here.
 import os
+import re
 import sys
 
 from blockcoupling.workflow import (
     EXTRACTED,
     RANDOM,
     STATS_TABLES,
+    VIT_STATS_TABLES,
     ConfigError,
     check_config,
     code_hash,
     figure_registry,
     science_params,
 )
+from blockcoupling.vit_config import science_extract as vit_science_extract
 
 try:
     PLAN = check_config(config, workflow.basedir)

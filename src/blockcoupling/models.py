@@ -37,7 +37,8 @@ class Adapter:
     causal: bool = True
 
 
-# The one adapter table. Keys are ``config.model_type``.
+# The one adapter table. Keys are ``config.model_type``; models without a Hugging Face config
+# are keyed ``<top-level package>.<class name>`` (``architecture_key``).
 ADAPTERS: dict[str, Adapter] = {
     "llama": Adapter("layers"),
     "mistral": Adapter("layers"),
@@ -65,12 +66,24 @@ ADAPTERS: dict[str, Adapter] = {
     "roberta": Adapter("encoder.layer", causal=False),
     "vit": Adapter("encoder.layer", causal=False),
     "deit": Adapter("encoder.layer", causal=False),
+    "blockcoupling.VisionTransformer": Adapter("blocks", causal=False),
 }
+
+
+def architecture_key(model: nn.Module) -> str:
+    """The model's key in ADAPTERS: ``config.model_type`` for Hugging Face models, else
+    ``<top-level package>.<class name>`` (e.g. ``blockcoupling.VisionTransformer``).
+    """
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type is not None:
+        return str(model_type)
+    cls = type(model)
+    return f"{cls.__module__.split('.')[0]}.{cls.__name__}"
 
 
 def adapter_for(model: nn.Module) -> Adapter:
     """The adapter of a loaded Hugging Face model, or a one-line error naming the fix."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    model_type = architecture_key(model)
     if model_type not in ADAPTERS:
         supported = ", ".join(sorted(ADAPTERS))
         raise UnknownArchitectureError(
@@ -91,7 +104,7 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
         if not hasattr(node, name):
             raise UnknownArchitectureError(
                 f"{type(model).__name__}: no attribute {name!r} on the path {adapter.blocks!r} of "
-                f"ADAPTERS[{model.config.model_type!r}]; fix that entry"
+                f"ADAPTERS[{architecture_key(model)!r}]; fix that entry"
             )
         node = getattr(node, name)
     return list(node)
