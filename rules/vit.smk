@@ -93,7 +93,7 @@ if PLAN.vit:
             "../envs/analysis.yaml"
         params:
             points=[(PLAN.vit.sd[sd], PLAN.vit.wd[wd], seed) for sd, wd, seed in PLAN.vit.points],
-            metrics={**config["metrics"], "ks": config["vit"]["ks"]},
+            metrics=dict(sorted({**config["metrics"], "ks": config["vit"]["ks"]}.items())),
             code=script_hash("vit_combine"),
         script:
             "../scripts/vit_combine.py"
