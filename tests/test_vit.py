@@ -434,3 +434,14 @@ def test_grid_dataset_stacks_coupling_and_accuracy(vit64) -> None:
     with pytest.raises(ValueError, match="other images"):
         other = result["depth"].assign_coords(prompt=["x", "y"])
         grid_dataset({**parts, (0.4, 0.05, 0): (other, result["tokens"], history)}, metric)
+
+
+def test_the_dag_side_of_the_sweep_needs_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from blockcoupling import vit_config, vision_data, vit_results, workflow; "
+        "assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
