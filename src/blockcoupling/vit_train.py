@@ -91,9 +91,8 @@ def make_optimizer(model: VisionTransformer, cfg: ViTRunConfig) -> torch.optim.A
 def soft_targets(labels: torch.Tensor, classes: int, smoothing: float) -> torch.Tensor:
     """One-hot ``(batch, classes)`` with ``smoothing`` spread evenly over all classes."""
     off = smoothing / classes
-    return torch.full((labels.shape[0], classes), off).scatter_(
-        1, labels[:, None], 1 - smoothing + off
-    )
+    full = torch.full((labels.shape[0], classes), off, device=labels.device)
+    return full.scatter_(1, labels[:, None], 1 - smoothing + off)
 
 
 def mixup(
@@ -113,7 +112,8 @@ def mixup(
 
 def augment(images: torch.Tensor, cfg: ViTRunConfig, gen: torch.Generator) -> torch.Tensor:
     """Random crops of the zero-padded images (``random_crop_padding`` pixels) and horizontal
-    flips (``horizontal_flip``), one draw per sample from ``gen``.
+    flips (``horizontal_flip``), one draw per sample from ``gen`` (a CPU generator; the images
+    stay on their device).
     """
     pad = cfg.random_crop_padding
     n, _, h, w = images.shape
@@ -125,7 +125,7 @@ def augment(images: torch.Tensor, cfg: ViTRunConfig, gen: torch.Generator) -> to
             [padded[i, :, y : y + h, x : x + w] for i, (y, x) in enumerate(zip(dy, dx))]
         )
     if cfg.horizontal_flip:
-        flip = torch.rand(n, generator=gen) < 0.5
+        flip = (torch.rand(n, generator=gen) < 0.5).to(images.device)
         images = torch.where(flip[:, None, None, None], images.flip(-1), images)
     return images
 
@@ -227,10 +227,10 @@ def train_vit(
                     group["lr"] = lr
                 index = order[i * batch : (i + 1) * batch].to(device)
                 gen = torch.Generator().manual_seed(_seed(cfg.seed, _AUGMENT, step))
-                images = augment(x_train[index].cpu(), cfg, gen).to(device)
-                targets = soft_targets(y_train[index].cpu(), cfg.num_classes, cfg.label_smoothing)
+                images = augment(x_train[index], cfg, gen)
+                targets = soft_targets(y_train[index], cfg.num_classes, cfg.label_smoothing)
                 rng = np.random.default_rng(_seed(cfg.seed, _MIXUP, step))
-                images, targets = mixup(images, targets.to(device), cfg.mixup_alpha, rng)
+                images, targets = mixup(images, targets, cfg.mixup_alpha, rng)
                 torch.manual_seed(_seed(cfg.seed, _DROP_PATH, step))
                 logits = model(images)
                 loss = torch.sum(-targets * F.log_softmax(logits, dim=-1), dim=-1).mean()
