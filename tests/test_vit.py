@@ -445,3 +445,10 @@ def test_the_dag_side_of_the_sweep_needs_no_torch() -> None:
         "assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_check_config_names_the_sweep() -> None:
+    from blockcoupling.cli import check_config_file
+
+    summary = check_config_file(REPO / "config" / "paper.yaml", REPO)
+    assert summary.endswith("ViT sweep: 64 ViTs on cifar10 (8 rates x 8 weight decays x 1 seeds)")
