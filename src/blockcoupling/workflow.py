@@ -427,8 +427,10 @@ def _vit_plan(config: dict[str, Any], selection: dict[str, Any]) -> ViTPlan | No
         return None
     try:
         plan = ViTPlan.from_config(section)
-    except (KeyError, ValueError) as error:
-        raise ConfigError(f"vit.{str(error).strip(chr(39))}") from None
+    except KeyError as error:
+        raise ConfigError(f"vit: missing key {error}") from None
+    except ValueError as error:
+        raise ConfigError(f"vit.{error}") from None
     if selection["variant"] not in plan.measure.variants:
         raise ConfigError(
             f"stats.variant={selection['variant']!r} is not in vit.extract.variants "
