@@ -24,6 +24,7 @@ include: "rules/metrics.smk"
 include: "rules/evaluate.smk"
 include: "rules/combine.smk"
 include: "rules/stats.smk"
+include: "rules/vit.smk"
 include: "rules/figures.smk"
 
 

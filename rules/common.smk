@@ -8,12 +8,14 @@ from blockcoupling.workflow import (
     EXTRACTED,
     RANDOM,
     STATS_TABLES,
+    VIT_STATS_TABLES,
     ConfigError,
     check_config,
     code_hash,
     figure_registry,
     science_params,
 )
+from blockcoupling.vit_config import science_extract as vit_science_extract
 
 try:
     PLAN = check_config(config, workflow.basedir)

@@ -134,11 +134,19 @@ def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
     """Validate a config file as the workflow does; return a one-paragraph summary."""
     plan = load_plan(file, workflow_dir)
     jobs = sum(len(e.steps) for e in plan.models.values())
+    vit = (
+        f"; ViT sweep: {len(plan.vit.points)} ViTs on {plan.vit.section['dataset']} "
+        f"({len(plan.vit.sd)} rates x {len(plan.vit.wd)} weight decays x "
+        f"{len(plan.vit.seeds)} seeds)"
+        if plan.vit
+        else ""
+    )
     return (
         f"{file}: ok. {len(plan.models)} models ({len(plan.cross_model)} cross-model, "
         f"{len(plan.checkpoint_models)} checkpoint suites), {jobs} extract jobs, "
         f"{len(plan.train_runs)} training runs, prompt set {plan.prompt_set!r}, statistics at "
         + ", ".join(f"{k}={v}" for k, v in plan.selection.items())
+        + vit
     )
 
 

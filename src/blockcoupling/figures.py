@@ -88,6 +88,8 @@ FIGURES = {
         "results/stats/checkpoint_table.csv",
         (),
     ),
+    "vit_coupling_vs_sd": ("ViT sweep", "results/stats/vit_coupling_vs_sd.csv", ()),
+    "vit_coupling_vs_accuracy": ("ViT sweep", "results/stats/vit_models.csv", ()),
 }
 
 
@@ -788,6 +790,117 @@ def _mixed_text(data: pd.DataFrame, target: str, predictor: str) -> str:
         f"[{res['ci_low']:+.3f}, {res['ci_high']:+.3f}], p = {res['p']:.2g}, "
         f"n = {res['n']} in {res['n_groups']} runs"
     )
+
+
+# --------------------------------------------------------------------------- 13-14. ViT sweep
+def vit_coupling_vs_sd(by_rate: pd.DataFrame, path: str | Path) -> list[Path]:
+    """Coupling vs stochastic-depth rate: one line per weight decay (thin, coloured) and the
+    mean over weight decays (black), each with its 95% CI (seeds and images resampled).
+
+    `by_rate`: a `stats.vit_coupling_by_rate` table (wd = "all" for the pooled rows).
+    """
+    require_columns(by_rate, ["sd", "wd", "coupling", "ci_low", "ci_high"])
+    data = by_rate.assign(wd=by_rate["wd"].astype(str)).sort_values("sd")
+    decays = [w for w in dict.fromkeys(data["wd"]) if w != "all"]
+    colors = sns.color_palette("crest", n_colors=max(len(decays), 1))
+    with style():
+        fig, ax = plt.subplots(figsize=(6.2, 4.4))
+        span = float(np.ptp(data["sd"])) if len(data) else 0.0
+        for i, wd in enumerate(decays):
+            rows = data[data["wd"] == wd]
+            shift = (i - (len(decays) - 1) / 2) * 0.01 * (span or 1)  # keep error bars apart
+            ax.errorbar(
+                rows["sd"] + shift,
+                rows["coupling"],
+                yerr=np.abs(
+                    np.vstack(
+                        [rows["coupling"] - rows["ci_low"], rows["ci_high"] - rows["coupling"]]
+                    )
+                ),
+                color=colors[i],
+                marker="o",
+                ms=3,
+                lw=1,
+                capsize=2,
+                label=f"wd = {wd}",
+            )
+        pooled = data[data["wd"] == "all"]
+        if not pooled.empty:
+            ax.plot(
+                pooled["sd"], pooled["coupling"], color="black", marker="s", lw=2, label="all wd"
+            )
+            ax.fill_between(
+                pooled["sd"], pooled["ci_low"], pooled["ci_high"], color="0.5", alpha=0.25
+            )
+        if data.empty:
+            _no_data(ax)
+        else:
+            ax.legend(title="weight decay", loc="best")
+        ax.set(
+            xlabel="stochastic-depth rate (drop-path rate of the last block)",
+            ylabel=_label("coupling"),
+            title="coupling vs stochastic depth (mean over seeds and images, 95% CI)",
+        )
+        return save(fig, path)
+
+
+def vit_coupling_vs_accuracy(table: pd.DataFrame, path: str | Path) -> list[Path]:
+    """Test accuracy vs coupling, one point per ViT coloured by its stochastic-depth rate, with
+    its bootstrap CI over images (horizontal bars) and an OLS line per rate.
+
+    `table`: a `stats.vit_model_table`.
+    """
+    require_columns(table, ["sd", "coupling", "coupling_low", "coupling_high", "test_accuracy"])
+    data = table.dropna(subset=["coupling", "test_accuracy"])
+    rates = sorted(data["sd"].unique())
+    norm = Normalize(min(rates, default=0), max(rates, default=1) if len(rates) > 1 else 1)
+    cmap = plt.get_cmap("viridis")
+    with style():
+        fig, ax = plt.subplots(figsize=(6.5, 4.8))
+        err = np.abs(
+            np.vstack(
+                [data["coupling"] - data["coupling_low"], data["coupling_high"] - data["coupling"]]
+            )
+        )
+        ax.errorbar(
+            data["coupling"],
+            data["test_accuracy"],
+            xerr=err,
+            fmt="none",
+            ecolor="0.75",
+            lw=0.8,
+            zorder=1,
+        )
+        for rate in rates:
+            rows = data[data["sd"] == rate]
+            color = cmap(norm(rate))
+            ax.scatter(
+                rows["coupling"],
+                rows["test_accuracy"],
+                color=color,
+                edgecolor="0.2",
+                lw=0.3,
+                zorder=2,
+            )
+            if len(rows) >= MIN_N_FIT and np.ptp(rows["coupling"]) > 0:
+                slope, intercept = np.polyfit(rows["coupling"], rows["test_accuracy"], 1)
+                xs = np.array([rows["coupling"].min(), rows["coupling"].max()])
+                ax.plot(xs, intercept + slope * xs, color=color, lw=1)
+        if data.empty:
+            _no_data(ax)
+        fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="stochastic-depth rate")
+        within = data.assign(
+            coupling=data["coupling"] - data.groupby("sd")["coupling"].transform("mean"),
+            test_accuracy=data["test_accuracy"]
+            - data.groupby("sd")["test_accuracy"].transform("mean"),
+        )
+        ax.set(
+            xlabel=_label("coupling") + "\n(95% CI over images)",
+            ylabel="test accuracy",
+            title="coupling vs accuracy, one line per rate\nwithin rates (deviations from the "
+            "rate's mean): " + _corr_text(within["coupling"], within["test_accuracy"]),
+        )
+        return save(fig, path)
 
 
 # --------------------------------------------------------------------------- rendering by name

@@ -103,17 +103,35 @@ def tokenize(
 @contextlib.contextmanager
 def eager_attention(model: nn.Module) -> Iterator[None]:
     """Run with eager attention (sdpa has no forward AD and a slow vmap backward on CPU), and
-    record masks under it (eager without a mask is not causal). Restores the previous setting.
+    record masks under it (eager without a mask is not causal): Hugging Face models through
+    their attention implementation, timm-style modules by their ``fused_attn`` flag. Restores
+    the previous settings.
     """
-    previous = getattr(model.config, "_attn_implementation", None)
+    previous = getattr(getattr(model, "config", None), "_attn_implementation", None)
     switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
+    fused = [m for m in model.modules() if getattr(m, "fused_attn", False) is True]
     if switch:
         model.set_attn_implementation("eager")
+    for module in fused:
+        module.fused_attn = False
     try:
         yield
     finally:
         if switch:
             model.set_attn_implementation(previous)
+        for module in fused:
+            module.fused_attn = True
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Run in eval mode (no dropout, no drop path); restores the previous mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 @contextlib.contextmanager
@@ -283,7 +301,8 @@ def measure_inputs(
     if len(inputs) != len(items):
         raise ValueError(f"{len(inputs)} inputs for {len(items)} items")
     n_layers = len(blocks_of(model))
-    d_model = getattr(model.config, "hidden_size", None)
+    d_model = getattr(getattr(model, "config", None), "hidden_size", None)
+    d_model = d_model if d_model is not None else getattr(model, "embed_dim", None)
     if isinstance(d_model, int) and config.k_max > d_model:
         raise ValueError(f"K={config.k_max} exceeds the hidden size d={d_model}")
     token_layers = _resolve_layers(config.token_layers, n_layers)
@@ -294,7 +313,7 @@ def measure_inputs(
     lengths: list[int] = []
     family_tokens: list[int] = []  # tokens of the token families (token_max_tokens at most)
     depth_positions: list[int] = []
-    with eager_attention(model), matmul_precision(config.tf32):
+    with eager_attention(model), eval_mode(model), matmul_precision(config.tf32):
         for i in track(
             range(len(items)), len(items), "block Jacobians", lambda i: items[i].id, progress
         ):

@@ -37,9 +37,11 @@ class Adapter:
     causal: bool = True
 
 
-# The one adapter table. Keys are ``config.model_type``; paths as the pinned transformers (5.23)
-# lays the modules out (ViT and DeiT keep their blocks in ``layers``, no ``encoder``). Every entry
-# is checked against finite differences on a tiny random model (tests/test_jacobians.py).
+# The one adapter table. Keys are ``config.model_type``; models without a Hugging Face config
+# are keyed ``<top-level package>.<class name>`` (``architecture_key``). Paths as the pinned
+# transformers (5.23) lays the modules out (ViT and DeiT keep their blocks in ``layers``, no
+# ``encoder``). Every entry is checked against finite differences on a tiny random model
+# (tests/test_jacobians.py).
 ADAPTERS: dict[str, Adapter] = {
     "llama": Adapter("layers"),
     "mistral": Adapter("layers"),
@@ -67,12 +69,24 @@ ADAPTERS: dict[str, Adapter] = {
     "roberta": Adapter("encoder.layer", causal=False),
     "vit": Adapter("layers", causal=False),
     "deit": Adapter("layers", causal=False),
+    "blockcoupling.VisionTransformer": Adapter("blocks", causal=False),
 }
+
+
+def architecture_key(model: nn.Module) -> str:
+    """The model's key in ADAPTERS: ``config.model_type`` for Hugging Face models, else
+    ``<top-level package>.<class name>`` (e.g. ``blockcoupling.VisionTransformer``).
+    """
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type is not None:
+        return str(model_type)
+    cls = type(model)
+    return f"{cls.__module__.split('.')[0]}.{cls.__name__}"
 
 
 def adapter_for(model: nn.Module) -> Adapter:
     """The adapter of a loaded Hugging Face model, or a one-line error naming the fix."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    model_type = architecture_key(model)
     if model_type not in ADAPTERS:
         supported = ", ".join(sorted(ADAPTERS))
         raise UnknownArchitectureError(
@@ -93,7 +107,7 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
         if not hasattr(node, name):
             raise UnknownArchitectureError(
                 f"{type(model).__name__}: no attribute {name!r} on the path {adapter.blocks!r} of "
-                f"ADAPTERS[{model.config.model_type!r}]; fix that entry"
+                f"ADAPTERS[{architecture_key(model)!r}]; fix that entry"
             )
         node = getattr(node, name)
     return list(node)

@@ -11,7 +11,6 @@ Layout of ``out_dir`` (see :func:`train`)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -34,6 +33,7 @@ from blockcoupling import corpus
 from blockcoupling.io import atomic_write, write_text
 from blockcoupling.progress import track
 from blockcoupling.schedule import TrainConfig
+from blockcoupling.workdir import keyed_work_dir
 
 EOS = "<|endoftext|>"
 PAD = "<|padding|>"
@@ -184,13 +184,7 @@ def work_dir(run_dir: str | Path, cfg: TrainConfig, code: str) -> Path:
     code (``code``: a hash of it): an interrupted job resumes there; after any change the key
     differs, so the run starts afresh and the stale folders of the run are removed.
     """
-    key = hashlib.sha256(f"{_config_json(cfg)}\n{code}".encode()).hexdigest()[:12]
-    run_dir = Path(run_dir)
-    work = run_dir / f"work-{key}"
-    for stale in run_dir.glob("work*"):
-        if stale != work and stale.is_dir():
-            shutil.rmtree(stale)
-    return work
+    return keyed_work_dir(run_dir, _config_json(cfg), code)
 
 
 def _config_json(cfg: TrainConfig) -> str:

@@ -20,6 +20,7 @@ from blockcoupling.combine import META_FIELDS
 from blockcoupling.models import LoadOptions
 from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig
 from blockcoupling.schedule import TrainConfig
+from blockcoupling.vit_config import ViTPlan
 
 FINAL, RANDOM = "final", "random"
 PACKAGE = "blockcoupling"
@@ -250,6 +251,7 @@ COMBINE_SOURCES = {
 }
 EXTRACTED = ("depth", "spectra", "tokens", "trajectories")
 STATS_TABLES = ("summary", "correlations", "ols", "partial", "k_sweep")
+VIT_STATS_TABLES = ("vit_models", "vit_coupling_vs_sd", "vit_sd_trend", "vit_coupling_vs_accuracy")
 
 
 @dataclass(frozen=True)
@@ -262,6 +264,7 @@ class Plan:
     selection: dict[str, Any]  # k, reading, variant, norm of statistics and figures
     token_model: str | None  # the model of the per-model figures
     n_prompts: int = 0  # prompts of the extraction set (hub sets: the most they can hold)
+    vit: ViTPlan | None = None  # the ViT sweep, when enabled
 
     @property
     def prompt_set(self) -> str:
@@ -403,7 +406,19 @@ class Plan:
                 "results/stats/checkpoint_correlations.csv",
                 "results/stats/checkpoint_emergence.csv",
             ]
-        return out
+        return out + self.vit_targets()
+
+    def vit_targets(self) -> list[str]:
+        """Every output of the ViT sweep (none when it is off)."""
+        if self.vit is None:
+            return []
+        out = [self.vit.data_file]
+        for point in self.vit.points:
+            train, extract = self.vit.folder("train", *point), self.vit.folder("extract", *point)
+            out += [f"{train}/model.safetensors", f"{train}/history.csv"]
+            out += [f"{extract}/{kind}.nc" for kind in EXTRACTED]
+        out.append("results/vit/combined.nc")
+        return out + [f"results/stats/{name}.csv" for name in VIT_STATS_TABLES]
 
 
 def resource_path(path: str, basedir: str | Path) -> str:
@@ -544,6 +559,7 @@ def check_config(
         selection,
         token_model or (cross[0] if cross else None),
         n_prompts,
+        _vit_plan(config, selection),
     )
     if check_memory:
         from blockcoupling.cost import check_fits
@@ -574,6 +590,29 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
     if count == 0:
         raise ConfigError(f"prompts.sets.{name}.file {prompt_files[name]!r} holds no prompts")
     return count
+
+
+def _vit_plan(config: dict[str, Any], selection: dict[str, Any]) -> ViTPlan | None:
+    """The checked ViT sweep, or None when ``vit.enabled`` is off."""
+    section = config.get("vit") or {}
+    if not section.get("enabled"):
+        return None
+    try:
+        plan = ViTPlan.from_config(section)
+    except KeyError as error:
+        raise ConfigError(f"vit: missing key {error}") from None
+    except ValueError as error:
+        raise ConfigError(f"vit.{error}") from None
+    if selection["variant"] not in plan.measure.variants:
+        raise ConfigError(
+            f"stats.variant={selection['variant']!r} is not in vit.extract.variants "
+            f"{list(plan.measure.variants)}; add it there"
+        )
+    if section["dataset"] == "digits" and importlib.util.find_spec("sklearn") is None:
+        raise ConfigError(
+            "vit.dataset=digits needs scikit-learn (its bundled digits): pip install scikit-learn"
+        )
+    return plan
 
 
 def _check_package(package: str, what: str) -> None:

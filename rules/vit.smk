@@ -1,0 +1,118 @@
+# The ViT sweep (paper Section 4, Appendix A.7): one ViT per grid point of stochastic-depth rate
+# {sd}, weight decay {wd} and {seed}, trained here, its block Jacobians measured on test images,
+# then one dataset of coupling and accuracy, statistics and the two figures (rules/figures.smk).
+# Training works in results/vit/train/.../work-<key>, keyed to the run config and code, so an
+# interrupted job resumes there. Threads, device, data folder and chunk size re-run nothing.
+if PLAN.vit:
+
+    wildcard_constraints:
+        sd="|".join(re.escape(label) for label in PLAN.vit.sd),
+        wd="|".join(re.escape(label) for label in PLAN.vit.wd),
+        seed="|".join(str(seed) for seed in PLAN.vit.seeds),
+
+    rule vit_data:
+        output:
+            PLAN.vit.data_file,
+        log:
+            "logs/vit/data.log",
+        benchmark:
+            "benchmarks/vit/data.tsv"
+        conda:
+            "../envs/torch.yaml"
+        resources:
+            data_dir=config["vit"]["data_dir"],
+        params:
+            dataset=config["vit"]["dataset"],
+            split_seed=config["vit"]["split_seed"],
+            test_fraction=config["vit"]["test_fraction"],
+            code=script_hash("vit_data"),
+        script:
+            "../scripts/vit_data.py"
+
+    rule vit_train:
+        input:
+            data=PLAN.vit.data_file,
+        output:
+            model="results/vit/train/sd{sd}/wd{wd}/seed{seed}/model.safetensors",
+            history="results/vit/train/sd{sd}/wd{wd}/seed{seed}/history.csv",
+        log:
+            "logs/vit/train/sd{sd}_wd{wd}_seed{seed}.log",
+        benchmark:
+            "benchmarks/vit/train/sd{sd}_wd{wd}_seed{seed}.tsv"
+        conda:
+            "../envs/torch.yaml"
+        threads: config["vit"]["threads"]
+        resources:
+            mem_mb=2000,
+            device=config["vit"]["device"],
+        params:
+            run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
+            code=script_hash("vit_train"),
+        script:
+            "../scripts/vit_train.py"
+
+    rule vit_extract:
+        input:
+            data=PLAN.vit.data_file,
+            model="results/vit/train/sd{sd}/wd{wd}/seed{seed}/model.safetensors",
+        output:
+            **{
+                kind: f"results/vit/extract/sd{{sd}}/wd{{wd}}/seed{{seed}}/{kind}.nc"
+                for kind in EXTRACTED
+            },
+        log:
+            "logs/vit/extract/sd{sd}_wd{wd}_seed{seed}.log",
+        benchmark:
+            "benchmarks/vit/extract/sd{sd}_wd{wd}_seed{seed}.tsv"
+        conda:
+            "../envs/torch.yaml"
+        threads: config["vit"]["threads"]
+        resources:
+            mem_mb=2000,
+            device=config["vit"]["device"],
+            vjp_chunk=config["vit"]["extract"]["chunk_size"] or 0,
+        params:
+            run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
+            extract=vit_science_extract(config["vit"]["extract"]),
+            code=script_hash("vit_extract"),
+        script:
+            "../scripts/vit_extract.py"
+
+    rule vit_combine:
+        input:
+            depth=[f"{PLAN.vit.folder('extract', *p)}/depth.nc" for p in PLAN.vit.points],
+            tokens=[f"{PLAN.vit.folder('extract', *p)}/tokens.nc" for p in PLAN.vit.points],
+            histories=[f"{PLAN.vit.folder('train', *p)}/history.csv" for p in PLAN.vit.points],
+        output:
+            "results/vit/combined.nc",
+        log:
+            "logs/vit/combine.log",
+        benchmark:
+            "benchmarks/vit/combine.tsv"
+        conda:
+            "../envs/analysis.yaml"
+        params:
+            points=[(PLAN.vit.sd[sd], PLAN.vit.wd[wd], seed) for sd, wd, seed in PLAN.vit.points],
+            metrics=dict(sorted({**config["metrics"], "ks": config["vit"]["ks"]}.items())),
+            code=script_hash("vit_combine"),
+        script:
+            "../scripts/vit_combine.py"
+
+    rule vit_stats:
+        input:
+            "results/vit/combined.nc",
+        output:
+            **{name: f"results/stats/{name}.csv" for name in VIT_STATS_TABLES},
+        log:
+            "logs/vit/stats.log",
+        benchmark:
+            "benchmarks/vit/stats.tsv"
+        conda:
+            "../envs/analysis.yaml"
+        params:
+            selection={**PLAN.selection, "k": PLAN.vit.k},
+            n_boot=config["stats"]["n_boot"],
+            seed=config["stats"]["seed"],
+            code=script_hash("vit_stats"),
+        script:
+            "../scripts/vit_stats.py"

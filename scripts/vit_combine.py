@@ -1,0 +1,24 @@
+"""Rule vit_combine: m_K of every grid point and its test accuracy -> results/vit/combined.nc."""
+
+import pandas as pd
+
+from blockcoupling.io import provenance, read_netcdf, write_netcdf
+from blockcoupling.metrics import MetricConfig
+from blockcoupling.runner import run_script
+from blockcoupling.vit_results import grid_dataset
+
+
+def main(sm):
+    parts = {
+        tuple(point): (read_netcdf(depth), read_netcdf(tokens), pd.read_csv(history))
+        for point, depth, tokens, history in zip(
+            sm.params.points, sm.input.depth, sm.input.tokens, sm.input.histories
+        )
+    }
+    dataset = grid_dataset(
+        parts, MetricConfig.from_config(sm.params.metrics), provenance(sm.params.metrics)
+    )
+    write_netcdf(dataset, sm.output[0])
+
+
+run_script(snakemake, main)

@@ -1,0 +1,22 @@
+"""Rule vit_train: train (or resume) one ViT of the sweep; expose its weights and history."""
+
+from pathlib import Path
+
+from blockcoupling.models import resolve_device
+from blockcoupling.runner import run_script
+from blockcoupling.vision_data import read_prepared
+from blockcoupling.vit_config import ViTRunConfig
+from blockcoupling.vit_train import train_vit, work_dir
+
+
+def main(sm):
+    config = ViTRunConfig(**sm.params.run)
+    work = work_dir(Path(sm.output.model).parent, config, sm.params.code)
+    device = resolve_device(sm.resources.device)
+    weights = train_vit(config, read_prepared(sm.input.data), work, sm.threads, device)
+    for source, target in ((weights, sm.output.model), (work / "history.csv", sm.output.history)):
+        Path(target).unlink(missing_ok=True)
+        Path(target).hardlink_to(source)
+
+
+run_script(snakemake, main)

@@ -1,0 +1,114 @@
+"""The ViT sweep's one dataset: coupling and test accuracy of every grid point, torch-free.
+
+``grid_dataset`` turns each grid point's extracted statistics (``depth.nc``, ``tokens.nc``) into
+m_K (``metrics``) and stacks them with each run's final test accuracy along ``sd``, ``wd`` and
+``seed``; the extraction's ``prompt`` dim becomes ``image`` (``image_label``: the class).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
+
+Point = tuple[float, float, int]  # (drop-path rate, weight decay, seed)
+FAMILIES = ("self", "fixed_in", "fixed_out")
+FIXED = ("token_in", "token_out")  # the fixed token of the context families
+
+
+def token_summaries(token_coupling: xr.Dataset) -> xr.Dataset:
+    """Per token family: minus the mean m_K over token pairs t != t' (and over the fixed token)
+    at each token layer against itself: ``{family}_token_coupling (reading, norm, k, variant,
+    token_image, token_layer)``. Empty when no token families were extracted.
+    """
+    out = {}
+    for family in FAMILIES:
+        name = f"{family}_mis"
+        if name not in token_coupling:
+            continue
+        mis = token_coupling[name]
+        layers = mis["layer"].values
+        same = xr.concat(
+            [mis.sel(layer=x, layer_ref=x).drop_vars("layer_ref") for x in layers], dim="layer"
+        )
+        distinct = same.where(same["token"] != same["token_ref"])
+        dims = ["token", "token_ref", *(d for d in FIXED if d in distinct.dims)]
+        out[f"{family}_token_coupling"] = -distinct.mean(dims, skipna=True)
+    data = xr.Dataset(out)
+    if not out:
+        return data
+    return data.rename(prompt="token_image", layer="token_layer").drop_vars(
+        [c for c in ("prompt_source", "n_tokens") if c in data.coords]
+    )
+
+
+def _point(
+    depth: xr.Dataset, tokens: xr.Dataset, history: pd.DataFrame, metric: MetricConfig
+) -> xr.Dataset:
+    """One grid point: coupling per image, the mean depth m_K map, token summaries, accuracy."""
+    coupling = coupling_dataset(depth, metric)
+    data = xr.Dataset(
+        {
+            "coupling": coupling["coupling"],
+            "adjacent_coupling": coupling["adjacent_coupling"],
+            "depth_mis": coupling["depth_mis"].mean("prompt"),
+        }
+    )
+    data = data.rename(prompt="image", prompt_source="image_label").drop_vars(
+        [c for c in ("n_tokens", "token_position") if c in data.coords]
+    )
+    data = data.merge(token_summaries(token_coupling_dataset(tokens, metric)))
+    last = history.iloc[-1]
+    for column in ("test_accuracy", "test_loss", "train_loss"):
+        data[column] = float(last[column])
+    data["test_accuracy_curve"] = xr.DataArray(
+        history["test_accuracy"].to_numpy(dtype=float),
+        dims="epoch",
+        coords={"epoch": history["epoch"].to_numpy(dtype=int)},
+    )
+    return data
+
+
+def grid_dataset(
+    parts: Mapping[Point, tuple[xr.Dataset, xr.Dataset, pd.DataFrame]],
+    metric: MetricConfig,
+    attrs: dict[str, Any] | None = None,
+) -> xr.Dataset:
+    """``parts``: ``(sd, wd, seed) -> (depth, tokens, history)`` of every grid point. Returns
+    ``coupling``, ``adjacent_coupling (sd, wd, seed, reading, norm, k, variant, image)``,
+    ``depth_mis (sd, wd, seed, reading, norm, k, variant, layer, layer_ref)`` (mean over images),
+    ``{family}_token_coupling (..., token_image, token_layer)``, ``test_accuracy``,
+    ``test_loss``, ``train_loss (sd, wd, seed)`` (after the last epoch) and
+    ``test_accuracy_curve (sd, wd, seed, epoch)``.
+    """
+    if not parts:
+        raise ValueError("no grid points to combine")
+    check_same_images(parts)
+    points = []
+    for (sd, wd, seed), (depth, tokens, history) in sorted(parts.items()):
+        point = _point(depth, tokens, history, metric)
+        points.append(point.expand_dims(sd=[float(sd)], wd=[float(wd)], seed=[int(seed)]))
+    labels = points[0]["image_label"]
+    data = xr.merge([p.drop_vars("image_label") for p in points], join="outer")
+    data = data.assign_coords(image_label=labels)
+    data.attrs.update(attrs or {})
+    data.attrs.update(ks=list(metric.ks), p=metric.p)
+    data["coupling"].attrs["description"] = "minus the mean m_K over block pairs l != l'"
+    data["test_accuracy"].attrs["description"] = "fraction of the test split, after training"
+    return data
+
+
+def check_same_images(parts: Mapping[Point, tuple[xr.Dataset, xr.Dataset, pd.DataFrame]]) -> None:
+    """Every grid point must have been measured on the same images (ids in the same order)."""
+    reference = None
+    for point, (depth, _, _) in parts.items():
+        ids = list(np.asarray(depth["prompt"].values).astype(str))
+        if reference is None:
+            reference = ids
+        elif ids != reference:
+            raise ValueError(f"grid point {point} was measured on other images than the first")

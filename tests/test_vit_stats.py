@@ -1,0 +1,166 @@
+"""The ViT sweep's statistics against hand computations, and its two figures from synthetic data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from scipy import stats as sps
+
+from blockcoupling import figures, stats
+
+SD, WD, SEEDS, IMAGES = [0.0, 0.1, 0.3], [0.0, 0.05], [0, 1, 2], 5
+SEL = dict(k=4, reading="authors", variant="ujv", norm="p")
+
+
+def make_combined(seed: int = 0) -> xr.Dataset:
+    """A `vit_results.grid_dataset`-like dataset: coupling rises with sd, accuracy with coupling."""
+    rng = np.random.default_rng(seed)
+    shape = (len(SD), len(WD), len(SEEDS))
+    model_effect = rng.normal(0, 0.02, shape)
+    coupling = (
+        -1
+        + 0.5 * np.asarray(SD)[:, None, None, None]
+        + model_effect[..., None]
+        + rng.normal(0, 0.01, (*shape, IMAGES))
+    )
+    accuracy = 0.8 + 2 * model_effect + rng.normal(0, 0.005, shape)
+    coords = {
+        "sd": SD,
+        "wd": WD,
+        "seed": SEEDS,
+        "image": [f"test{i:05d}" for i in range(IMAGES)],
+        "reading": ["authors"],
+        "norm": ["p"],
+        "k": [4],
+        "variant": ["ujv", "vju"],
+    }
+    dims = ("sd", "wd", "seed", "reading", "norm", "k", "variant", "image")
+    full = np.broadcast_to(
+        coupling[:, :, :, None, None, None, None, :], (*shape, 1, 1, 1, 2, IMAGES)
+    )
+    return xr.Dataset(
+        {
+            "coupling": (dims, full.copy()),
+            "adjacent_coupling": (dims, full.copy() + 0.05),
+            "test_accuracy": (("sd", "wd", "seed"), accuracy),
+            "test_loss": (("sd", "wd", "seed"), 1 - accuracy),
+        },
+        coords=coords,
+    )
+
+
+@pytest.fixture(scope="module")
+def combined() -> xr.Dataset:
+    return make_combined()
+
+
+@pytest.fixture(scope="module")
+def table(combined) -> pd.DataFrame:
+    return stats.vit_model_table(combined, **SEL, n_boot=200, seed=0)
+
+
+def test_crossed_bootstrap_equals_a_naive_loop() -> None:
+    values = np.random.default_rng(1).normal(size=(2, 3, 4))
+    values[1, 2, 3] = np.nan
+    got = stats.crossed_bootstrap_means(values, 50, np.random.default_rng(7))
+    rng = np.random.default_rng(7)
+    seeds = rng.integers(0, 3, size=(50, 3))
+    images = rng.integers(0, 4, size=(50, 4))
+    naive = [np.nanmean(values[:, s][:, :, i]) for s, i in zip(seeds, images)]
+    assert np.allclose(got, naive)
+
+
+def test_model_table_means_and_ci(combined, table) -> None:
+    assert len(table) == len(SD) * len(WD) * len(SEEDS)
+    row = table[(table.sd == 0.1) & (table.wd == 0.05) & (table.seed == 2)].iloc[0]
+    cell = combined["coupling"].sel(sd=0.1, wd=0.05, seed=2, variant="ujv").values.ravel()
+    assert row.coupling == pytest.approx(cell.mean())
+    assert row.coupling_low < row.coupling < row.coupling_high
+    assert row.adjacent_coupling == pytest.approx(cell.mean() + 0.05)
+    assert row.test_accuracy == pytest.approx(
+        float(combined.test_accuracy.sel(sd=0.1, wd=0.05, seed=2))
+    )
+    assert row.n_images == IMAGES
+    again = stats.vit_model_table(combined, **SEL, n_boot=200, seed=0)
+    pd.testing.assert_frame_equal(table, again)  # seeded
+
+
+def test_coupling_by_rate_by_hand(combined) -> None:
+    frame = stats.vit_coupling_by_rate(combined, **SEL, n_boot=300, seed=4)
+    assert len(frame) == len(SD) * (1 + len(WD))
+    values = stats.vit_coupling_values(combined, **SEL)
+    for sd in SD:
+        pooled = frame[(frame.sd == sd) & (frame.wd == "all")].iloc[0]
+        cube = values.sel(sd=sd).values
+        assert pooled.coupling == pytest.approx(cube.mean())
+        means = stats.crossed_bootstrap_means(cube, 300, stats._cell_seed(4, "vit_rate", sd, "all"))
+        assert (pooled.ci_low, pooled.ci_high) == pytest.approx(
+            tuple(np.quantile(means, [0.025, 0.975]))
+        )
+        one = frame[(frame.sd == sd) & (frame.wd == "0.05")].iloc[0]
+        assert one.coupling == pytest.approx(values.sel(sd=sd, wd=0.05).values.mean())
+        assert one.n_models == len(SEEDS) and pooled.n_models == len(SEEDS) * len(WD)
+
+
+def test_sd_trend_ols_and_spearman_by_hand(table) -> None:
+    trend = stats.vit_sd_trend(table).set_index(["response", "method"])
+    design = np.column_stack([np.ones(len(table)), table.sd, table.wd == 0.05])
+    slope = np.linalg.lstsq(design, table.coupling, rcond=None)[0][1]
+    row = trend.loc[("coupling", "ols")]
+    assert row.estimate == pytest.approx(slope)
+    assert row.ci_low < slope < row.ci_high and row.p < 0.05  # the synthetic trend is found
+    rho = sps.spearmanr(table.sd, table.test_accuracy).statistic
+    assert trend.loc[("test_accuracy", "spearman")].estimate == pytest.approx(rho)
+
+
+def _holm(p: list[float]) -> list[float]:
+    order = np.argsort(p)
+    adjusted, running = np.empty(len(p)), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, (len(p) - rank) * p[i])
+        adjusted[i] = min(1.0, running)
+    return list(adjusted)
+
+
+def test_coupling_accuracy_per_rate_holm_and_pooled_by_hand(table) -> None:
+    frame = stats.vit_coupling_accuracy(table)
+    pearson = frame[frame.method == "pearson"].reset_index(drop=True)
+    hand = [sps.pearsonr(g.coupling, g.test_accuracy) for _, g in table.groupby("sd")]
+    assert list(pearson.estimate) == pytest.approx([h.statistic for h in hand])
+    assert list(pearson.p_holm) == pytest.approx(_holm([h.pvalue for h in hand]))
+    assert pearson.note.str.contains("Holm-adjusted over the 3").all()
+    pooled = frame[frame.sd == "pooled"].set_index("method")
+    dummies = pd.get_dummies(table.sd, drop_first=True).to_numpy(dtype=float)
+    design = np.column_stack([np.ones(len(table)), table.coupling, dummies])
+    slope = np.linalg.lstsq(design, table.test_accuracy, rcond=None)[0][1]
+    assert pooled.loc["within_ols"].estimate == pytest.approx(slope)
+    centred = table.groupby("sd")[["coupling", "test_accuracy"]].transform(lambda c: c - c.mean())
+    r = np.corrcoef(centred.coupling, centred.test_accuracy)[0, 1]
+    assert pooled.loc["within_r"].estimate == pytest.approx(r)
+    assert pooled.loc["within_r"].estimate > 0.5  # accuracy follows coupling in the synthetic data
+    assert np.isfinite(pooled.loc["mixedlm"].estimate) or "failed" in pooled.loc["mixedlm"].note
+
+
+def test_too_few_models_give_nan_with_a_reason(table) -> None:
+    small = table[table.seed == 0].groupby("sd").head(1)
+    frame = stats.vit_coupling_accuracy(small)
+    assert frame.estimate.isna().all()
+    assert frame[frame.method == "pearson"].note.str.contains("n=1 < 4").all()
+    assert frame[frame.sd == "pooled"].note.str.contains("too few").all()
+
+
+def test_vit_figures_render(tmp_path: Path, combined, table) -> None:
+    by_rate = stats.vit_coupling_by_rate(combined, **SEL, n_boot=100, seed=0)
+    for name, frame in (("vit_coupling_vs_sd", by_rate), ("vit_coupling_vs_accuracy", table)):
+        csv = tmp_path / f"{name}.csv"
+        stats.write_table(frame, csv)
+        png, pdf = figures.render(name, csv, tmp_path / f"{name}.png")
+        assert pdf.is_file() and pdf.stat().st_size > 1000
+        image = mpimg.imread(png)
+        assert image.shape[0] > 300 and image.shape[1] > 300
+    figures.vit_coupling_vs_accuracy(table.iloc[:0], tmp_path / "empty")  # no data: a marked panel

@@ -1,0 +1,99 @@
+"""The ViT sub-DAG end to end on the smoke config's 2 x 1 x 1 grid: every ViT rule runs, the
+combined file has the grid dims, and reruns touch exactly what changed."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from blockcoupling.io import read_netcdf
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = [
+    "results/vit/combined.nc",
+    "results/stats/vit_models.csv",
+    "results/figures/vit_coupling_vs_sd.png",
+    "results/figures/vit_coupling_vs_accuracy.png",
+]
+
+
+def snakemake(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
+    command += ["--directory", str(folder), "--configfile", str(folder / "config.yaml")]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=900)
+
+
+def planned(folder: Path) -> dict[str, int]:
+    """Rule -> job count of a dry run of the ViT targets."""
+    result = snakemake(folder, "-n", *TARGETS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = result.stdout + result.stderr
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("vit")
+    shutil.copy(REPO / "config" / "smoke.yaml", folder / "config.yaml")
+    result = snakemake(folder, "--cores", "2", *TARGETS)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert planned(folder) == {}
+    return folder
+
+
+def variant(done: Path, tmp_path: Path, change) -> Path:
+    folder = tmp_path / "run"
+    shutil.copytree(done, folder, symlinks=True)
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    change(config["vit"])
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    return folder
+
+
+def test_every_vit_output_is_made(done: Path) -> None:
+    for path in (
+        "results/vit/data/digits.npz",
+        "results/vit/train/sd0.2/wd0.05/seed0/model.safetensors",
+        "results/vit/train/sd0/wd0.05/seed0/history.csv",
+        "results/vit/extract/sd0.2/wd0.05/seed0/tokens.nc",
+        "results/stats/vit_coupling_vs_sd.csv",
+        "results/stats/vit_sd_trend.csv",
+        "results/stats/vit_coupling_vs_accuracy.csv",
+        "logs/vit/train/sd0.2_wd0.05_seed0.log",
+        "benchmarks/vit/extract/sd0_wd0.05_seed0.tsv",
+        *TARGETS,
+    ):
+        assert (done / path).is_file(), path
+    combined = read_netcdf(done / "results/vit/combined.nc")
+    assert dict(combined["test_accuracy"].sizes) == {"sd": 2, "wd": 1, "seed": 1}
+    assert {"sd", "wd", "seed", "image", "k"} <= set(combined["coupling"].dims)
+    assert combined["image"].size == 4 and list(combined["k"].values) == [2, 4]
+
+
+def test_run_only_settings_rerun_nothing(done: Path, tmp_path: Path) -> None:
+    def speed(vit: dict) -> None:
+        vit.update(threads=2, device="cpu", data_dir="elsewhere")
+        vit["extract"]["chunk_size"] = 3
+
+    assert planned(variant(done, tmp_path, speed)) == {}
+
+
+def test_ks_rerun_the_combination_not_training_or_jacobians(done: Path, tmp_path: Path) -> None:
+    jobs = planned(variant(done, tmp_path, lambda vit: vit.update(ks=[1, 2, 4])))
+    assert jobs.get("vit_combine") == 1 and "vit_train" not in jobs and "vit_extract" not in jobs
+
+
+def test_a_grid_point_added_trains_only_it(done: Path, tmp_path: Path) -> None:
+    jobs = planned(variant(done, tmp_path, lambda vit: vit["grid"].update(seeds=[0, 1])))
+    assert jobs.get("vit_train") == 2 and jobs.get("vit_extract") == 2 and "vit_data" not in jobs
