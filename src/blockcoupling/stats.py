@@ -564,10 +564,16 @@ def checkpoint_table(
 
 
 def mixed_slope(
-    data: pd.DataFrame, target: str, predictor: str, group: str, ci: float = 0.95
+    data: pd.DataFrame,
+    target: str,
+    predictor: str,
+    group: str,
+    ci: float = 0.95,
+    standardize: bool = True,
 ) -> dict:
     """Statsmodels MixedLM ``target ~ 1 + z(predictor)`` with a random intercept per ``group``:
-    coef (target units per predictor sd), ci_low, ci_high, p, n, n_groups, reason.
+    coef (target units per predictor sd; per predictor unit when not ``standardize``), ci_low,
+    ci_high, p, n, n_groups, reason.
 
     Repeated measures (checkpoints of one run, seeds of one configuration) share their group's
     intercept, so the slope is estimated within groups instead of treating every row as an
@@ -580,8 +586,10 @@ def mixed_slope(
         return row | {"reason": f"n={n}, groups={n_groups}: too few for a mixed model"}
     if data[predictor].nunique() < 2:
         return row | {"reason": "constant predictor"}
-    z = (data[predictor] - data[predictor].mean()) / data[predictor].std(ddof=1)
-    design = sm.add_constant(z.rename(predictor).to_frame(), has_constant="add")
+    x = data[predictor]
+    if standardize:
+        x = (x - x.mean()) / x.std(ddof=1)
+    design = sm.add_constant(x.rename(predictor).to_frame(), has_constant="add")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = sm.MixedLM(data[target], design, groups=data[group]).fit(reml=True)
@@ -925,8 +933,6 @@ def vit_coupling_accuracy(
     se ``1/sqrt(n - 2 - n_rates)``); ``mixedlm``, statsmodels MixedLM with a random intercept
     per rate. Columns: sd, method, estimate, ci_low, ci_high, p, p_holm, n, note.
     """
-    from statsmodels.stats.multitest import multipletests
-
     require_columns(table, ["sd", "coupling", "test_accuracy"])
     rows = []
     for method in methods:
@@ -945,14 +951,10 @@ def vit_coupling_accuracy(
                     note=res["reason"] or res["ci_method"],
                 )
             )
-        tested = [r for r in per_rate if np.isfinite(r["p"])]
-        if tested:
-            adjusted = multipletests([r["p"] for r in tested], method="holm")[1]
-            for row, p in zip(tested, adjusted):
-                row["p_holm"] = float(p)
-        for row in per_rate:
-            row.setdefault("p_holm", np.nan)
-            row["note"] += "; " + VIT_NOTE_HOLM.format(n=len(tested))
+        adjusted = holm([row["p"] for row in per_rate])
+        for row, p in zip(per_rate, adjusted):
+            row["p_holm"] = float(p)
+            row["note"] += "; " + VIT_NOTE_HOLM.format(n=int(np.isfinite(adjusted).sum()))
         rows += per_rate
     rows += _vit_pooled_within_rate(table, ci)
     columns = ["sd", "method", "estimate", "ci_low", "ci_high", "p", "p_holm", "n", "note"]
@@ -961,8 +963,6 @@ def vit_coupling_accuracy(
 
 def _vit_pooled_within_rate(table: pd.DataFrame, ci: float) -> list[dict]:
     """The pooled within-rate rows of ``vit_coupling_accuracy``."""
-    import warnings
-
     import statsmodels.formula.api as smf
 
     data = table[["sd", "coupling", "test_accuracy"]].dropna()
@@ -1005,29 +1005,14 @@ def _vit_pooled_within_rate(table: pd.DataFrame, ci: float) -> list[dict]:
             note=f"partial r given the rate (t/sqrt(t^2+df), df={int(fit.df_resid)})",
         ),
     ]
+    mixed = mixed_slope(data, "test_accuracy", "coupling", "sd", ci, standardize=False)
     note = "MixedLM test_accuracy ~ coupling, random intercept per rate"
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            mixed = smf.mixedlm("test_accuracy ~ coupling", data, groups=data["sd"]).fit(reml=True)
-        m_low, m_high = mixed.conf_int(alpha=1 - ci).loc["coupling"]
-        if caught:
-            note += f"; warning: {str(caught[0].message).splitlines()[0]}"
-        rows.append(
-            dict(
-                sd="pooled",
-                method="mixedlm",
-                estimate=float(mixed.params["coupling"]),
-                ci_low=float(m_low),
-                ci_high=float(m_high),
-                p=float(mixed.pvalues["coupling"]),
-                p_holm=np.nan,
-                n=n,
-                note=note,
-            )
-        )
-    except (ValueError, np.linalg.LinAlgError) as error:
-        rows.append(
-            dict(sd="pooled", method="mixedlm") | nan | {"note": f"{note}: failed ({error})"}
-        )
+    rows.append(
+        dict(sd="pooled", method="mixedlm", p_holm=np.nan, n=n)
+        | {key: mixed[key] for key in ("ci_low", "ci_high", "p")}
+        | {
+            "estimate": mixed["coef"],
+            "note": note + (f"; {mixed['reason']}" if mixed["reason"] else ""),
+        }
+    )
     return rows
