@@ -30,6 +30,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerF
 from transformers.utils import logging as hf_logging
 
 from blockcoupling import corpus
+from blockcoupling.determinism import deterministic
 from blockcoupling.io import atomic_write, write_text
 from blockcoupling.progress import track
 from blockcoupling.schedule import TrainConfig
@@ -150,26 +151,15 @@ def _loss_and_accuracy(
 
 @contextmanager
 def run_settings(threads: int | None) -> Iterator[None]:
-    """Deterministic algorithms (without the NaN-filling of new tensors, which makes CPU training
-    ~5x slower), the thread count and no transformers save/load bars for the duration; restored
-    afterwards.
+    """``determinism.deterministic(threads)`` and no transformers save/load bars for the
+    duration; restored afterwards.
     """
-    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    old_fill, old_bars = (
-        torch.utils.deterministic.fill_uninitialized_memory,
-        hf_logging.is_progress_bar_enabled(),
-    )
-    if threads is not None:
-        torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-    torch.utils.deterministic.fill_uninitialized_memory = False
+    old_bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        yield
+        with deterministic(threads):
+            yield
     finally:
-        torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_det)
-        torch.utils.deterministic.fill_uninitialized_memory = old_fill
         if old_bars:
             hf_logging.enable_progress_bar()
 

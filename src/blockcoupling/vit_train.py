@@ -16,10 +16,7 @@ the end, ``model.safetensors``; each written atomically.
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from blockcoupling.determinism import deterministic
 from blockcoupling.io import atomic_write, write_text
 from blockcoupling.progress import track
 from blockcoupling.vision_data import Prepared
@@ -53,26 +51,6 @@ def work_dir(run_dir: str | Path, cfg: ViTRunConfig, code: str) -> Path:
 
 def _config_json(cfg: ViTRunConfig) -> str:
     return json.dumps(cfg.to_dict(), indent=2, sort_keys=True)
-
-
-@contextmanager
-def run_settings(threads: int | None) -> Iterator[None]:
-    """Deterministic algorithms (without NaN-filling new tensors) and the thread count for the
-    duration; restored afterwards.
-    """
-    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    old_fill = torch.utils.deterministic.fill_uninitialized_memory
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
-    if threads is not None:
-        torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-    torch.utils.deterministic.fill_uninitialized_memory = False
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_det)
-        torch.utils.deterministic.fill_uninitialized_memory = old_fill
 
 
 def make_optimizer(model: VisionTransformer, cfg: ViTRunConfig) -> torch.optim.AdamW:
@@ -191,7 +169,7 @@ def train_vit(
     """
     work = Path(work)
     final = work / "model.safetensors"
-    with run_settings(threads), torch.random.fork_rng(devices=[]):  # the caller's draws stay
+    with deterministic(threads), torch.random.fork_rng(devices=[]):  # the caller's draws stay
         _prepare_work(cfg, work)
         if final.is_file():
             return final
