@@ -133,7 +133,10 @@ def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool =
 def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
     """Validate a config file as the workflow does; return a one-paragraph summary."""
     plan = load_plan(file, workflow_dir)
-    jobs = sum(len(e.steps) for e in plan.models.values())
+    jobs = sum(
+        len(e.steps) * (len(plan.shards(name)) + len(plan.token_jobs(name)))
+        for name, e in plan.models.items()
+    )
     vit = (
         f"; ViT sweep: {len(plan.vit.points)} ViTs on {plan.vit.section['dataset']} "
         f"({len(plan.vit.sd)} rates x {len(plan.vit.wd)} weight decays x "
