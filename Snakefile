@@ -6,7 +6,11 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# config.yaml is the default config: a --configfile replaces it instead of being merged into it
+# (Snakemake would merge), so `--configfile config/smoke.yaml` runs exactly the smoke DAG.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 validate(config, "schemas/config.schema.yaml")
