@@ -15,7 +15,7 @@ rule extract:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
     resources:
-        mem_mb=mem_mb,
+        **model_job_resources("extract"),
         gpu_mem_gb=gpu_mem,
         device=model_device,
         vjp_chunk=config["extract"]["chunk_size"] or 0,

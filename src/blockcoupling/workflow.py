@@ -68,7 +68,9 @@ def _number(value: str | None) -> float | None:
 
 def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
     """Model entries from a TSV such as resources/paper_models.tsv (name, hub_id, metadata,
-    gpu_mem_gb); scores missing in the table stay missing.
+    gpu_mem_gb); scores missing in the table stay missing. Resources per model: ``gpu_mem_gb``
+    (default 16), ``mem_mb`` (default 1.5 GB of host memory per GB of GPU memory, at least 16 GB)
+    and ``runtime`` (minutes; default: the rule's), from columns of those names when present.
     """
     entries = {}
     with open(path, newline="", encoding="utf-8") as handle:
@@ -85,6 +87,11 @@ def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
                     "pos_encoding": row.get("pos_encoding", ""),
                 }
                 gpu = int(float(row.get("gpu_mem_gb") or 16))
+                resources = {
+                    "gpu_mem_gb": gpu,
+                    "mem_mb": int(row.get("mem_mb") or max(16000, gpu * 1500)),
+                    **({"runtime": int(row["runtime"])} if row.get("runtime") else {}),
+                }
             except (KeyError, TypeError, ValueError) as error:
                 raise ConfigError(f"model_table {path} line {line}: {error}") from None
             entries[row["name"]] = ModelEntry(
@@ -92,7 +99,7 @@ def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
                 source={"hub": row["hub_id"]},
                 steps=_default_steps(random_init),
                 meta=meta,
-                resources={"gpu_mem_gb": gpu, "mem_mb": max(16000, gpu * 1500)},
+                resources=resources,
             )
     return entries
 
