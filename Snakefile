@@ -31,6 +31,10 @@ include: "rules/stats.smk"
 include: "rules/figures.smk"
 
 
+onstart:
+    check_slurm_jobs()  # jobs going to Slurm: stop before any if a model's job fits no node
+
+
 rule all:
     default_target: True
     input:

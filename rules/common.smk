@@ -126,12 +126,9 @@ def check_slurm_jobs():
         config["extract"]["threads"], workflow.resource_settings.max_threads or sys.maxsize
     )
     for model in PLAN.models:
-        for rule in ["extract"] + (["evaluate"] if model in PLAN.evaluated(PLAN.models) else []):
+        jobs = ["extract"] + (["evaluate"] if model in PLAN.evaluated(PLAN.models) else [])
+        for job in jobs:
             try:
-                slurm_request(rule, model, threads, True)
+                slurm_request(job, model, threads, True)
             except SlurmError as error:
                 sys.exit(f"slurm: {error}")
-
-
-onstart:
-    check_slurm_jobs()
