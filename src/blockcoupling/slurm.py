@@ -182,7 +182,7 @@ def read_nodes(partition: str) -> Nodes | None:
 def _run(command: list[str]) -> str | None:
     """A command's output, or None if it is missing, fails or hangs."""
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=20, check=True)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout
