@@ -126,7 +126,7 @@ export BLOCKCOUPLING_SLURM_PARTITION=ci
 slurm_run=$work/slurm
 run=("$snakemake" --profile slurm --configfile config/smoke.yaml --directory "$slurm_run"
     --slurm-init-seconds-before-status-checks 2)
-planned=$("${run[@]}" -n --quiet rules | awk '$1 == "total" {print $2; exit}')
+planned=$("${run[@]}" -n --quiet rules | awk '$1 == "total" {n = $2} END {print n}')
 say "running the smoke DAG through Slurm: $planned jobs (all but rule all submitted)"
 "${run[@]}" > "$work/run.log" 2>&1 &
 run_pid=$!
