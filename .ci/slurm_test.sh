@@ -132,21 +132,21 @@ say "running the smoke DAG through Slurm: $planned jobs (all but rule all submit
 run_pid=$!
 cancelled=""
 for _ in $(seq 1200); do
-    cancelled=$(squeue -h -t RUNNING -o '%i %k' | awk '$2 ~ /^rule_extract_/ {print $1; exit}')
+    cancelled=$(squeue -h -t RUNNING -o '%i %k' | awk '$2 ~ /^rule_extract_/ {id = $1} END {print id}' || true)
     [ -n "$cancelled" ] && break
     kill -0 "$run_pid" 2> /dev/null || break
     sleep 0.5
 done
 [ -n "$cancelled" ] || fail "no extract job was seen running: $(tail -n 5 "$work/run.log")"
 scancel "$cancelled"
-say "cancelled Slurm job $cancelled ($(grep -o "jobid $cancelled .*" "$work/run.log" | head -n 1))"
+say "cancelled Slurm job $cancelled ($(grep -o "jobid $cancelled .*" "$work/run.log" || true))"
 if ! timeout 1800 tail --pid="$run_pid" -f /dev/null; then fail "the Slurm run hangs"; fi
 wait "$run_pid" || fail "the Slurm run failed: $(tail -n 20 "$work/run.log")"
 run_pid=""
 say "the Slurm run finished"
 
-submitted=$(grep -o 'submitted with SLURM jobid [0-9]*' "$work/run.log" | awk '{print $NF}')
-completed=$(grep -o 'JobId=[0-9]* .*JobState=COMPLETED' "$work/jobcomp.log" | sed 's/ .*//; s/JobId=//')
+submitted=$(grep -o 'submitted with SLURM jobid [0-9]*' "$work/run.log" | awk '{print $NF}' || true)
+completed=$(grep -o 'JobId=[0-9]* .*JobState=COMPLETED' "$work/jobcomp.log" | sed 's/ .*//; s/JobId=//' || true)
 [ "$(echo "$submitted" | wc -l)" -eq "$planned" ] \
     || fail "$(echo "$submitted" | wc -l) sbatch submissions, expected $planned ($planned - 1 jobs + 1 retry)"
 for id in $submitted; do
