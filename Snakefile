@@ -6,7 +6,11 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# config.yaml is the default config: a --configfile replaces it instead of being merged into it
+# (Snakemake would merge), so `--configfile config/smoke.yaml` runs exactly the smoke DAG.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 validate(config, "schemas/config.schema.yaml")
@@ -26,6 +30,10 @@ include: "rules/combine.smk"
 include: "rules/stats.smk"
 include: "rules/vit.smk"
 include: "rules/figures.smk"
+
+
+onstart:
+    check_slurm_jobs()  # jobs going to Slurm: stop before any if a model's job fits no node
 
 
 rule all:

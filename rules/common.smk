@@ -1,5 +1,6 @@
 # The checked config (one Plan, built and checked before any job), input functions and code
 # hashes. Every rules file reads only PLAN and the functions defined here.
+import functools
 import os
 import re
 import sys
@@ -16,10 +17,12 @@ from blockcoupling.workflow import (
     science_params,
 )
 from blockcoupling.vit_config import science_extract as vit_science_extract
+from blockcoupling.slurm import Needs, Request, SlurmError, SlurmSettings, job_request, read_nodes
 
 try:
     PLAN = check_config(config, workflow.basedir)
-except ConfigError as error:
+    SLURM = SlurmSettings.from_env()
+except (ConfigError, SlurmError) as error:
     sys.exit(f"config error: {error}")
 
 
@@ -70,12 +73,70 @@ def model_params(wildcards):
 
 
 def model_device(wildcards):
-    return PLAN.models[wildcards.model].load.get("device", config["extract"]["device"])
+    return device_of(wildcards.model)
+
+
+def device_of(model):
+    return PLAN.models[model].load.get("device", config["extract"]["device"])
 
 
 def gpu_mem(wildcards):
     return PLAN.models[wildcards.model].resources.get("gpu_mem_gb", 0)
 
 
-def mem_mb(wildcards):
-    return PLAN.models[wildcards.model].resources.get("mem_mb", 8000)
+# Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none.
+JOB_DEFAULTS = {"extract": (8000, 720), "evaluate": (8000, 240)}
+
+
+def on_slurm():
+    """Whether jobs go to Slurm (not a local run, a dry run, or the job itself on its node)."""
+    plugin = workflow.executor_plugin
+    return plugin is not None and plugin.name == "slurm"
+
+
+partition_nodes = functools.cache(read_nodes)
+
+
+@functools.cache
+def slurm_request(rule, model, threads, with_nodes):
+    """What a model's job asks Slurm for (blockcoupling.slurm): memory, runtime, partition,
+    GPUs only if the model wants GPU memory and may use a GPU; checked against sinfo's nodes
+    when jobs go to Slurm."""
+    entry = PLAN.models[model]
+    may_use_gpu = device_of(model).startswith(("auto", "cuda"))
+    gpu_mem_gb = entry.resources.get("gpu_mem_gb", 0) if may_use_gpu else 0
+    needs = Needs(
+        threads, entry.resources.get("mem_mb"), entry.resources.get("runtime"), gpu_mem_gb
+    )
+    nodes_of = partition_nodes if with_nodes else lambda partition: None
+    return job_request(f"models.{model} ({rule})", needs, JOB_DEFAULTS[rule], SLURM, nodes_of)
+
+
+def model_job_resources(rule):
+    """The Slurm resources of a model's job of ``rule`` (0 and '' ask for nothing; a local run
+    ignores them all)."""
+
+    def resource(name):
+        def value(wildcards, threads):
+            request = slurm_request(rule, wildcards.model, threads, on_slurm())
+            return request.resources(SLURM)[name]
+
+        return value
+
+    return {name: resource(name) for name in Request.RESOURCES}
+
+
+def check_slurm_jobs():
+    """Stop before any job if a model's job cannot run on the Slurm partition it goes to."""
+    if not on_slurm():
+        return
+    threads = min(
+        config["extract"]["threads"], workflow.resource_settings.max_threads or sys.maxsize
+    )
+    for model in PLAN.models:
+        jobs = ["extract"] + (["evaluate"] if model in PLAN.evaluated(PLAN.models) else [])
+        for job in jobs:
+            try:
+                slurm_request(job, model, threads, True)
+            except SlurmError as error:
+                sys.exit(f"slurm: {error}")

@@ -31,7 +31,7 @@ rule evaluate:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
     resources:
-        mem_mb=mem_mb,
+        **model_job_resources("evaluate"),
         gpu_mem_gb=gpu_mem,
         device=model_device,
     params:

@@ -5,7 +5,7 @@
 # shards ({shard}: the index of its first prompt) and its token families in a job per prompt,
 # merged into the same files as one job writes.
 EXTRACT_RESOURCES = dict(
-    mem_mb=mem_mb,
+    **model_job_resources("extract"),
     gpu_mem_gb=gpu_mem,
     device=model_device,
     vjp_chunk=config["extract"]["chunk_size"] or 0,

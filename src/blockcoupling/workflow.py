@@ -78,6 +78,9 @@ LOAD_COLUMNS = ("dtype", "quantization", "device_map")
 def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
     """Model entries from a TSV such as resources/paper_models.tsv (name, hub_id, metadata,
     gpu_mem_gb, and the load options of LOAD_COLUMNS); scores missing in the table stay missing.
+    Resources per model: ``gpu_mem_gb`` (default 16), ``mem_mb`` (default 1.5 GB of host memory
+    per GB of GPU memory, at least 16 GB) and ``runtime`` (minutes; default: the rule's), from
+    columns of those names when present.
     """
     entries = {}
     with open(path, newline="", encoding="utf-8") as handle:
@@ -96,6 +99,11 @@ def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
                 gpu = int(float(row.get("gpu_mem_gb") or 16))
                 load = {key: row[key] for key in LOAD_COLUMNS if row.get(key)}
                 LoadOptions(**load)
+                resources = {
+                    "gpu_mem_gb": gpu,
+                    "mem_mb": int(row.get("mem_mb") or max(16000, gpu * 1500)),
+                    **({"runtime": int(row["runtime"])} if row.get("runtime") else {}),
+                }
             except (KeyError, TypeError, ValueError) as error:
                 raise ConfigError(f"model_table {path} line {line}: {error}") from None
             entries[row["name"]] = ModelEntry(
@@ -104,7 +112,7 @@ def table_entries(path: str | Path, random_init: bool) -> dict[str, ModelEntry]:
                 steps=_default_steps(random_init),
                 meta=meta,
                 load=load,
-                resources={"gpu_mem_gb": gpu, "mem_mb": max(16000, gpu * 1500)},
+                resources=resources,
             )
     return entries
 

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# A real Slurm on this machine, then the smoke DAG through the shipped profile, as a user runs it:
+#   BLOCKCOUPLING_SLURM_PARTITION=ci snakemake --profile slurm --configfile config/smoke.yaml
+# Installs slurm-wlm and munge (Debian packages; root), writes a one-node slurm.conf for localhost
+# (jobcomp/filetxt logs every job; no accounting database, so the profile polls with squeue),
+# starts munged, slurmctld and slurmd, and checks that
+#   - every job of the DAG went through sbatch (each one the jobcomp log records COMPLETED),
+#   - a job killed with scancel is resubmitted (retries: 1) and the run completes,
+#   - the results equal a local run of the same config (.ci/compare_results.py),
+#   - a rerun does nothing, and a run whose models need GPUs the partition lacks (config/paper.yaml)
+#     stops before any job with one line.
+# On exit, even a failed one, it cancels its jobs, stops every daemon it started by PID, and puts
+# /etc/slurm/slurm.conf back as it was.
+#   .ci/slurm_test.sh [LOCAL_RUN]   LOCAL_RUN: a finished local smoke run (`snakemake --cores 2
+#                                   --configfile config/smoke.yaml --directory LOCAL_RUN`); made
+#                                   here when not given
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+snakemake=$repo/.venv/bin/snakemake
+python=$repo/.venv/bin/python
+export PYTHONPATH=$repo/src${PYTHONPATH:+:$PYTHONPATH}
+start=$SECONDS
+fail() { echo "slurm test FAILED: $*" >&2; exit 1; }
+say() { echo "slurm test [$((SECONDS - start)) s]: $*"; }
+[ "$(id -u)" = 0 ] || fail "run it as root (apt-get, /etc/slurm/slurm.conf, the daemons)"
+for daemon in slurmctld slurmd; do
+    if pgrep -x "$daemon" > /dev/null; then fail "a $daemon is running already; stop it first"; fi
+done
+
+say "installing slurm-wlm and munge"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq slurm-wlm munge > /dev/null
+
+work=$(mktemp -d /tmp/slurm-test.XXXXXX)
+chmod 711 "$work"
+conf=/etc/slurm/slurm.conf
+pids=()
+cleanup() {
+    local status=$?
+    set +e
+    if [ -n "${run_pid:-}" ] && kill -0 "$run_pid" 2> /dev/null; then kill "$run_pid"; wait "$run_pid"; fi
+    if [ ${#pids[@]} -gt 0 ] && squeue -h > /dev/null 2>&1; then
+        scancel $(squeue -h -o %i) 2> /dev/null
+        for _ in $(seq 30); do [ -z "$(squeue -h -o %i 2> /dev/null)" ] && break; sleep 1; done
+    fi
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[i]}" 2> /dev/null; done
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 20); do kill -0 "$pid" 2> /dev/null || break; sleep 0.5; done
+        kill -0 "$pid" 2> /dev/null && kill -9 "$pid"
+    done
+    if [ -e "$work/slurm.conf.before" ]; then mv "$work/slurm.conf.before" "$conf"; else rm -f "$conf"; fi
+    [ $status -ne 0 ] && tail -n 20 "$work"/log/slurm*.log 2> /dev/null
+    rm -rf "$work"
+    echo "slurm test: daemons stopped (${pids[*]:-none}), $conf restored, exit status $status"
+}
+trap cleanup EXIT
+
+say "starting munged, slurmctld, slurmd (logs in $work/log)"
+mkdir -p "$work"/{munge,state,spool,log}
+chmod 700 "$work/munge"
+dd if=/dev/urandom of="$work/munge/munge.key" bs=1024 count=1 status=none
+chmod 400 "$work/munge/munge.key"
+chmod 711 "$work/munge"
+munged --foreground --force --socket="$work/munge/socket" --key-file="$work/munge/munge.key" \
+    --pid-file="$work/munge/munged.pid" --seed-file="$work/munge/seed" \
+    --log-file="$work/log/munged.log" > "$work/log/munged.out" 2>&1 &
+pids+=($!)
+node=$(hostname -s)
+cpus=$(slurmd -C | grep -o 'CPUs=[0-9]*' | cut -d= -f2)
+memory=$(slurmd -C | grep -o 'RealMemory=[0-9]*' | cut -d= -f2)
+[ -e "$conf" ] && cp -p "$conf" "$work/slurm.conf.before"
+mkdir -p "$(dirname "$conf")"
+cat > "$conf" << EOF
+# written by .ci/slurm_test.sh (removed when it ends)
+ClusterName=ci
+SlurmctldHost=$node(127.0.0.1)
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$work/munge/socket
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$work/state
+SlurmdSpoolDir=$work/spool
+SlurmctldPidFile=$work/slurmctld.pid
+SlurmdPidFile=$work/slurmd.pid
+SlurmctldLogFile=$work/log/slurmctld.log
+SlurmdLogFile=$work/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$work/jobcomp.log
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
+# not the default partition: jobs must name it (BLOCKCOUPLING_SLURM_PARTITION)
+PartitionName=ci Nodes=ALL Default=NO MaxTime=INFINITE State=UP
+EOF
+slurmctld -D -i > "$work/log/slurmctld.out" 2>&1 &
+pids+=($!)
+slurmd -D > "$work/log/slurmd.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 60); do
+    [ "$(sinfo -h -p ci -o %t 2> /dev/null)" = idle ] && break
+    sleep 1
+done
+[ "$(sinfo -h -p ci -o %t)" = idle ] || fail "the node did not come up: $(sinfo 2>&1 | tail -n 1)"
+say "node $node ($cpus CPUs, $memory MB) idle in partition ci"
+
+local_run=${1:-}
+if [ -z "$local_run" ]; then
+    local_run=$work/local
+    say "local smoke run for the comparison"
+    "$snakemake" --cores "$cpus" --configfile config/smoke.yaml --directory "$local_run" --quiet progress
+fi
+
+# The documented settings: the partition (ci is not the default). The status command is left to
+# the profile (squeue: Slurm keeps no accounting here); the plugin's first poll comes after 2 s
+# instead of 40 s (a flag of the plugin; jobs here last seconds).
+export BLOCKCOUPLING_SLURM_PARTITION=ci
+slurm_run=$work/slurm
+run=("$snakemake" --profile slurm --configfile config/smoke.yaml --directory "$slurm_run"
+    --slurm-init-seconds-before-status-checks 2)
+planned=$("${run[@]}" -n --quiet rules | awk '$1 == "total" {n = $2} END {print n}')
+say "running the smoke DAG through Slurm: $planned jobs (all but rule all submitted)"
+"${run[@]}" > "$work/run.log" 2>&1 &
+run_pid=$!
+cancelled=""
+for _ in $(seq 1200); do
+    cancelled=$(squeue -h -t RUNNING -o '%i %k' | awk '$2 ~ /^rule_extract_/ {id = $1} END {print id}' || true)
+    [ -n "$cancelled" ] && break
+    kill -0 "$run_pid" 2> /dev/null || break
+    sleep 0.5
+done
+[ -n "$cancelled" ] || fail "no extract job was seen running: $(tail -n 5 "$work/run.log")"
+scancel "$cancelled"
+say "cancelled Slurm job $cancelled ($(grep -o "jobid $cancelled .*" "$work/run.log" || true))"
+if ! timeout 1800 tail --pid="$run_pid" -f /dev/null; then fail "the Slurm run hangs"; fi
+wait "$run_pid" || fail "the Slurm run failed: $(tail -n 20 "$work/run.log")"
+run_pid=""
+say "the Slurm run finished"
+
+submitted=$(grep -o 'submitted with SLURM jobid [0-9]*' "$work/run.log" | awk '{print $NF}' || true)
+completed=$(grep -o 'JobId=[0-9]* .*JobState=COMPLETED' "$work/jobcomp.log" | sed 's/ .*//; s/JobId=//' || true)
+[ "$(echo "$submitted" | wc -l)" -eq "$planned" ] \
+    || fail "$(echo "$submitted" | wc -l) sbatch submissions, expected $planned ($planned - 1 jobs + 1 retry)"
+for id in $submitted; do
+    [ "$id" = "$cancelled" ] && continue
+    echo "$completed" | grep -qx "$id" || fail "Slurm job $id is not COMPLETED in the jobcomp log"
+done
+grep -q "JobId=$cancelled .*JobState=CANCELLED" "$work/jobcomp.log" \
+    || fail "job $cancelled is not CANCELLED in the jobcomp log"
+grep -q "Trying to restart job" "$work/run.log" || fail "Snakemake did not resubmit the cancelled job"
+say "every job went through sbatch: $((planned - 1)) completed + job $cancelled cancelled and resubmitted"
+
+"$python" .ci/compare_results.py "$local_run" "$slurm_run" || fail "the results differ from the local run"
+
+lines=$(wc -l < "$work/jobcomp.log")
+"${run[@]}" > "$work/rerun.log" 2>&1 || fail "the rerun failed: $(tail -n 5 "$work/rerun.log")"
+grep -q "Nothing to be done" "$work/rerun.log" || fail "the rerun ran jobs: $(tail -n 5 "$work/rerun.log")"
+[ "$(wc -l < "$work/jobcomp.log")" -eq "$lines" ] || fail "the rerun submitted jobs"
+say "a rerun does nothing"
+
+if "$snakemake" --profile slurm --configfile config/paper.yaml --directory "$work/paper" \
+    > "$work/paper.log" 2>&1; then fail "the paper suite ran on a partition without GPUs"; fi
+grep -q "^slurm: models\..* needs [0-9]* GPU(s) .* partition ci has at most 0" "$work/paper.log" \
+    || fail "the paper suite did not stop with one line: $(tail -n 5 "$work/paper.log")"
+[ "$(wc -l < "$work/jobcomp.log")" -eq "$lines" ] || fail "the paper suite submitted jobs"
+say "models needing GPUs stop before any job: $(grep '^slurm: ' "$work/paper.log")"
+say "passed"

@@ -1,0 +1,286 @@
+"""What jobs ask Slurm for (torch-free; read by profiles/slurm and rules/common.smk).
+
+The user's settings are environment variables, all optional (README, "On a cluster"):
+
+- ``BLOCKCOUPLING_SLURM_ACCOUNT``: account of every job (default: the plugin guesses it from
+  your recent jobs, or submits without one).
+- ``BLOCKCOUPLING_SLURM_PARTITION``: partition of every job (default: the cluster's default).
+- ``BLOCKCOUPLING_SLURM_GPU_PARTITION``: partition of the jobs that get GPUs (default: the above).
+- ``BLOCKCOUPLING_SLURM_GPU``: how GPUs are asked for: ``gpus`` (``--gpus=N``, the default),
+  ``gres`` (``--gres=gpu:N``) or ``gres:TYPE`` (``--gres=gpu:TYPE:N``), or ``none`` (a CPU
+  cluster: no GPU is requested and models run on CPUs).
+- ``BLOCKCOUPLING_SLURM_GPU_MEM_GB``: memory of one GPU in GB (default 80); a model's
+  ``gpu_mem_gb`` over this, rounded up, is its GPU count.
+- ``BLOCKCOUPLING_SLURM_GPU_CONSTRAINT``: node feature the GPU jobs require (``-C``).
+- ``BLOCKCOUPLING_SLURM_STATUS``: ``sacct`` or ``squeue``, how the plugin polls jobs (default:
+  ``squeue`` where Slurm keeps no accounting database, since ``sacct`` cannot answer there).
+
+What a partition's nodes offer comes from ``sinfo``: threads are capped at a node's CPUs (the
+profile's ``max-threads``), a rule's default memory and runtime at a node's memory and the
+partition's time limit, and a model's own needs (memory, runtime, GPUs) that no node meets stop
+the run before any job, with one line naming the model and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+ENV = "BLOCKCOUPLING_SLURM_"
+GPU_KINDS = ("gpus", "gres", "none")
+STATUS_COMMANDS = ("sacct", "squeue")
+# sinfo -N: one line per node and partition; %P ends in * for the default partition.
+SINFO_FORMAT = "%P|%c|%m|%G|%l"
+
+
+class SlurmError(ValueError):
+    """A setting or a job that cannot work on this cluster; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The ``BLOCKCOUPLING_SLURM_*`` settings ('' : unset)."""
+
+    account: str = ""
+    partition: str = ""
+    gpu_partition: str = ""
+    gpu: str = "gpus"
+    gpu_type: str = ""
+    gpu_mem_gb: int = 80
+    gpu_constraint: str = ""
+    status: str = ""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SlurmSettings:
+        """The settings from the environment (``os.environ`` by default)."""
+        env = os.environ if environ is None else environ
+
+        def get(key: str) -> str:
+            return env.get(ENV + key, "").strip()
+
+        gpu, _, gpu_type = (get("GPU") or "gpus").partition(":")
+        if gpu not in GPU_KINDS or (gpu_type and gpu != "gres"):
+            raise SlurmError(f"{ENV}GPU={get('GPU')!r}: use gpus, gres, gres:TYPE or none")
+        gpu_mem = get("GPU_MEM_GB") or "80"
+        if not gpu_mem.isdigit() or int(gpu_mem) < 1:
+            raise SlurmError(f"{ENV}GPU_MEM_GB={gpu_mem!r}: give the GB of one GPU, e.g. 80")
+        if get("STATUS") not in ("", *STATUS_COMMANDS):
+            raise SlurmError(f"{ENV}STATUS={get('STATUS')!r}: use sacct or squeue")
+        return cls(
+            account=get("ACCOUNT"),
+            partition=get("PARTITION"),
+            gpu_partition=get("GPU_PARTITION") or get("PARTITION"),
+            gpu=gpu,
+            gpu_type=gpu_type,
+            gpu_mem_gb=int(gpu_mem),
+            gpu_constraint=get("GPU_CONSTRAINT"),
+            status=get("STATUS"),
+        )
+
+    def gpu_count(self, gpu_mem_gb: int) -> int:
+        """GPUs for a job needing ``gpu_mem_gb`` GB of GPU memory (0: none, or GPUs off)."""
+        if self.gpu == "none" or gpu_mem_gb <= 0:
+            return 0
+        return math.ceil(gpu_mem_gb / self.gpu_mem_gb)
+
+    def status_command(self, scontrol_config: str | None = None) -> str | None:
+        """The plugin's status command: the setting; else ``squeue`` where Slurm keeps no
+        accounting (``scontrol show config`` says ``accounting_storage/none``); else None
+        (the plugin's default, ``sacct``).
+        """
+        if self.status:
+            return self.status
+        config = (
+            _run(["scontrol", "show", "config"]) if scontrol_config is None else scontrol_config
+        )
+        if config and re.search(
+            r"^AccountingStorageType\s*=\s*accounting_storage/none", config, re.M
+        ):
+            return "squeue"
+        return None
+
+    def max_threads(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> int | None:
+        """The most CPUs of one node in both partitions (the profile's ``max-threads``); None
+        where sinfo cannot tell (no Slurm here).
+        """
+        nodes_of = nodes_of or read_nodes
+        found = [nodes_of(p) for p in {self.partition, self.gpu_partition}]
+        cpus = [nodes.cpus for nodes in found if nodes is not None]
+        return min(cpus) if cpus else None
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The most one node of a partition offers (CPUs, memory in MB, GPUs) and the partition's
+    time limit (minutes; None: unlimited).
+    """
+
+    partition: str
+    cpus: int
+    mem_mb: int
+    gpus: int
+    time_limit: int | None
+
+
+def parse_sinfo(text: str, partition: str = "") -> Nodes | None:
+    """``Nodes`` of ``partition`` ('': the default one) from ``sinfo -h -N -o SINFO_FORMAT``;
+    None if it lists no node of that partition.
+    """
+    rows = []
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 5:
+            continue
+        name, cpus, mem, gres, limit = fields
+        if (name.rstrip("*") == partition) if partition else name.endswith("*"):
+            rows.append((name.rstrip("*"), int(cpus), int(mem.rstrip("+")), gpus_in(gres), limit))
+    if not rows:
+        return None
+    return Nodes(
+        partition=rows[0][0],
+        cpus=max(row[1] for row in rows),
+        mem_mb=max(row[2] for row in rows),
+        gpus=max(row[3] for row in rows),
+        time_limit=minutes(rows[0][4]),
+    )
+
+
+def gpus_in(gres: str) -> int:
+    """GPUs in a node's gres (``gpu:4``, ``gpu:a100:4(S:0-1)``, ``gpu:a:2,gpu:b:2``, ``(null)``)."""
+    total = 0
+    for item in gres.split(","):
+        parts = re.sub(r"\(.*?\)", "", item).strip().split(":")
+        if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def minutes(limit: str) -> int | None:
+    """A Slurm time limit (``infinite``, ``30``, ``1:30:00``, ``2-00:00:00``) in minutes."""
+    if limit.strip().lower() in ("infinite", "unlimited", "n/a", ""):
+        return None
+    days, _, clock = limit.strip().rpartition("-")
+    parts = [int(part) for part in clock.split(":")]
+    hours, mins, secs = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
+    return int(days or 0) * 1440 + hours * 60 + mins + (secs > 0)
+
+
+def read_nodes(partition: str) -> Nodes | None:
+    """What ``partition``'s nodes offer ('': the default partition), from ``sinfo``; None where
+    sinfo is missing or fails.
+    """
+    command = ["sinfo", "-h", "-N", "-o", SINFO_FORMAT]
+    text = _run(command + (["-p", partition] if partition else []))
+    return parse_sinfo(text, partition) if text else None
+
+
+def _run(command: list[str]) -> str | None:
+    """A command's output, or None if it is missing, fails or hangs."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one job needs: memory (MB) and runtime (minutes) declared for its model (None: the
+    rule's default), threads, and GPU memory (GB; 0: runs on CPUs).
+    """
+
+    threads: int
+    mem_mb: int | None = None
+    runtime: int | None = None
+    gpu_mem_gb: int = 0
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job asks Slurm for ('' partition: the cluster's default)."""
+
+    RESOURCES: ClassVar[tuple[str, ...]] = (
+        "slurm_partition",
+        "mem_mb",
+        "runtime",
+        "gpu",
+        "gres",
+        "constraint",
+    )
+
+    partition: str
+    mem_mb: int
+    runtime: int
+    gpus: int
+
+    def resources(self, settings: SlurmSettings) -> dict[str, Any]:
+        """Resources of the Slurm executor plugin (gpu, gres, constraint; 0 and '' ask for
+        nothing) with the partition, memory and runtime.
+        """
+        gres = ""
+        if self.gpus and settings.gpu == "gres":
+            gres = ":".join(filter(None, ["gpu", settings.gpu_type, str(self.gpus)]))
+        return {
+            "slurm_partition": self.partition,
+            "mem_mb": self.mem_mb,
+            "runtime": self.runtime,
+            "gpu": self.gpus if settings.gpu == "gpus" else 0,
+            "gres": gres,
+            "constraint": settings.gpu_constraint if self.gpus else "",
+        }
+
+
+def job_request(
+    name: str,
+    needs: Needs,
+    defaults: tuple[int, int],
+    settings: SlurmSettings,
+    nodes_of: Callable[[str], Nodes | None],
+) -> Request:
+    """The request of job ``name`` (named in errors) from its needs and the rule's default
+    ``(mem_mb, runtime)``: defaults are capped at what the nodes of its partition offer (from
+    ``nodes_of``; None: unknown, nothing capped), declared needs that no node meets raise
+    ``SlurmError``. Threads are capped by Snakemake (``max-threads``) but checked here too.
+    """
+    gpus = settings.gpu_count(needs.gpu_mem_gb)
+    partition = settings.gpu_partition if gpus else settings.partition
+    mem_mb, runtime = needs.mem_mb or defaults[0], needs.runtime or defaults[1]
+    nodes = nodes_of(partition)
+    if nodes is None:
+        return Request(partition, mem_mb, runtime, gpus)
+    where = f"partition {nodes.partition}"
+    if gpus > nodes.gpus:
+        raise SlurmError(
+            f"{name} needs {gpus} GPU(s) ({needs.gpu_mem_gb} GB) but {where} has at most "
+            f"{nodes.gpus} per node: set {ENV}GPU_PARTITION to a GPU partition, "
+            f"{ENV}GPU_MEM_GB to your GPUs' memory, or {ENV}GPU=none to run on CPUs"
+        )
+    if needs.mem_mb and needs.mem_mb > nodes.mem_mb:
+        raise SlurmError(
+            f"{name} needs mem_mb={needs.mem_mb} but the largest node of {where} has "
+            f"{nodes.mem_mb}: choose a partition with larger nodes ({ENV}PARTITION, "
+            f"{ENV}GPU_PARTITION) or lower the model's mem_mb"
+        )
+    if needs.runtime and nodes.time_limit and needs.runtime > nodes.time_limit:
+        raise SlurmError(
+            f"{name} needs runtime={needs.runtime} min but {where} allows "
+            f"{nodes.time_limit}: choose a partition with a longer time limit or lower the "
+            "model's runtime"
+        )
+    if needs.threads > nodes.cpus:
+        raise SlurmError(
+            f"{name} asks for {needs.threads} threads but the nodes of {where} have at most "
+            f"{nodes.cpus} CPUs: run with the slurm profile (it sets max-threads) or lower "
+            "extract.threads"
+        )
+    return Request(
+        partition,
+        min(mem_mb, nodes.mem_mb),
+        min(runtime, nodes.time_limit or runtime),
+        gpus,
+    )

@@ -1,0 +1,92 @@
+"""Running the study as the README says: `snakemake --profile slurm` from the project root, a
+--configfile that replaces config.yaml, and conda envs pinned like the .venv."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def dry_run(*args: str, env: dict[str, str] | None = None) -> str:
+    """A dry run from the project root, as a user types it; its output."""
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", *args]
+    result = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def planned_models(text: str) -> set[str]:
+    return set(re.findall(r"wildcards: model=([^,\s]+)", text))
+
+
+def job_resources(text: str, rule: str) -> dict[str, dict[str, str]]:
+    """Model -> resources of the first job of ``rule`` for it in a dry run's output."""
+    found: dict[str, dict[str, str]] = {}
+    for block in text.split("\nrule ")[1:]:
+        model = re.search(r"wildcards: model=([^,\s]+)", block)
+        if block.startswith(f"{rule}:") and model and model.group(1) not in found:
+            line = re.search(r"resources: (.*)", block).group(1)
+            found[model.group(1)] = dict(item.split("=", 1) for item in line.split(", "))
+    return found
+
+
+def test_profile_slurm_runs_exactly_the_configfiles_dag() -> None:
+    """`--profile slurm` from the root (./slurm), and a --configfile that replaces config.yaml
+    instead of being merged into it (Snakemake's merge planned the default's models too)."""
+    text = dry_run("--profile", "slurm", "--configfile", "config/smoke.yaml")
+    assert "Using profile slurm" in text
+    assert (REPO / "slurm").resolve() == (REPO / "profiles" / "slurm").resolve()
+    assert planned_models(text) == {"tiny-a", "tiny-a-last", "tiny-b-last"}
+
+
+@pytest.mark.slow
+def test_the_paper_suite_plans_its_models_only_and_asks_gpus_per_model() -> None:
+    table = (REPO / "resources" / "paper_models.tsv").read_text().splitlines()
+    gpu_mem = {row.split("\t")[0]: int(row.split("\t")[-1]) for row in table[1:]}
+    env = {"BLOCKCOUPLING_SLURM_GPU": "gres", "BLOCKCOUPLING_SLURM_GPU_PARTITION": "gpu"}
+    text = dry_run("--profile", "slurm", "--configfile", "config/paper.yaml", env=env)
+    assert planned_models(text) == set(gpu_mem) | {"pythia-6.9b-steps", "pythia-12b-steps"}
+    extract = job_resources(text, "extract")
+    for model, gb in gpu_mem.items():
+        gpus = -(-gb // 80)
+        assert extract[model]["gres"] == f"gpu:{gpus}", model
+        assert extract[model]["slurm_partition"] == "gpu"
+        assert int(extract[model]["mem_mb"]) == max(16000, 1500 * gb)
+    assert extract["pythia-12b-steps"]["gres"] == "gpu:1"  # 80 GB (config/paper.yaml)
+    for rule in ("metrics", "combine_models", "stats"):
+        assert "gres=gpu" not in text.split(f"\nrule {rule}:")[1].split("\n\n")[0]
+
+
+def pins(lines: list[str]) -> dict[str, str]:
+    """Normalized package name -> pinned version of ``name==version`` lines."""
+    found = {}
+    for line in lines:
+        match = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)==(\S+)\s*", line.split("#")[0])
+        if match:
+            found[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
+    return found
+
+
+@pytest.mark.parametrize("env", ["torch", "analysis"])
+def test_conda_envs_pin_the_same_versions_as_the_venv(env: str) -> None:
+    venv = pins((REPO / "requirements.txt").read_text().splitlines())
+    venv |= pins((REPO / "requirements-models.txt").read_text().splitlines())
+    venv |= pins(re.findall(r"\S+==\S+", (REPO / "install.sh").read_text()))  # torch
+    spec = yaml.safe_load((REPO / "envs" / f"{env}.yaml").read_text())
+    pip = next(item["pip"] for item in spec["dependencies"] if isinstance(item, dict))
+    assert all("==" in line for line in pip), f"envs/{env}.yaml has an unpinned pip line"
+    pinned = pins(pip)
+    assert pinned, env
+    assert {name: venv.get(name) for name in pinned} == pinned
+    python = re.search(r"PYTHON:-python(\d+\.\d+)", (REPO / "install.sh").read_text()).group(1)
+    assert f"python={python}" in spec["dependencies"]

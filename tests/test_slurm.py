@@ -1,0 +1,173 @@
+"""What jobs ask Slurm for: settings from the environment, sinfo's nodes, and requests that are
+capped at the nodes (defaults) or stopped with one line (needs no node meets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from blockcoupling.slurm import (
+    ENV,
+    Needs,
+    Nodes,
+    SlurmError,
+    SlurmSettings,
+    gpus_in,
+    job_request,
+    minutes,
+    parse_sinfo,
+)
+
+# sinfo -h -N -o "%P|%c|%m|%G|%l" of a cluster with a default CPU partition and a GPU partition
+# (the first line is what the CI's single-node cluster printed).
+SINFO = """\
+cpu*|2|24105|(null)|infinite
+cpu*|64|256000|(null)|infinite
+gpu|32|512000|gpu:a100:4(S:0-1)|2-00:00:00
+gpu|16|128000|gpu:a100:2,gpu:v100:2|2-00:00:00
+"""
+NODES = {"": parse_sinfo(SINFO), "cpu": parse_sinfo(SINFO, "cpu"), "gpu": parse_sinfo(SINFO, "gpu")}
+
+
+def settings(**env: str) -> SlurmSettings:
+    return SlurmSettings.from_env({ENV + key: value for key, value in env.items()})
+
+
+def request(needs: Needs, defaults=(8000, 720), **env: str):
+    return job_request("models.m (extract)", needs, defaults, settings(**env), NODES.get)
+
+
+def test_settings_default_to_the_clusters_defaults() -> None:
+    unset = settings()
+    assert (unset.account, unset.partition, unset.gpu_partition) == ("", "", "")
+    assert (unset.gpu, unset.gpu_mem_gb, unset.status) == ("gpus", 80, "")
+    assert settings(PARTITION="cpu").gpu_partition == "cpu"
+    assert settings(PARTITION="cpu", GPU_PARTITION="gpu").gpu_partition == "gpu"
+    assert (settings(GPU="gres:a100").gpu, settings(GPU="gres:a100").gpu_type) == ("gres", "a100")
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("GPU", "cuda"),
+        ("GPU", "gpus:a100"),
+        ("GPU_MEM_GB", "0"),
+        ("GPU_MEM_GB", "x"),
+        ("STATUS", "q"),
+    ],
+)
+def test_a_bad_setting_names_the_variable(key: str, value: str) -> None:
+    with pytest.raises(SlurmError, match=f"^{ENV}{key}="):
+        settings(**{key: value})
+
+
+def test_gpu_count_is_gpu_memory_over_one_gpus_memory_rounded_up() -> None:
+    assert [settings().gpu_count(gb) for gb in (0, 16, 80, 81, 240)] == [0, 1, 1, 2, 3]
+    assert settings(GPU_MEM_GB="40").gpu_count(48) == 2
+    assert settings(GPU="none").gpu_count(240) == 0
+
+
+def test_sinfo_gives_the_largest_node_and_the_time_limit() -> None:
+    assert NODES[""] == Nodes("cpu", cpus=64, mem_mb=256000, gpus=0, time_limit=None)
+    assert NODES["gpu"] == Nodes("gpu", cpus=32, mem_mb=512000, gpus=4, time_limit=2 * 1440)
+    assert parse_sinfo(SINFO, "debug") is None
+    assert parse_sinfo("") is None
+
+
+@pytest.mark.parametrize(
+    "gres, count",
+    [("(null)", 0), ("gpu:4", 4), ("gpu:a100:4(S:0-1)", 4), ("gpu:a:2,gpu:b:2", 4), ("mps:100", 0)],
+)
+def test_gpus_in_a_nodes_gres(gres: str, count: int) -> None:
+    assert gpus_in(gres) == count
+
+
+@pytest.mark.parametrize(
+    "limit, value",
+    [("infinite", None), ("30", 30), ("30:00", 30), ("1:30:00", 90), ("2-00:00:00", 2880)],
+)
+def test_time_limits_in_minutes(limit: str, value: int | None) -> None:
+    assert minutes(limit) == value
+
+
+def test_a_cpu_job_goes_to_the_partition_with_its_declared_memory() -> None:
+    job = request(Needs(threads=4, mem_mb=64000, runtime=30))
+    assert (job.partition, job.mem_mb, job.runtime, job.gpus) == ("", 64000, 30, 0)
+    resources = job.resources(settings())
+    assert (resources["gpu"], resources["gres"], resources["constraint"]) == (0, "", "")
+
+
+def test_a_gpu_job_goes_to_the_gpu_partition_in_the_form_asked_for() -> None:
+    env = {"PARTITION": "cpu", "GPU_PARTITION": "gpu", "GPU_CONSTRAINT": "a100"}
+    job = request(Needs(threads=4, gpu_mem_gb=160), **env)
+    assert (job.partition, job.gpus) == ("gpu", 2)
+    assert job.resources(settings(**env)) == {
+        "slurm_partition": "gpu",
+        "mem_mb": 8000,
+        "runtime": 720,
+        "gpu": 2,
+        "gres": "",
+        "constraint": "a100",
+    }
+    gres = {**env, "GPU": "gres:a100"}
+    assert request(Needs(threads=4, gpu_mem_gb=80), **gres).resources(settings(**gres))["gres"] == (
+        "gpu:a100:1"
+    )
+    plain = {**env, "GPU": "gres"}
+    job = request(Needs(threads=4, gpu_mem_gb=80), **plain)
+    assert job.resources(settings(**plain))["gres"] == "gpu:1"
+
+
+def test_gpus_off_runs_every_model_on_the_cpu_partition() -> None:
+    job = request(
+        Needs(threads=4, gpu_mem_gb=240), PARTITION="cpu", GPU_PARTITION="gpu", GPU="none"
+    )
+    assert (job.partition, job.gpus) == ("cpu", 0)
+
+
+def test_defaults_are_capped_at_the_nodes() -> None:
+    job = request(Needs(threads=2), defaults=(10**6, 10**5), GPU_PARTITION="gpu")
+    assert (job.mem_mb, job.runtime) == (256000, 10**5)  # cpu: unlimited time
+    gpu_job = request(Needs(threads=2, gpu_mem_gb=16), defaults=(10**6, 10**5), GPU_PARTITION="gpu")
+    assert (gpu_job.mem_mb, gpu_job.runtime) == (512000, 2880)
+
+
+@pytest.mark.parametrize(
+    "needs, env, message",
+    [
+        (Needs(threads=2, gpu_mem_gb=16), {}, r"needs 1 GPU\(s\) .* partition cpu has at most 0"),
+        (Needs(threads=2, gpu_mem_gb=400), {"GPU_PARTITION": "gpu"}, "needs 5 GPU"),
+        (Needs(threads=2, mem_mb=300000), {}, "needs mem_mb=300000 .* has 256000"),
+        (
+            Needs(threads=2, runtime=3000, gpu_mem_gb=8),
+            {"GPU_PARTITION": "gpu"},
+            "needs runtime=3000 min .* allows 2880",
+        ),
+        (Needs(threads=128), {}, "asks for 128 threads .* at most 64 CPUs"),
+    ],
+)
+def test_needs_no_node_meets_stop_with_one_line(needs: Needs, env: dict, message: str) -> None:
+    with pytest.raises(SlurmError, match=f"^models.m \\(extract\\) {message}") as error:
+        request(needs, **env)
+    assert "\n" not in str(error.value)
+
+
+def test_without_sinfo_nothing_is_capped_or_checked() -> None:
+    job = job_request(
+        "m", Needs(threads=999, mem_mb=10**7, gpu_mem_gb=240), (1, 1), settings(), lambda p: None
+    )
+    assert (job.mem_mb, job.runtime, job.gpus) == (10**7, 1, 3)
+
+
+def test_max_threads_is_the_smallest_partitions_largest_node() -> None:
+    assert settings(PARTITION="cpu", GPU_PARTITION="gpu").max_threads(NODES.get) == 32
+    assert settings().max_threads(NODES.get) == 64
+    assert settings().max_threads(lambda partition: None) is None
+
+
+def test_status_command_is_squeue_where_slurm_keeps_no_accounting() -> None:
+    no_accounting = "AccountingStorageType   = accounting_storage/none\nMinJobAge = 300 sec\n"
+    with_dbd = "AccountingStorageType   = accounting_storage/slurmdbd\n"
+    assert settings().status_command(no_accounting) == "squeue"
+    assert settings().status_command(with_dbd) is None
+    assert settings().status_command("") is None
+    assert settings(STATUS="sacct").status_command(no_accounting) == "sacct"
