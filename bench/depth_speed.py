@@ -128,15 +128,16 @@ def parse_case(text: str, repeats: int, authors_repeats: int) -> Case:
     """``MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]]`` -> Case (a clear error otherwise); the
     defaults are ``repeats`` and ``min(REPEATS, authors_repeats)``.
     """
-    match = re.fullmatch(r"(smollm2|llama-\d+x\d+):(\d+)(?::([1-9]\d*)(?::([1-9]\d*))?)?", text)
+    match = re.fullmatch(r"(smollm2|llama-\d+x\d+):(\d+)(?::([1-9]\d*)(?::(\d+))?)?", text)
     if match is None or int(match.group(2)) < 2:
         raise argparse.ArgumentTypeError(
             f"case {text!r}: expected smollm2:TOKENS or llama-DxL:TOKENS, optionally "
-            ":REPEATS[:AUTHORS_REPEATS] (TOKENS >= 2, repeats >= 1)"
+            ":REPEATS[:AUTHORS_REPEATS] (TOKENS >= 2, REPEATS >= 1, AUTHORS_REPEATS >= 0)"
         )
     model, tokens, given, given_authors = match.groups()
     repeats = int(given or repeats)
-    return Case(model, int(tokens), repeats, int(given_authors or min(repeats, authors_repeats)))
+    authors = min(repeats, authors_repeats) if given_authors is None else int(given_authors)
+    return Case(model, int(tokens), repeats, authors)
 
 
 def random_llama(
@@ -316,12 +317,20 @@ def authors_method(
 
 
 def library_method(
-    model: nn.Module, input_ids: torch.Tensor, ks: Sequence[int], svd: SVDOptions, phases: Phases
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    ks: Sequence[int],
+    svd: SVDOptions,
+    phases: Phases,
+    chunk_size: int | None = None,
 ) -> np.ndarray:
     """(b) with ``svd=DENSE`` or (c) with ``svd=TOPK``: m_K ``(variant, reading, k, layer,
-    layer_ref)`` through ``measure_inputs`` and ``coupling_dataset``.
+    layer_ref)`` through ``measure_inputs`` and ``coupling_dataset``; ``chunk_size``: VJPs per
+    vmap batch (``MeasureConfig.chunk_size``; None: all d).
     """
-    config = MeasureConfig(k_max=max(ks), token_layers=(), svd=svd, spectra_prompts=0)
+    config = MeasureConfig(
+        k_max=max(ks), token_layers=(), svd=svd, spectra_prompts=0, chunk_size=chunk_size
+    )
     with library_timers(phases):
         data = measure_inputs(
             model, [{"input_ids": input_ids}], [PromptText("p0", "text", "")], config,
@@ -342,15 +351,18 @@ def run_method(
     authors_rows: int | None = None,
     phases: Phases | None = None,
     topk: SVDOptions = TOPK,
+    chunk_size: int | None = None,
 ) -> np.ndarray:
     """m_K ``(variant, reading, k, layer, layer_ref)`` of one prompt by ``method`` (``METHODS``);
-    phase seconds go to ``phases``; ``topk``: the SVD options of (c).
+    phase seconds go to ``phases``; ``topk``: the SVD options of (c); ``chunk_size``: the
+    library's VJPs per vmap batch in (b) and (c).
     """
     phases = phases if phases is not None else Phases()
     if method == "authors":
         return authors_method(model, input_ids, ks, authors_rows, phases)
     if method in ("dense", "topk"):
-        return library_method(model, input_ids, ks, DENSE if method == "dense" else topk, phases)
+        svd = DENSE if method == "dense" else topk
+        return library_method(model, input_ids, ks, svd, phases, chunk_size)
     raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
 
 
@@ -409,7 +421,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     rss_before = rss_kib("VmRSS")
     phases = Phases()
     start = time.perf_counter()
-    mis = run_method(spec["method"], model, input_ids, KS, rows, phases)
+    mis = run_method(spec["method"], model, input_ids, KS, rows, phases, TOPK, spec["chunk_size"])
     seconds = time.perf_counter() - start
     phases.seconds["rest"] = seconds - sum(phases.seconds.values())
     np.save(spec["out"], mis)
@@ -460,7 +472,9 @@ def order_for(repeat: int) -> list[str]:
 
 
 def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
-    """Interleaved repeats of the three methods on one case; the row of the tables."""
+    """Interleaved repeats of the three methods on one case; the row of the tables (NaN for
+    what needs a method that ran 0 times: (a) for the ratios and errors).
+    """
     print(f"\n## {case.name}: load average before {load_average()}", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {method: [] for method in METHODS}
     for repeat in range(max(case.repeats, case.authors_repeats)):
@@ -475,6 +489,7 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
                 "authors_rows": args.authors_rows,
                 "authors_cap_gib": args.authors_cap_gib,
                 "omp_wait_policy": args.omp_wait_policy,
+                "chunk_size": args.chunk_size,
             }
             report = spawn(spec)
             runs[method].append(report)
@@ -484,7 +499,7 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     print(f"  load average after {load_average()}", flush=True)
-    first = runs["authors"][0]
+    first = next(r[0] for r in runs.values() if r)
     row: dict[str, Any] = {
         "case": case.name,
         "model": case.model,
@@ -493,7 +508,8 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
         "tokens": first["tokens"],
         "repeats_a": len(runs["authors"]),
         "repeats_bc": len(runs["dense"]),
-        "authors_rows": first["authors_rows"],
+        "authors_rows": runs["authors"][0]["authors_rows"] if runs["authors"] else None,
+        "chunk_size": args.chunk_size,
         "peak_scope": first["peak_scope"],
         "threads": args.threads,
         "omp_wait_policy": args.omp_wait_policy,
@@ -501,25 +517,33 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
         "jacobians_gib": first["layers"] * first["d"] ** 2 * 4 / GIB,
     }
     row["bound_gib"] = row["model_gib"] + row["jacobians_gib"] + 2.0
-    reference = first["mis"]
+    reference = runs["authors"][0]["mis"] if runs["authors"] else None
     for method in METHODS:
         key = LABELS[method][1]
-        row[f"seconds_{key}"] = statistics.median(r["seconds"] for r in runs[method])
-        row[f"peak_gib_{key}"] = max(r["peak_gib"] for r in runs[method])
+        done = runs[method]
+        row[f"seconds_{key}"] = _median([r["seconds"] for r in done])
+        row[f"peak_gib_{key}"] = max((r["peak_gib"] for r in done), default=float("nan"))
         for phase in PHASES:
-            row[f"{phase}_{key}"] = statistics.median(
-                r["phases"].get(phase, 0.0) for r in runs[method]
-            )
+            row[f"{phase}_{key}"] = _median([r["phases"].get(phase, 0.0) for r in done])
         if method != "authors":
-            errors: dict[str, float] = {}
-            for r in runs[method]:
-                for name, value in max_errors(r["mis"], reference, KS).items():
-                    errors[name] = max(errors.get(name, 0.0), value)
-            for name, value in errors.items():
-                row[f"error_{key}_{name}"] = value
+            for name in [f"{reading}_k{k}" for reading in READINGS for k in KS] + ["max"]:
+                values = [
+                    max_errors(r["mis"], reference, KS)[name] if reference is not None else np.nan
+                    for r in done
+                ]
+                row[f"error_{key}_{name}"] = max(values, default=np.nan)
     row["ratio_ab"] = row["seconds_a"] / row["seconds_b"]
     row["ratio_ac"] = row["seconds_a"] / row["seconds_c"]
     return row
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _cell(value: float, spec: str, suffix: str = "") -> str:
+    """``value`` formatted, or '-' when NaN (a method that did not run)."""
+    return "-" if value != value else f"{value:{spec}}{suffix}"
 
 
 def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -536,10 +560,12 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
     body = [
         [
             r["model"], str(r["layers"]), str(r["d"]), str(r["tokens"]),
-            f"{r['seconds_a']:.1f}", f"{r['seconds_b']:.1f}", f"{r['seconds_c']:.1f}",
-            f"{r['ratio_ab']:.1f}x", f"{r['ratio_ac']:.1f}x",
-            f"{r['peak_gib_a']:.2f}", f"{r['peak_gib_b']:.2f}", f"{r['peak_gib_c']:.2f}",
-            f"{r['error_b_max']:.1e}", f"{r['error_c_max']:.1e}",
+            _cell(r["seconds_a"], ".1f"), _cell(r["seconds_b"], ".1f"),
+            _cell(r["seconds_c"], ".1f"),
+            _cell(r["ratio_ab"], ".1f", "x"), _cell(r["ratio_ac"], ".1f", "x"),
+            _cell(r["peak_gib_a"], ".2f"), _cell(r["peak_gib_b"], ".2f"),
+            _cell(r["peak_gib_c"], ".2f"),
+            _cell(r["error_b_max"], ".1e"), _cell(r["error_c_max"], ".1e"),
             f"{r['repeats_a']}/{r['repeats_bc']}",
         ]
         for r in rows
@@ -548,11 +574,15 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def memory_table(rows: Sequence[dict[str, Any]]) -> str:
-    header = ["model", "tokens", "model GiB", "L d^2 x 4 B GiB", "bound GiB", "peak (c) GiB", "ok"]
+    header = [
+        "model", "tokens", "chunk", "model GiB", "L d^2 x 4 B GiB", "bound GiB", "peak (c) GiB",
+        "ok",
+    ]  # fmt: skip
     body = [
         [
-            r["model"], str(r["tokens"]), f"{r['model_gib']:.2f}", f"{r['jacobians_gib']:.2f}",
-            f"{r['bound_gib']:.2f}", f"{r['peak_gib_c']:.2f}",
+            r["model"], str(r["tokens"]), str(r["chunk_size"] or "all d"),
+            f"{r['model_gib']:.2f}", f"{r['jacobians_gib']:.2f}", f"{r['bound_gib']:.2f}",
+            _cell(r["peak_gib_c"], ".2f"),
             "yes" if r["peak_gib_c"] <= r["bound_gib"] else "NO",
         ]
         for r in rows
@@ -568,8 +598,8 @@ def phase_table(rows: Sequence[dict[str, Any]]) -> str:
             key = LABELS[method][1]
             body.append(
                 [r["model"], str(r["tokens"]), f"{LABELS[method]} {method}"]
-                + [f"{r[f'{p}_{key}']:.2f}" for p in PHASES]
-                + [f"{r[f'seconds_{key}']:.2f}"]
+                + [_cell(r[f"{p}_{key}"], ".2f") for p in PHASES]
+                + [_cell(r[f"seconds_{key}"], ".2f")]
             )
     return markdown(header, body)
 
@@ -588,10 +618,10 @@ def rates_table(rows: Sequence[dict[str, Any]]) -> str:
         body.append(
             [
                 r["model"], str(layers), str(r["d"]), str(r["tokens"]),
-                f"{statistics.mean([r['jacobians_b'], r['jacobians_c']]) / layers:.3f}",
-                f"{r['jacobians_a'] / layers:.3f}",
-                f"{r['svd_b'] / layers:.3f}", f"{r['svd_c'] / layers:.3f}",
-                f"{r['stats_c'] / (2 * layers * layers):.2e}",
+                _cell((r["jacobians_b"] + r["jacobians_c"]) / 2 / layers, ".3f"),
+                _cell(r["jacobians_a"] / layers, ".3f"),
+                _cell(r["svd_b"] / layers, ".3f"), _cell(r["svd_c"] / layers, ".3f"),
+                _cell(r["stats_c"] / (2 * layers * layers), ".2e"),
             ]
         )  # fmt: skip
     return markdown(header, body)
@@ -650,6 +680,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="without --authors-rows, cap rows so one (rows, tokens, intermediate) float32 "
         "tensor of (a) stays below this many GiB",
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        help="VJPs per vmap batch of (b) and (c) (MeasureConfig.chunk_size; default: all d)",
     )
     parser.add_argument("--csv", type=Path, default=None, help="write the result rows here")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")

@@ -71,6 +71,7 @@ def test_cases_parse_with_clear_errors(bench) -> None:
     assert bench.parse_case("smollm2:26", 3, 2) == bench.Case("smollm2", 26, 3, 2)
     assert bench.parse_case("llama-4096x2:16:1", 3, 2) == bench.Case("llama-4096x2", 16, 1, 1)
     assert bench.parse_case("llama-64x2:6:3:1", 5, 5) == bench.Case("llama-64x2", 6, 3, 1)
+    assert bench.parse_case("llama-64x2:6:2:0", 5, 5) == bench.Case("llama-64x2", 6, 2, 0)
     for bad in ("smollm2", "llama-4096:16", "gpt2:10", "smollm2:1", "smollm2:8:0"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected"):
             bench.parse_case(bad, 3, 3)
