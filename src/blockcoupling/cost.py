@@ -15,15 +15,18 @@ declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`
   once (``L d^2`` floats for depth, ``layers n d^2`` per token group) with their SVD workspace,
   and the activations of one vmapped chunk of VJPs/JVPs.
 
-Rates: ``CPU`` was calibrated on this project's 2-core machine by ``bench/paper_scale.py``
-(see the README); ``GPU`` is an assumption (an H100 in IEEE float32, no TF32), not a
-measurement: no GPU was available where this was written. Scale them with ``--gpu-tflops``.
+Rates: ``CPU`` was calibrated on this project's 2-core machine by ``bench/depth_speed.py``
+(one thread per job; ``matmul`` is the effective rate under the FLOP counts above, not a
+hardware peak); ``GPU`` is an assumption (an H100 in IEEE float32, no TF32), not a measurement:
+no GPU was available where this was written. Scale it with ``--gpu-tflops``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from blockcoupling.options import AUTO_CHUNK_FLOATS, auto_chunk
 
 GB = 1e9
 BYTES_PER_PARAM = {
@@ -35,7 +38,7 @@ BYTES_PER_PARAM = {
     "8bit": 1.05,
 }
 DEFAULT_TOKENS = 128  # assumed prompt length where extract.max_tokens is null
-ACTIVATION_FLOATS = 16  # floats of saved activations per token, per d, for one VJP/JVP sample
+ACTIVATION_FLOATS = AUTO_CHUNK_FLOATS  # floats per token and d that one VJP/JVP sample holds
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,12 @@ class Rates:
     overhead: float
 
 
-CPU = Rates(
-    "CPU, 2 threads (calibrated)",
-    matmul=4.0e10,
-    dense_svd=52.0 / 4096**3,
-    svdvals=13.0 / 4096**3,
-    topk=0.3 / (4096**2 * 70),
+CPU = Rates(  # bench/runs/depth_speed.md: one thread, Llama block d=4096, load average 3-8
+    "CPU, 1 thread per job (calibrated by bench/depth_speed.py)",
+    matmul=3.1e11,  # d one-token VJPs of a 203M-parameter block in 16.2 s, counted as above
+    dense_svd=13.2 / 4096**3,
+    svdvals=13.2 / 3 / 4096**3,  # assumed a third of the dense SVD (not measured here)
+    topk=3.4 / (4096**2 * 70),
     overhead=20.0,
 )
 GPU = Rates(
@@ -155,7 +158,7 @@ def extract_cost(shape: Shape, extract: dict[str, Any], n_prompts: int, rates: R
     spectra = extract.get("spectra_prompts")
     spectra_prompts = n_prompts if spectra is None else min(spectra, n_prompts)
     svd = extract.get("svd", {})
-    chunk = extract.get("chunk_size") or d
+    chunk = extract.get("chunk_size") or auto_chunk(n, d)
     vjp = 3.0 * (2.0 * p + 4.0 * n * d)  # one VJP of one token through a block
     seconds = {
         "depth jacobians": n_prompts * layers_l * (d * vjp + 2.0 * p * n) / rates.matmul,
@@ -177,9 +180,9 @@ def extract_cost(shape: Shape, extract: dict[str, Any], n_prompts: int, rates: R
     block_copy = p * 4 if shape.bytes_per_param < 4 else 0  # the float32 copy of one block
     held = 3.0 if _dense(d, k, svd) else 1.3  # Jacobians held, with a dense SVD's U and V
     depth_held = held * layers_l * d * d * 4  # the stack (filled in place) and SVD workspace
-    depth_act = chunk * ACTIVATION_FLOATS * d * 4 * 2
+    depth_act = chunk * ACTIVATION_FLOATS * n * d * 4  # gradients of the key/value prefix too
     token_held = held * token_layers * n_family * d * d * 4 if token_prompts else 0
-    token_act = chunk * n * ACTIVATION_FLOATS * d * 4 * 2 if token_prompts else 0
+    token_act = chunk * n * ACTIVATION_FLOATS * d * 4 if token_prompts else 0
     peak = weights + block_copy + max(depth_held + depth_act, token_held + token_act)
     f64 = 8
     output = (

@@ -24,6 +24,7 @@ from blockcoupling.capture import (
     residual_function,
 )
 from blockcoupling.models import adapter_for
+from blockcoupling.options import auto_chunk
 
 
 class NonFiniteJacobianError(FloatingPointError):
@@ -220,6 +221,12 @@ class JacobianEngine:
     def _count_loop_fallback(self) -> None:
         self.loop_fallbacks += 1
 
+    def _chunk(self, x: torch.Tensor) -> int:
+        """VJPs/JVPs per vmapped batch for an input ``x (token, d)``: ``chunk_size``, or
+        ``options.auto_chunk`` when it is None.
+        """
+        return self.chunk_size or auto_chunk(*x.shape)
+
     def _residual(self, call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
         """``residual_function(call)`` with the compute copy of its block kept for the next
         call on the same block (one copy alive at a time: a half-precision or quantized model
@@ -247,7 +254,7 @@ class JacobianEngine:
         call = self.calls_for(length)[layer - 1]
         x = call.input.to(compute_dtype(call.block))
         jac = output_token_jacobians(
-            self._residual(call), x, t2, self.chunk_size, self._count_loop_fallback
+            self._residual(call), x, t2, self._chunk(x), self._count_loop_fallback
         )
         return _finite(jac, layer, f"t2={t2}")
 
@@ -258,7 +265,7 @@ class JacobianEngine:
         call = self.full[layer - 1]
         x = call.input.to(compute_dtype(call.block))
         jac = input_token_jacobians(
-            self._residual(call), x, t1, self.chunk_size, self._count_loop_fallback
+            self._residual(call), x, t1, self._chunk(x), self._count_loop_fallback
         )
         return _finite(jac, layer, f"t1={t1}", stacked="t2")
 
@@ -272,7 +279,8 @@ class JacobianEngine:
             self.fallbacks += 1
             return self.output_token(layer, t)[t]
         residual, x = checked
-        jac = output_token_jacobians(residual, x, 0, self.chunk_size, self._count_loop_fallback)
+        chunk = self.chunk_size or auto_chunk(t + 1, x.shape[-1])  # attends to t + 1 tokens
+        jac = output_token_jacobians(residual, x, 0, chunk, self._count_loop_fallback)
         return _finite(jac, layer, f"t2={t}", first=t)[0]
 
     def _token_call(

@@ -14,6 +14,21 @@ from typing import Any
 from blockcoupling.formulas import VARIANTS, check_option
 
 SVD_METHODS = ("auto", "dense", "topk")
+AUTO_CHUNK_BYTES = 1 << 30  # activations of one vmapped batch of VJPs/JVPs when chunk_size is null
+AUTO_CHUNK_FLOATS = 8  # floats per token and d one VJP/JVP sample holds (measured ~5.6, d=4096)
+
+
+def auto_chunk(n_tokens: int, d: int) -> int:
+    """VJPs/JVPs per vmapped batch when ``chunk_size`` is null: as many as keep one batch's
+    activations (``AUTO_CHUNK_FLOATS`` x tokens x d float32 per sample) under
+    ``AUTO_CHUNK_BYTES``, at most d (all at once). Measured: the single-token path's batch of all
+    d VJPs at d=4096 holds the gradients of the whole key/value prefix (2 d n d floats); a batch
+    of 512 at 64 tokens held ~3 GB (5.6 floats per token and d per sample) and cost no time
+    (bench/runs/depth_speed_chunk512.md).
+    """
+    per_sample = AUTO_CHUNK_FLOATS * max(n_tokens, 1) * d * 4
+    return max(1, min(d, AUTO_CHUNK_BYTES // per_sample))
+
 
 # Keys of the ``extract`` section that change neither Jacobians nor statistics (prompt shards
 # are merged into the same files as one job's).
