@@ -292,6 +292,29 @@ def test_k_sweep_matches_correlation_at_each_k():
         assert row(out, k=k)["n"] == 5
 
 
+def test_family_subsets_reach_every_table_analysis():
+    """A family of >= 4 models gets its own subset in correlations, OLS, partial r and the K
+    sweep, computed on that family's rows only."""
+    ds = make_coupling(n_models=6)
+    table = stats.model_table(stats.model_coupling(ds, n_boot=50))
+    table["family"] = ["grid"] * 5 + ["other"]
+    subsets = stats.table_subsets(table)
+    assert subsets == ("all", "base", "family:grid")
+    sweep = stats.k_sweep(ds, table, methods=("pearson",), subsets=subsets)
+    grid = table[table["family"] == "grid"].dropna(subset=["score"])
+    x = ds["coupling"].sel(init="trained", reading="authors", variant="ujv", norm="p", k=5)
+    x = x.mean("prompt").to_series().reindex(grid["model"]).to_numpy()
+    got = sweep[(sweep["subset"] == "family:grid") & (sweep["k"] == 5)].iloc[0]
+    assert got["n"] == len(grid)
+    assert got["r"] == pytest.approx(np.corrcoef(x, grid["score"])[0, 1], abs=1e-12)
+    for frame in (
+        stats.correlations(table, subsets=subsets),
+        stats.ols_fits(table, subsets=subsets),
+        stats.partial_correlation(table, subsets=subsets),
+    ):
+        assert "family:grid" in set(frame["subset"])
+
+
 # --------------------------------------------------------------------------- checkpoints
 def make_checkpoints() -> tuple[xr.Dataset, pd.DataFrame, xr.Dataset]:
     """Checkpoint suite: coupling/adjacent_coupling (model, step, ..., prompt), history,

@@ -478,7 +478,10 @@ def k_sweep(
         at_k = pd.DataFrame(
             {"model": means["model"].values.astype(str), "coupling": means.sel(k=k).values}
         )
-        merged = table[["model", "base", target]].merge(at_k, on="model", how="left")
+        keep = (
+            ["model", "base", "family", target] if "family" in table else ["model", "base", target]
+        )
+        merged = table[keep].merge(at_k, on="model", how="left")
         frames.append(
             correlations(merged, target, ("coupling",), methods, subsets, ci).assign(k=int(k))
         )
