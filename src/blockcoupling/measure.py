@@ -34,7 +34,7 @@ from blockcoupling.measure_datasets import (
 from blockcoupling.models import blocks_of
 from blockcoupling.options import MeasureConfig, PromptText
 from blockcoupling.progress import track
-from blockcoupling.spectral import SVD, singular_values, top_k
+from blockcoupling.spectral import SVD, singular_values, svd, top_k
 
 __all__ = ["MeasureConfig", "PromptText", "as_prompts", "measure", "measure_inputs"]
 
@@ -178,13 +178,18 @@ def _depth(
             jac = one.new_empty((n_layers, *one.shape))
         jac[layer - 1] = one
         del one
-    top = top_k(jac, config.k_max, config.svd)
+    if config.svd.uses_dense(jac.shape[-1], config.k_max):  # every singular value comes free
+        full = svd(jac)
+        top, values = full.top(config.k_max), full.s if spectrum else None
+    else:
+        top = top_k(jac, config.k_max, config.svd)
+        values = singular_values(jac) if spectrum else None
     stats = [cross_stats(jac, *bases(top, variant)) for variant in config.variants]
     result = DepthResult(
         _np(top.s).astype(np.float64),
         np.stack([_np(d) for d, _ in stats]),
         np.stack([_np(c) for _, c in stats]),
-        spectrum=_np(singular_values(jac)).astype(np.float64) if spectrum else None,
+        spectrum=None if values is None else _np(values).astype(np.float64),
     )
     if config.store_factors:
         result.u, result.v = _np(top.u), _np(top.v)

@@ -209,7 +209,8 @@ def grid_runs(name: str, grid: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def expand_grids(config: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` with every ``train.grids`` run under ``train.runs`` and, per run,
-    its models under ``models``: ``<run>`` (its checkpoint suite, when ``checkpoints``) and
+    its models under ``models``: ``<run>`` (its checkpoint suite, depth-wise coupling only, when
+    ``checkpoints``) and
     ``<run>-final`` (its last checkpoint and random twin, in the cross-model analysis, when
     ``final``), with metadata from the run (``group``: the run's name without its seed).
     """
@@ -245,7 +246,10 @@ def expand_grids(config: dict[str, Any]) -> dict[str, Any]:
                     raise ConfigError(
                         f"train.grids.{name}: model {run + suffix!r} is also under models"
                     )
-                config["models"][run + suffix] = {"source": source, "meta": meta}
+                model = {"source": source, "meta": meta}
+                if not suffix:  # checkpoint suites: depth-wise coupling over training only
+                    model["token_families"] = False
+                config["models"][run + suffix] = model
     return config
 
 
