@@ -221,15 +221,18 @@ class Phases:
 def library_timers(phases: Phases) -> Iterator[None]:
     """Time the library's depth path by phase: the recording forward (``JacobianEngine``
     construction), ``JacobianEngine.diagonal`` (VJPs, incl. the KV-cache snapshot forward),
-    ``top_k`` (SVD) and ``cross_stats`` as ``measure`` calls them. Restores everything.
+    ``top_k`` and ``svd`` (the dense path) and ``cross_stats`` as ``measure`` calls them.
+    Restores everything.
     """
     saved = [
         (JacobianEngine, "__init__", JacobianEngine.__init__),
         (JacobianEngine, "diagonal", JacobianEngine.diagonal),
         (measure_module, "top_k", measure_module.top_k),
+        (measure_module, "svd", measure_module.svd),
         (measure_module, "cross_stats", measure_module.cross_stats),
     ]
-    for (owner, name, function), phase in zip(saved, ("forward", "jacobians", "svd", "stats")):
+    phase_names = ("forward", "jacobians", "svd", "svd", "stats")
+    for (owner, name, function), phase in zip(saved, phase_names):
         setattr(owner, name, phases.wrap(phase, function))
     try:
         yield
