@@ -3,7 +3,8 @@
 # the VJP chunk size are resources: they change no result, so changing them re-runs nothing.
 # A model with extract.prompts_per_shard (or resources.prompts_per_shard) is extracted in prompt
 # shards ({shard}: the index of its first prompt) and its token families in a job per prompt,
-# merged into the same files as one job writes.
+# merged into the same files as one job writes; the shard files are temporary (removed once
+# merged).
 EXTRACT_RESOURCES = dict(
     **model_job_resources("extract"),
     gpu_mem_gb=gpu_mem,
@@ -44,7 +45,7 @@ rule extract_shard:
         model=model_inputs,
     output:
         **{
-            kind: f"results/extract/{{model}}/{{step}}/shards/{{shard}}/{kind}.nc"
+            kind: temp(f"results/extract/{{model}}/{{step}}/shards/{{shard}}/{kind}.nc")
             for kind in EXTRACTED
         },
     log:
@@ -77,7 +78,7 @@ rule extract_tokens:
         prompts=prompt_file,
         model=model_inputs,
     output:
-        tokens="results/extract/{model}/{step}/shards/tokens/{prompt}/tokens.nc",
+        tokens=temp("results/extract/{model}/{step}/shards/tokens/{prompt}/tokens.nc"),
     log:
         "logs/extract/{model}/{step}/tokens{prompt}.log",
     benchmark:

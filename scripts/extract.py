@@ -2,7 +2,7 @@
 statistics and trajectory metrics, for every prompt or for one shard of them (a token-family
 job: the first prompts, writing tokens.nc only)."""
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from blockcoupling import prompts
 from blockcoupling.io import provenance, write_netcdf
@@ -16,6 +16,7 @@ def main(sm):
         {**sm.params.extract, "chunk_size": sm.resources.vjp_chunk or None}
     )
     items = prompts.read_jsonl(sm.input.prompts)
+    whole = str(asdict(config))  # the files' attrs: the options of the whole prompt set
     if sm.params.shard is not None:  # {first, count, token_families}
         first, count = sm.params.shard["first"], sm.params.shard["count"]
         items, config = items[first : first + count], config.for_shard(first)
@@ -25,7 +26,11 @@ def main(sm):
         {**sm.params.model, "load": {**sm.params.model["load"], "device": sm.resources.device}}
     )
     datasets = measure(
-        model, tokenizer, items, config, attrs=provenance(sm.params.extract, **attrs)
+        model,
+        tokenizer,
+        items,
+        config,
+        attrs=provenance(sm.params.extract, measure_config=whole, **attrs),
     )
     for name in sm.output.keys():  # a token-family job writes tokens.nc only
         write_netcdf(datasets[name], sm.output[name])

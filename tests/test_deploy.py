@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import subprocess
@@ -51,12 +52,17 @@ def test_profile_slurm_runs_exactly_the_configfiles_dag() -> None:
 
 @pytest.mark.slow
 def test_the_paper_suite_plans_its_models_only_and_asks_gpus_per_model() -> None:
-    table = (REPO / "resources" / "paper_models.tsv").read_text().splitlines()
-    gpu_mem = {row.split("\t")[0]: int(row.split("\t")[-1]) for row in table[1:]}
+    with open(REPO / "resources" / "paper_models.tsv", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    gpu_mem = {row["name"]: int(row["gpu_mem_gb"]) for row in rows}
     env = {"BLOCKCOUPLING_SLURM_GPU": "gres", "BLOCKCOUPLING_SLURM_GPU_PARTITION": "gpu"}
     text = dry_run("--profile", "slurm", "--configfile", "config/paper.yaml", env=env)
     assert planned_models(text) == set(gpu_mem) | {"pythia-6.9b-steps", "pythia-12b-steps"}
-    extract = job_resources(text, "extract")
+    extract = job_resources(text, "extract_shard")  # the paper config shards its prompts
+    tokens = job_resources(text, "extract_tokens")
+    assert {m: r["gres"] for m, r in tokens.items()} == {
+        m: r["gres"] for m, r in extract.items() if m in tokens
+    }
     for model, gb in gpu_mem.items():
         gpus = -(-gb // 80)
         assert extract[model]["gres"] == f"gpu:{gpus}", model

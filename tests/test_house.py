@@ -194,3 +194,16 @@ def test_cli_measure_prints_the_coupling_summary(tmp_path: Path) -> None:
         text=True,
     )
     assert bad.returncode == 2 and "no such path" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_strings_read_from_files_are_not_written_truncated(tmp_path: Path) -> None:
+    """A string coord read back with 8 characters, concatenated with longer ones, is written
+    whole (the encoding inherited from the file is dropped)."""
+    for name, prompt in (("a", "arc-0001"), ("b", "mmlu-0001")):
+        data = xr.Dataset({"v": ("prompt", [1.0])}, coords={"prompt": np.array([prompt])})
+        io.write_netcdf(data, tmp_path / f"{name}.nc")
+    parts = [io.read_netcdf(tmp_path / f"{name}.nc") for name in "ab"]
+    io.write_netcdf(xr.concat(parts, dim="prompt"), tmp_path / "both.nc")
+    back = io.read_netcdf(tmp_path / "both.nc")
+    assert list(back["prompt"].values) == ["arc-0001", "mmlu-0001"]
+    assert parts[0]["prompt"].encoding  # the inputs keep theirs

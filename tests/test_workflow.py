@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from blockcoupling.workflow import EXTRACTED
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -371,20 +373,22 @@ def test_non_utf8_prompt_file_is_one_clear_line(tmp_path: Path) -> None:
     assert result.returncode != 0 and "is not UTF-8 text" in text and "prompts.jsonl" in text
 
 
-def test_empty_prompt_file_is_one_clear_line(tmp_path: Path) -> None:
+def test_empty_prompt_file_is_one_clear_line_before_any_job(tmp_path: Path) -> None:
     (tmp_path / "prompts.jsonl").write_text("")
     write_config(tmp_path, MINIMAL)
     result = snakemake(tmp_path, "--cores", "1", "results/prompts/mini.jsonl")
     text = result.stdout + result.stderr
     assert result.returncode != 0
-    assert re.search(r"ERROR sample_prompts: .*empty", text), text[-2000:]
+    assert "config error: prompts.sets.mini.file: prompt file is empty" in text, text[-2000:]
+    assert not (tmp_path / "logs").exists()  # no job ran
 
 
-def test_prompt_shards_merge_into_the_same_files_and_a_lost_shard_reruns_alone(
+def test_prompt_shards_merge_into_the_same_files_and_a_killed_shard_reruns_alone(
     done: Path, tmp_path: Path
 ) -> None:
-    """One prompt per shard: the merged files equal the one-job files of the finished run; a
-    shard deleted (as a killed job leaves it) re-runs alone, then its merge."""
+    """One prompt per shard (its token families in a job of their own): a shard killed before
+    the merge (its outputs missing, the others there) re-runs alone, then the merge; the merged
+    files equal the one-job files of the finished run, and the temporary shards are gone."""
     import xarray as xr
 
     from blockcoupling.io import read_netcdf
@@ -393,12 +397,19 @@ def test_prompt_shards_merge_into_the_same_files_and_a_lost_shard_reruns_alone(
         config["extract"]["prompts_per_shard"] = 1
 
     folder = variant(done, tmp_path, shard)
+    shards = folder / "results/extract/tiny/final/shards"
+    parts = [f"{shards.relative_to(folder)}/{i}/{k}.nc" for i in (0, 1) for k in EXTRACTED]
+    parts.append(f"{shards.relative_to(folder)}/tokens/0/tokens.nc")
+    result = snakemake(folder, "--cores", "2", *parts)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for kind in EXTRACTED:  # the second shard's job was killed
+        (shards / "1" / f"{kind}.nc").unlink()
+    jobs = dry_run(folder, "results/extract/tiny/final/depth.nc")[0]
+    assert jobs == {"extract_shard": 1, "merge_shards": 1}
     result = snakemake(folder, "--cores", "2", "results/extract/tiny/final/depth.nc")
     assert result.returncode == 0, result.stderr[-3000:]
-    for kind in ("depth", "spectra", "tokens", "trajectories"):
+    for kind in EXTRACTED:
         merged = read_netcdf(folder / f"results/extract/tiny/final/{kind}.nc")
         whole = read_netcdf(done / f"results/extract/tiny/final/{kind}.nc")
         xr.testing.assert_identical(merged, whole)
-    (folder / "results/extract/tiny/final/shards/1/depth.nc").unlink()
-    jobs = dry_run(folder, "results/extract/tiny/final/depth.nc")[0]
-    assert jobs == {"extract_shard": 1, "merge_shards": 1}
+    assert not list(shards.rglob("*.nc"))

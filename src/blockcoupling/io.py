@@ -77,7 +77,13 @@ def write_text(path: str | Path, text: str) -> Path:
 
 
 def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
-    """Write ``dataset`` to NetCDF (zlib-compressed) atomically."""
+    """Write ``dataset`` to NetCDF (zlib-compressed) atomically. Encodings inherited from files
+    the data was read from are dropped: a string coord read with 8 characters and concatenated
+    with longer ones would otherwise be written truncated to 8.
+    """
+    dataset = dataset.copy()
+    for variable in dataset.variables.values():
+        variable.encoding = {}
     encoding = {name: {"zlib": True, "complevel": 4} for name in dataset.data_vars}
     return atomic_write(
         path, lambda temp: dataset.to_netcdf(temp, engine="netcdf4", encoding=encoding)

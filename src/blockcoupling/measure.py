@@ -334,8 +334,7 @@ def measure_inputs(
                 token_results.append(
                     _token_families(engine, token_layers, family_tokens[-1], config)
                 )
-    common = dict(attrs or {})
-    common.update(measure_config=str(asdict(config)), k_max=config.k_max)
+    common = {"measure_config": str(asdict(config)), "k_max": config.k_max, **(attrs or {})}
     prompt_coords = {
         "prompt": [p.id for p in items],
         "prompt_source": ("prompt", [p.source for p in items]),

@@ -332,8 +332,8 @@ class Plan:
             kind: [f"{folder}/{first}/{kind}.nc" for first, _ in self.shards(model)]
             for kind in EXTRACTED
         }
-        if self.token_jobs(model):
-            parts["tokens"] = [f"{folder}/tokens/{i}/tokens.nc" for i in self.token_jobs(model)]
+        if self.token_jobs(model):  # the shards' own (empty) tokens files merge to nothing
+            parts["tokens"] += [f"{folder}/tokens/{i}/tokens.nc" for i in self.token_jobs(model)]
         return parts
 
     def train_steps(self, run: str) -> list[int]:
