@@ -94,7 +94,9 @@ def grid_dataset(
         point = _point(depth, tokens, history, metric)
         points.append(point.expand_dims(sd=[float(sd)], wd=[float(wd)], seed=[int(seed)]))
     labels = points[0]["image_label"]
-    data = xr.merge([p.drop_vars("image_label") for p in points], join="outer")
+    data = xr.merge(  # grid points never overlap: any conflict is an error, not an override
+        [p.drop_vars("image_label") for p in points], join="outer", compat="no_conflicts"
+    )
     data = data.assign_coords(image_label=labels)
     data.attrs.update(attrs or {})
     data.attrs.update(ks=list(metric.ks), p=metric.p)
