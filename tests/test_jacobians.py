@@ -326,3 +326,49 @@ def test_blocks_that_torch_func_refuses_fall_back_to_autograd_loops() -> None:
         torch.testing.assert_close(columns, forward, rtol=1e-12, atol=1e-14)
     assert refused == ["vjp", "jvp"] * 3
     assert accepted == []
+
+
+def test_auto_chunk_bounds_memory_everywhere_and_cache_traffic_on_cpu() -> None:
+    """GPU batches are as large as 1 GiB of activations allows (all d when they fit); CPU
+    batches keep one (token, d) gradient under 4 MiB, but never below max(64, d / 8)."""
+    from blockcoupling.options import AUTO_CHUNK_BYTES, AUTO_CHUNK_CPU_BYTES, auto_chunk
+
+    assert auto_chunk(26, 576) == 576
+    assert auto_chunk(64, 4096) == AUTO_CHUNK_BYTES // (8 * 64 * 4096 * 4) == 128
+    assert auto_chunk(10, 576, cpu=True) == AUTO_CHUNK_CPU_BYTES // (10 * 576 * 4) == 182
+    assert auto_chunk(64, 576, cpu=True) == 72  # the floor d / 8 (113 KiB a sample)
+    assert auto_chunk(26, 2048, cpu=True) == 256  # the floor d / 8
+    assert auto_chunk(26, 4096, cpu=True) == auto_chunk(26, 4096) == 315  # memory first
+    assert auto_chunk(3, 16, cpu=True) == 16  # never more than d
+    assert auto_chunk(100_000, 8192) == 1
+
+
+def test_chunked_vjp_batches_give_the_same_jacobians() -> None:
+    with float64_exact():
+        model, inputs = tiny("llama")
+        whole, chunked = JacobianEngine(model, inputs), JacobianEngine(model, inputs, chunk_size=5)
+        assert relative_error(chunked.diagonal(2, 4), whole.diagonal(2, 4)) < 1e-12
+        assert relative_error(chunked.output_token(1, 5), whole.output_token(1, 5)) < 1e-12
+        assert relative_error(chunked.input_token(3, 1), whole.input_token(3, 1)) < 1e-12
+
+
+def test_a_block_call_copies_only_its_own_cache_entry() -> None:
+    """Re-invoking block l copies cache entry l (it appends there) and shares the others;
+    a cache without per-layer entries, or a block without one layer index, is copied whole."""
+    from transformers import DynamicCache
+
+    from blockcoupling.capture import _snapshot, own_layer
+
+    model = ARCHITECTURES["llama"]()
+    with torch.no_grad():
+        cache = model(input_ids=IDS[:, :4], use_cache=True).past_key_values
+    block = blocks_of(model)[1]
+    assert own_layer(block) == 1 and own_layer(torch.nn.Linear(2, 2)) is None
+    (copied,) = _snapshot((cache,), own_layer(block))
+    assert copied.layers[1] is not cache.layers[1] and copied.layers[0] is cache.layers[0]
+    copied.update(torch.zeros_like(cache.layers[1].keys[..., :1, :]),
+                  torch.zeros_like(cache.layers[1].values[..., :1, :]), 1)  # fmt: skip
+    assert cache.layers[1].keys.shape[-2] == 4 and copied.layers[1].keys.shape[-2] == 5
+    (whole,) = _snapshot((cache,))
+    assert all(a is not b for a, b in zip(whole.layers, cache.layers))
+    assert isinstance(whole, DynamicCache)

@@ -86,7 +86,7 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
 
     def pre_hook(index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            pending[index] = _snapshot(tree_map(_detach, (args, kwargs)))
+            pending[index] = _snapshot(tree_map(_detach, (args, kwargs)), own_layer(module))
 
         return hook
 
@@ -150,9 +150,34 @@ def record_token_calls(model: nn.Module, input_ids: torch.Tensor, t: int) -> lis
     )
 
 
-def _snapshot(value: Any) -> Any:
-    """Deep-copy any KV cache in a block's args or kwargs (the block will append to it)."""
-    return tree_map(lambda v: copy.deepcopy(v) if _is_cache(v) else v, value)
+def _snapshot(value: Any, layer: int | None = None) -> Any:
+    """Copy any KV cache in a block's args or kwargs (the block will append to it): only the
+    entry of ``layer`` (the block's own, the only one it appends to) when given and the cache
+    keeps a list of per-layer entries, sharing the others; else the whole cache, deep.
+    """
+    return tree_map(lambda v: _copy_cache(v, layer) if _is_cache(v) else v, value)
+
+
+def _copy_cache(cache: Any, layer: int | None) -> Any:
+    entries = getattr(cache, "layers", None)
+    if layer is None or not isinstance(entries, list) or not 0 <= layer < len(entries):
+        return copy.deepcopy(cache)
+    fresh = copy.copy(cache)
+    fresh.layers = list(entries)
+    fresh.layers[layer] = copy.deepcopy(entries[layer])
+    return fresh
+
+
+def own_layer(block: nn.Module) -> int | None:
+    """The cache index a block's attention appends to (its modules' one ``layer_idx``), or None
+    when it has none or several.
+    """
+    found = {
+        value
+        for module in block.modules()
+        if isinstance(value := getattr(module, "layer_idx", None), int)
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def accepts_use_cache(model: nn.Module) -> bool:
@@ -267,12 +292,12 @@ def residual_function(
     args = _cast(call.args, dtype, device)
     kwargs = _cast(call.kwargs, dtype, device)
     in_kwargs = not (args and isinstance(args[0], torch.Tensor))
+    layer = own_layer(call.block)
 
     def residual(x: torch.Tensor) -> torch.Tensor:
         hidden = x.unsqueeze(0)
-        fresh_args, fresh = _snapshot(
-            (args, kwargs)
-        )  # a recorded KV-cache snapshot must not grow across calls
+        # a recorded KV-cache snapshot must not grow across calls
+        fresh_args, fresh = _snapshot((args, kwargs), layer)
         if in_kwargs:
             out = block(*fresh_args, **{**fresh, "hidden_states": hidden})
         else:

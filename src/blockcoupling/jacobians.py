@@ -221,11 +221,13 @@ class JacobianEngine:
     def _count_loop_fallback(self) -> None:
         self.loop_fallbacks += 1
 
-    def _chunk(self, x: torch.Tensor) -> int:
-        """VJPs/JVPs per vmapped batch for an input ``x (token, d)``: ``chunk_size``, or
-        ``options.auto_chunk`` when it is None.
+    def _chunk(self, x: torch.Tensor, attended: int | None = None) -> int:
+        """VJPs/JVPs per vmapped batch for an input ``x (token, d)`` whose block attends to
+        ``attended`` tokens (default: those of ``x``): ``chunk_size``, or ``options.auto_chunk``
+        (for ``x``'s device) when it is None.
         """
-        return self.chunk_size or auto_chunk(*x.shape)
+        n_tokens = x.shape[0] if attended is None else attended
+        return self.chunk_size or auto_chunk(n_tokens, x.shape[-1], x.device.type == "cpu")
 
     def _residual(self, call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
         """``residual_function(call)`` with the compute copy of its block kept for the next
@@ -279,7 +281,7 @@ class JacobianEngine:
             self.fallbacks += 1
             return self.output_token(layer, t)[t]
         residual, x = checked
-        chunk = self.chunk_size or auto_chunk(t + 1, x.shape[-1])  # attends to t + 1 tokens
+        chunk = self._chunk(x, attended=t + 1)
         jac = output_token_jacobians(residual, x, 0, chunk, self._count_loop_fallback)
         return _finite(jac, layer, f"t2={t}", first=t)[0]
 

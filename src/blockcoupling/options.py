@@ -16,18 +16,30 @@ from blockcoupling.formulas import VARIANTS, check_option
 SVD_METHODS = ("auto", "dense", "topk")
 AUTO_CHUNK_BYTES = 1 << 30  # activations of one vmapped batch of VJPs/JVPs when chunk_size is null
 AUTO_CHUNK_FLOATS = 8  # floats per token and d one VJP/JVP sample holds (measured ~5.6, d=4096)
+AUTO_CHUNK_CPU_BYTES = 4 << 20  # on CPU: one batch's gradient of a (token, d) tensor
 
 
-def auto_chunk(n_tokens: int, d: int) -> int:
+def auto_chunk(n_tokens: int, d: int, cpu: bool = False) -> int:
     """VJPs/JVPs per vmapped batch when ``chunk_size`` is null: as many as keep one batch's
     activations (``AUTO_CHUNK_FLOATS`` x tokens x d float32 per sample) under
     ``AUTO_CHUNK_BYTES``, at most d (all at once). Measured: the single-token path's batch of all
     d VJPs at d=4096 holds the gradients of the whole key/value prefix (2 d n d floats); a batch
     of 512 at 64 tokens held ~3 GB (5.6 floats per token and d per sample) and cost no time
     (bench/runs/depth_speed_chunk512.md).
+
+    On ``cpu`` the batch is smaller still: its gradient of one ``(token, d)`` tensor (the
+    attention's keys, values) under ``AUTO_CHUNK_CPU_BYTES``, but never below ``max(64, d / 8)``
+    samples, where the block's weight products stay efficient. Measured on one thread
+    (SmolLM2, d=576, one block's ``J_tt``): 0.090 s against 0.132 s for all d at 26 tokens,
+    0.136 s against 0.244 s at 64 tokens; at d=2048 batches of 64 or 128 cost 1.5x more than
+    256 or all d.
     """
     per_sample = AUTO_CHUNK_FLOATS * max(n_tokens, 1) * d * 4
-    return max(1, min(d, AUTO_CHUNK_BYTES // per_sample))
+    largest = max(1, min(d, AUTO_CHUNK_BYTES // per_sample))
+    if not cpu:
+        return largest
+    floor = min(d, max(64, d // 8))
+    return min(largest, max(floor, AUTO_CHUNK_CPU_BYTES // (max(n_tokens, 1) * d * 4)))
 
 
 # Keys of the ``extract`` section that change neither Jacobians nor statistics (prompt shards

@@ -71,16 +71,18 @@ def randomized_top_k(jac: torch.Tensor, k: int, options: SVDOptions) -> SVD:
     generator = torch.Generator(device=jac.device).manual_seed(options.seed)
     sketch = torch.randn(n, width, generator=generator, device=jac.device, dtype=jac.dtype)
     blocks = [_orthonormal(jac @ sketch)]  # (..., m, width) each
-    factors = _project(jac, blocks[0], k)
+    basis, values = blocks[0], _projected_values(jac, blocks[0], k)
     for _ in range(options.iters):
         if width * (len(blocks) + 1) >= m:  # the space would be all of R^m: exact is cheaper
             break
         blocks.append(_orthonormal(jac @ (jac.mT @ blocks[-1])))
-        previous, factors = factors.s, _project(jac, _orthonormal(torch.cat(blocks, -1)), k)
-        settled = _settled(factors.s, previous, options.tol)
+        basis = _orthonormal(torch.cat(blocks, -1))
+        previous, values = values, _projected_values(jac, basis, k)
+        settled = _settled(values, previous, options.tol)
         if settled.all():
-            return factors
+            return _project(jac, basis, k)
     else:
+        factors = _project(jac, basis, k)
         unsettled = ~settled  # a flat spectrum around the K-th value: exact for those matrices
         exact = svd(jac[unsettled]).top(k)
         for part, dense in zip(factors, exact):
@@ -89,8 +91,18 @@ def randomized_top_k(jac: torch.Tensor, k: int, options: SVDOptions) -> SVD:
     return svd(jac).top(k)
 
 
+def _projected_values(jac: torch.Tensor, basis: torch.Tensor, k: int) -> torch.Tensor:
+    """The top-k singular values ``(..., k)`` of ``basis^T jac`` (``basis (..., m, w)``), from
+    the eigenvalues of its ``w x w`` Gram matrix in float64: for the convergence test, far
+    cheaper than an SVD of the ``w x n`` projection.
+    """
+    b = (basis.mT @ jac).to(torch.float64)
+    gram = b @ b.mT
+    return torch.linalg.eigvalsh(gram).flip(-1)[..., :k].clamp_min(0).sqrt().to(jac.dtype)
+
+
 def _project(jac: torch.Tensor, basis: torch.Tensor, k: int) -> SVD:
-    """Top-k triplets of ``jac`` restricted to the range ``basis (..., m, width)``."""
+    """Top-k triplets of ``jac`` restricted to the range ``basis (..., m, w)``."""
     small_u, s, small_vh = torch.linalg.svd(basis.mT @ jac, full_matrices=False)
     return SVD((basis @ small_u)[..., :k], s[..., :k], small_vh.mT[..., :k])
 
