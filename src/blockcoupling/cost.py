@@ -59,12 +59,12 @@ class Rates:
     overhead: float
 
 
-CPU = Rates(  # bench/runs/depth_speed.md: one thread, Llama block d=4096, load average 3-8
+CPU = Rates(  # bench/runs/depth_speed_quiet.md: one thread, Llama block d=4096, quiet machine
     "CPU, 1 thread per job (calibrated by bench/depth_speed.py)",
-    matmul=3.1e11,  # d one-token VJPs of a 203M-parameter block in 16.2 s, counted as above
-    dense_svd=13.2 / 4096**3,
-    svdvals=13.2 / 3 / 4096**3,  # assumed a third of the dense SVD (not measured here)
-    topk=3.4 / (4096**2 * 70),
+    matmul=3.1e11,  # d one-token VJPs of a 203M-parameter block in 16.0 s, counted as above
+    dense_svd=13.5 / 4096**3,
+    svdvals=13.5 / 3 / 4096**3,  # assumed a third of the dense SVD (not measured here)
+    topk=2.5 / (4096**2 * 70),
     overhead=20.0,
 )
 GPU = Rates(
