@@ -3,9 +3,9 @@
 The forward pass runs with ``use_cache=False``: a KV cache left in the recorded kwargs would be
 appended to on re-invocation, so the block would attend to every token twice (silently wrong
 Jacobians on Llama-family blocks, a shape error on Falcon). The one deliberate exception,
-``record_token_calls``, keeps a per-block snapshot of the prefix cache and copies it afresh on
-every re-invocation. Rotary embeddings, masks and ALiBi
-are whatever the model passed to the block, so no per-architecture code is needed.
+``record_token_calls``, keeps a per-block snapshot of the prefix cache and copies the block's own
+entry of it afresh on every re-invocation. Rotary embeddings, masks and ALiBi are whatever the
+model passed to the block, so no per-architecture code is needed.
 """
 
 from __future__ import annotations
@@ -134,10 +134,11 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
 
 def record_token_calls(model: nn.Module, input_ids: torch.Tensor, t: int) -> list[BlockCall]:
     """Every block's call on token ``t`` alone, with the KV cache of tokens ``< t`` as it stood
-    when that block was called (a snapshot: later blocks' appends are not in it).
+    when that block was called (its own entry copied then, so its append is not in it; the
+    other blocks' entries are shared, and it never reads them).
 
-    Re-invoking such a call (``residual_function`` copies the snapshot on every call, so nothing
-    is appended twice) gives ``f(x)_t`` as a function of ``x_t`` alone, exactly the
+    Re-invoking such a call (``residual_function`` copies the block's entry on every call, so
+    nothing is appended twice) gives ``f(x)_t`` as a function of ``x_t`` alone, exactly the
     ``J_{tt}`` of a causal block at ~1/t of the full-sequence cost.
     ``input``/``output``: ``(1, d)``.
     """

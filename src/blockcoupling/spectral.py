@@ -2,8 +2,8 @@
 
 The coupling statistics need only the top ``K_max`` triplets of every Jacobian (and their
 singular values for the normaliser of ``S_K``). At paper widths a dense SVD is O(d^3) and
-dominates the cost (d = 4096: 13.2 s on one CPU thread, against 3.4 s for the top 50 here;
-bench/runs/depth_speed.md); the top-K path (randomized block Krylov) costs
+dominates the cost (d = 4096: 13.5 s on one CPU thread, against 2.5 s for the top 50 here;
+bench/runs/depth_speed_quiet.md); the top-K path (randomized block Krylov) costs
 O(d^2 (K + p) i) with ``p`` oversampling columns and ``i`` iterations, stopping early once the
 top-K singular values change by less than ``tol`` (relative) between iterations, and falling
 back to a dense SVD of the matrices that have not settled by ``iters``.
