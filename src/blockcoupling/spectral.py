@@ -71,7 +71,7 @@ def randomized_top_k(jac: torch.Tensor, k: int, options: SVDOptions) -> SVD:
     generator = torch.Generator(device=jac.device).manual_seed(options.seed)
     sketch = torch.randn(n, width, generator=generator, device=jac.device, dtype=jac.dtype)
     blocks = [_orthonormal(jac @ sketch)]  # (..., m, width) each
-    basis, values = blocks[0], _projected_values(jac, blocks[0], k)
+    values = _projected_values(jac, blocks[0], k)
     for _ in range(options.iters):
         if width * (len(blocks) + 1) >= m:  # the space would be all of R^m: exact is cheaper
             break
