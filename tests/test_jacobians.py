@@ -353,8 +353,8 @@ def test_chunked_vjp_batches_give_the_same_jacobians() -> None:
 
 
 def test_a_block_call_copies_only_its_own_cache_entry() -> None:
-    """Re-invoking block l copies cache entry l (it appends there) and shares the others;
-    a cache without per-layer entries, or a block without one layer index, is copied whole."""
+    """Re-invoking block l copies cache entry l (it appends there) and shares the others; with
+    no layer index (a block with none or several) the whole cache is copied."""
     from transformers import DynamicCache
 
     from blockcoupling.capture import _snapshot, own_layer

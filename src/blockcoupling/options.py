@@ -34,12 +34,12 @@ def auto_chunk(n_tokens: int, d: int, cpu: bool = False) -> int:
     0.136 s against 0.244 s at 64 tokens; at d=2048 batches of 64 or 128 cost 1.5x more than
     256 or all d.
     """
-    per_sample = AUTO_CHUNK_FLOATS * max(n_tokens, 1) * d * 4
-    largest = max(1, min(d, AUTO_CHUNK_BYTES // per_sample))
+    tensor_bytes = max(n_tokens, 1) * d * 4  # one sample's (token, d) float32 tensor
+    largest = max(1, min(d, AUTO_CHUNK_BYTES // (AUTO_CHUNK_FLOATS * tensor_bytes)))
     if not cpu:
         return largest
     floor = min(d, max(64, d // 8))
-    return min(largest, max(floor, AUTO_CHUNK_CPU_BYTES // (max(n_tokens, 1) * d * 4)))
+    return min(largest, max(floor, AUTO_CHUNK_CPU_BYTES // tensor_bytes))
 
 
 # Keys of the ``extract`` section that change neither Jacobians nor statistics (prompt shards

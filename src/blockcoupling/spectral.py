@@ -71,18 +71,19 @@ def randomized_top_k(jac: torch.Tensor, k: int, options: SVDOptions) -> SVD:
     generator = torch.Generator(device=jac.device).manual_seed(options.seed)
     sketch = torch.randn(n, width, generator=generator, device=jac.device, dtype=jac.dtype)
     blocks = [_orthonormal(jac @ sketch)]  # (..., m, width) each
-    values = _projected_values(jac, blocks[0], k)
+    values = _top_values(blocks[0].mT @ jac, k)
     for _ in range(options.iters):
         if width * (len(blocks) + 1) >= m:  # the space would be all of R^m: exact is cheaper
             break
         blocks.append(_orthonormal(jac @ (jac.mT @ blocks[-1])))
         basis = _orthonormal(torch.cat(blocks, -1))
-        previous, values = values, _projected_values(jac, basis, k)
+        projection = basis.mT @ jac  # (..., w, n)
+        previous, values = values, _top_values(projection, k)
         settled = _settled(values, previous, options.tol)
         if settled.all():
-            return _project(jac, basis, k)
+            return _factors(basis, projection, k)
     else:
-        factors = _project(jac, basis, k)
+        factors = _factors(basis, projection, k)
         unsettled = ~settled  # a flat spectrum around the K-th value: exact for those matrices
         exact = svd(jac[unsettled]).top(k)
         for part, dense in zip(factors, exact):
@@ -91,19 +92,21 @@ def randomized_top_k(jac: torch.Tensor, k: int, options: SVDOptions) -> SVD:
     return svd(jac).top(k)
 
 
-def _projected_values(jac: torch.Tensor, basis: torch.Tensor, k: int) -> torch.Tensor:
-    """The top-k singular values ``(..., k)`` of ``basis^T jac`` (``basis (..., m, w)``), from
-    the eigenvalues of its ``w x w`` Gram matrix in float64: for the convergence test, far
-    cheaper than an SVD of the ``w x n`` projection.
+def _top_values(projection: torch.Tensor, k: int) -> torch.Tensor:
+    """The top-k singular values ``(..., k)`` of ``projection = basis^T J (..., w, n)``, from the
+    eigenvalues of its ``w x w`` Gram matrix in float64: for the convergence test, far cheaper
+    than an SVD of the projection.
     """
-    b = (basis.mT @ jac).to(torch.float64)
+    b = projection.to(torch.float64)
     gram = b @ b.mT
-    return torch.linalg.eigvalsh(gram).flip(-1)[..., :k].clamp_min(0).sqrt().to(jac.dtype)
+    return torch.linalg.eigvalsh(gram).flip(-1)[..., :k].clamp_min(0).sqrt().to(projection.dtype)
 
 
-def _project(jac: torch.Tensor, basis: torch.Tensor, k: int) -> SVD:
-    """Top-k triplets of ``jac`` restricted to the range ``basis (..., m, w)``."""
-    small_u, s, small_vh = torch.linalg.svd(basis.mT @ jac, full_matrices=False)
+def _factors(basis: torch.Tensor, projection: torch.Tensor, k: int) -> SVD:
+    """Top-k triplets of ``J`` restricted to the range of ``basis (..., m, w)``, from
+    ``projection = basis^T J (..., w, n)``.
+    """
+    small_u, s, small_vh = torch.linalg.svd(projection, full_matrices=False)
     return SVD((basis @ small_u)[..., :k], s[..., :k], small_vh.mT[..., :k])
 
 
