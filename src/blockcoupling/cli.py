@@ -197,8 +197,19 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     return header + "\n" + cost.plan_table(rows, gpu=gpu), all(r.fits for r in rows if r.on_gpu)
 
 
+def _check_measure_flags(args: argparse.Namespace) -> None:
+    """The flags of ``measure`` that need no model, checked before it loads (errors name them)."""
+    if args.k < 1:
+        raise ValueError(f"--k {args.k}: K must be >= 1")
+    if args.max_tokens is not None and args.max_tokens < 2:
+        raise ValueError(f"--max-tokens {args.max_tokens}: keep at least 2 tokens")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: give at least 1")
+
+
 def measure_source(args: argparse.Namespace) -> str:
     """Load the model (or its twin), measure the prompts, return the summary table."""
+    _check_measure_flags(args)
     import torch
 
     from blockcoupling.measure import MeasureConfig, measure
@@ -216,13 +227,20 @@ def measure_source(args: argparse.Namespace) -> str:
     source = parse_source(source_spec(args.source))
     if source.kind == "assembled":
         raise ValueError("package:PACKAGE (assembled) needs a file: use package:PACKAGE:FILE")
-    options = LoadOptions(dtype=args.dtype, device=resolve_device(args.device))
+    try:
+        device = resolve_device(args.device)
+    except ValueError as error:
+        raise ValueError(f"--device {args.device!r}: {error}; give --device cpu or auto") from None
+    options = LoadOptions(dtype=args.dtype, device=device)
     if args.random_twin:
         model, tokenizer = load_random_twin(source, args.seed, options)
     else:
         model, tokenizer = load_model(source, options)
+    width = getattr(getattr(model, "config", None), "hidden_size", None)
+    if isinstance(width, int) and args.k > width:
+        raise ValueError(f"--k {args.k} exceeds the model's hidden size {width}; give --k {width}")
     config = MeasureConfig(k_max=args.k, max_tokens=args.max_tokens, variants=(args.variant,))
-    data = measure(model, tokenizer, args.prompts, config)
+    data = measure(model, tokenizer, args.prompts, config, attrs={"model": args.source})
     metrics = coupling_dataset(data["depth"], MetricConfig(ks=(args.k,), readings=(args.reading,)))
     at = {"k": args.k, "reading": args.reading, "variant": args.variant, "norm": "p"}
     coupling = metrics["coupling"].sel(at)

@@ -27,8 +27,17 @@ from blockcoupling.models import adapter_for
 from blockcoupling.options import auto_chunk
 
 
-class NonFiniteJacobianError(FloatingPointError):
-    """A Jacobian with NaN or inf entries."""
+class NonFiniteJacobianError(FloatingPointError, ValueError):
+    """A Jacobian with NaN or inf entries: a property of the model's weights or activations, so
+    a user error (a ``ValueError``: one line from the CLI and the rules, not a traceback).
+    """
+
+    def __init__(self, where: str):
+        super().__init__(
+            f"non-finite Jacobian (NaN/inf) at {where}; check the weights for NaN/inf or huge "
+            "values (a damaged or diverged checkpoint) and the dtype (float16 overflows: load it "
+            "in float32)"
+        )
 
 
 def _one_hot_vectors(x: torch.Tensor, t: int) -> torch.Tensor:
@@ -170,17 +179,21 @@ def validate_requests(
 
 
 def _finite(
-    jac: torch.Tensor, layer: int, fixed: str, stacked: str = "t1", first: int = 0
+    jac: torch.Tensor,
+    layer: int,
+    fixed: str,
+    stacked: str = "t1",
+    first: int = 0,
+    label: str = "",
 ) -> torch.Tensor:
-    """``jac (token, d, d)`` unchanged, or an error naming the layer, the fixed token (``fixed``,
-    e.g. ``'t2=5'``) and the tokens ``stacked`` along the first axis (``first``: that of
-    ``jac[0]``) that hold non-finite entries.
+    """``jac (token, d, d)`` unchanged, or an error naming ``label`` (model and prompt), the
+    layer, the fixed token (``fixed``, e.g. ``'t2=5'``) and the tokens ``stacked`` along the
+    first axis (``first``: that of ``jac[0]``) that hold non-finite entries.
     """
     if not torch.isfinite(jac).all():
         bad = sorted({first + int(t) for t in torch.nonzero(~torch.isfinite(jac))[:, 0]})
-        raise NonFiniteJacobianError(
-            f"non-finite Jacobian at layer {layer}, {fixed}, {stacked} in {bad}"
-        )
+        where = f"{label + ', ' if label else ''}layer {layer}, {fixed}, {stacked} in {bad}"
+        raise NonFiniteJacobianError(where)
     return jac
 
 
@@ -199,13 +212,19 @@ def _guard_tolerance(block: nn.Module) -> float:
 
 class JacobianEngine:
     """Jacobians of one prompt's blocks. ``inputs``: the model inputs of the prompt, batch 1,
-    e.g. ``{'input_ids': (1, token)}``. Recorded calls of each prefix are cached.
+    e.g. ``{'input_ids': (1, token)}``. Recorded calls of each prefix are cached. ``label``
+    (e.g. ``"model gpt2, prompt p0003"``) names the prompt in errors.
     """
 
     def __init__(
-        self, model: nn.Module, inputs: dict[str, torch.Tensor], chunk_size: int | None = None
+        self,
+        model: nn.Module,
+        inputs: dict[str, torch.Tensor],
+        chunk_size: int | None = None,
+        label: str = "",
     ):
         self.model = model
+        self.label = label
         self.inputs = inputs
         self.chunk_size = chunk_size
         self.causal = adapter_for(model).causal
@@ -258,7 +277,7 @@ class JacobianEngine:
         jac = output_token_jacobians(
             self._residual(call), x, t2, self._chunk(x), self._count_loop_fallback
         )
-        return _finite(jac, layer, f"t2={t2}")
+        return _finite(jac, layer, f"t2={t2}", label=self.label)
 
     def input_token(self, layer: int, t1: int) -> torch.Tensor:
         """``J^layer_{t1 t2}`` for every t2 (``(t2, d, d)`` over the whole sequence; zero for
@@ -269,7 +288,7 @@ class JacobianEngine:
         jac = input_token_jacobians(
             self._residual(call), x, t1, self._chunk(x), self._count_loop_fallback
         )
-        return _finite(jac, layer, f"t1={t1}", stacked="t2")
+        return _finite(jac, layer, f"t1={t1}", stacked="t2", label=self.label)
 
     def diagonal(self, layer: int, t: int) -> torch.Tensor:
         """``J^layer_{tt}`` ``(d, d)``. For causal models with a KV cache the block is re-invoked on
@@ -283,7 +302,7 @@ class JacobianEngine:
         residual, x = checked
         chunk = self._chunk(x, attended=t + 1)
         jac = output_token_jacobians(residual, x, 0, chunk, self._count_loop_fallback)
-        return _finite(jac, layer, f"t2={t}", first=t)[0]
+        return _finite(jac, layer, f"t2={t}", first=t, label=self.label)[0]
 
     def _token_call(
         self, layer: int, t: int

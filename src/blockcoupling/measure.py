@@ -322,7 +322,10 @@ def measure_inputs(
         for i in track(
             range(len(items)), len(items), "block Jacobians", lambda i: items[i].id, progress
         ):
-            engine = JacobianEngine(model, dict(inputs[i]), chunk_size=config.chunk_size)
+            label = f"model {attrs['model']}, " if attrs and "model" in attrs else ""
+            engine = JacobianEngine(
+                model, dict(inputs[i]), config.chunk_size, f"{label}prompt {items[i].id}"
+            )
             n = engine.n_tokens
             lengths.append(n)
             depth_positions.append(_resolve_position(config.depth_token, n, "depth_token"))

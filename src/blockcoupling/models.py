@@ -243,12 +243,23 @@ def check_local_source(spec: dict[str, Any]) -> None:
 
 
 def resolve_device(device: str) -> str:
-    """``auto``: ``cuda`` when a GPU is visible, else ``cpu``; any other name unchanged."""
-    if device != "auto":
-        return device
+    """``auto``: ``cuda`` when a GPU is visible, else ``cpu``; any other name unchanged once
+    torch knows it and, for ``cuda[:N]``, sees that GPU (else a one-line ValueError).
+    """
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ValueError("not a torch device (auto, cpu, cuda, cuda:N, mps)") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else "no GPU visible"
+        raise ValueError(f"this torch sees no CUDA GPU ({build})")
+    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"this torch sees {torch.cuda.device_count()} CUDA GPU(s)")
+    return device
 
 
 def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:

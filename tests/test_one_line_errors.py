@@ -1,0 +1,86 @@
+"""Errors a user can cause come out as one line naming the cause and the fix, never a
+traceback: bad devices, non-finite Jacobians, CLI flags, schema errors, a full disk."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from blockcoupling import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def save_tiny(folder: Path, poison: float | None = None) -> Path:
+    """A 3-block float32 llama with a character tokenizer saved to ``folder``; ``poison``: the
+    value written into one weight of block 2's MLP (NaN, inf or a huge number).
+    """
+    import tiny_models
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    model = tiny_models.llama(layers=3).to(dtype=torch.float32)
+    if poison is not None:
+        with torch.no_grad():
+            model.model.layers[1].mlp.up_proj.weight[0, 0] = poison
+    model.save_pretrained(folder)
+    vocab = {chr(97 + i): i for i in range(26)} | {"[UNK]": 26}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def failing(capsys: pytest.CaptureFixture) -> Callable[..., str]:
+    """``failing(*argv)``: the CLI's one line on stderr, asserting exit status 2 and nothing
+    else on stderr (an uncaught exception fails the test with its traceback).
+    """
+
+    def run(*argv: str) -> str:
+        capsys.readouterr()  # what came before (e.g. saving the model)
+        status = cli.main(list(argv))
+        err = capsys.readouterr().err
+        bars = re.compile(r"^[\w ]+: .*it/s\]$")  # transformers' loading bar
+        lines = [line for line in err.splitlines() if line.strip() and not bars.match(line)]
+        assert status == 2 and len(lines) == 1, err[-3000:]
+        return lines[0]
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), 1e38])
+def test_non_finite_jacobian_is_one_line_naming_model_layer_prompt(
+    tmp_path: Path, poison: float, failing: Callable[..., str]
+) -> None:
+    folder = save_tiny(tmp_path / "m", poison)
+    line = failing("measure", str(folder), "hello there", "good day", "--k", "4")
+    assert "non-finite Jacobian" in line and "layer 2" in line and "prompt p0000" in line
+    assert str(folder) in line and "check the weights" in line
+
+
+def test_unknown_device_is_one_line(tiny: Path, failing: Callable[..., str]) -> None:
+    line = failing("measure", str(tiny), "hello", "--device", "banana")
+    assert "--device 'banana'" in line and "cpu" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch that sees no CUDA GPU")
+def test_cuda_on_a_cpu_only_torch_is_one_line(tiny: Path, failing: Callable[..., str]) -> None:
+    line = failing("measure", str(tiny), "hello", "--device", "cuda")
+    assert "--device 'cuda'" in line and "--device cpu" in line
+
+
+def test_measure_errors_name_the_cli_flag(tiny: Path, failing: Callable[..., str]) -> None:
+    line = failing("measure", str(tiny), "hello", "--k", "0")
+    assert "--k" in line and "extract.k_max" not in line
+    line = failing("measure", str(tiny), "hello", "--k", "17")  # hidden size 16
+    assert "--k 17" in line and "k_max" not in line
