@@ -4,6 +4,8 @@ traceback: bad devices, non-finite Jacobians, CLI flags, schema errors, a full d
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,3 +86,34 @@ def test_measure_errors_name_the_cli_flag(tiny: Path, failing: Callable[..., str
     assert "--k" in line and "extract.k_max" not in line
     line = failing("measure", str(tiny), "hello", "--k", "17")  # hidden size 16
     assert "--k 17" in line and "k_max" not in line
+
+
+RULE_ON_A_FULL_DISK = """
+import logging, types
+from blockcoupling.runner import run_script
+sm = types.SimpleNamespace(log=["/dev/full"], threads=1, rule="extract", output=["out.nc"])
+def main(sm):
+    for i in range(50):
+        logging.info("prompt %d", i)
+    with open("/dev/full", "w") as out:  # an output on the same full disk
+        out.write("x")
+run_script(sm, main)
+"""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (ENOSPC on write)")
+def test_a_full_disk_is_one_line_per_file_not_a_logging_traceback_per_record() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", RULE_ON_A_FULL_DISK], capture_output=True, text=True
+    )
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.splitlines() if " INFO prompt " not in line]
+    assert lines == [
+        "cannot write the log /dev/full: the disk is full (No space left on device); "
+        "free space and rerun",
+        lines[1],
+    ], out.stderr[-3000:]
+    assert lines[1].endswith(
+        "ERROR extract: writing out.nc: the disk is full (No space left on device); "
+        "free space and rerun"
+    )

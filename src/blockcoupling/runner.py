@@ -4,6 +4,7 @@ one-line errors. Imports nothing heavy, so a rule's code hash covers only what i
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 import traceback
@@ -12,6 +13,36 @@ from pathlib import Path
 from typing import Any
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
+
+
+class LogFile(logging.FileHandler):
+    """The rule's log file. A failed write (a full disk, a vanished folder) is reported once,
+    as one line on stderr naming the file, and the file is skipped from then on (logging's own
+    handler prints a traceback per record: hundreds of lines).
+    """
+
+    failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record unless an earlier write failed."""
+        if not self.failed:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """An OSError: one line on stderr, the file skipped from now on; else logging's own."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):
+            super().handleError(record)
+            return
+        self.failed = True
+        print(f"cannot write the log {self.baseFilename}: {reason(error)}", file=sys.stderr)
+
+
+def reason(error: OSError) -> str:
+    """An OSError in words, with the remedy when the disk is full."""
+    if error.errno == errno.ENOSPC:
+        return f"the disk is full ({error.strerror}); free space and rerun"
+    return str(error)
 
 
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
@@ -23,7 +54,7 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_path, mode="w"))
+        handlers.append(LogFile(log_path, mode="w"))
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
@@ -36,10 +67,17 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     try:
         main(snakemake)
     except USER_ERRORS as error:
-        logging.error("%s: %s", snakemake.rule, error)
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            files = error.filename or ", ".join(map(str, snakemake.output)) or "its outputs"
+            logging.error("%s: writing %s: %s", snakemake.rule, files, reason(error))
+        else:
+            logging.error("%s: %s", snakemake.rule, error)
         if log_path is not None:
-            with open(log_path, "a") as log:
-                traceback.print_exc(file=log)
+            try:
+                with open(log_path, "a") as log:
+                    traceback.print_exc(file=log)
+            except OSError:  # the log's own failure is already reported
+                pass
         sys.exit(1)
     except Exception:  # a bug: the whole traceback, in the rule's log too
         logging.exception("%s failed", snakemake.rule)
