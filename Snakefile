@@ -1,7 +1,12 @@
 # blockcoupling: transformer block coupling and generalization, end to end.
 #   snakemake --cores 2                                   (the embedded default, CPU, no hub)
 #   snakemake --profile slurm --configfile config/paper.yaml   (the paper suite, on Slurm)
-from snakemake.utils import min_version, validate
+import os
+import sys
+
+from snakemake.utils import min_version
+
+from blockcoupling.workflow import ConfigError, validate_config
 
 min_version("9.0")
 
@@ -13,7 +18,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-validate(config, "schemas/config.schema.yaml")
+try:
+    validate_config(config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml"))
+except ConfigError as error:
+    sys.exit(f"config error: {error}")
 
 
 report: "report/workflow.rst"

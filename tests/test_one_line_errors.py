@@ -3,6 +3,7 @@ traceback: bad devices, non-finite Jacobians, CLI flags, schema errors, a full d
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
@@ -117,3 +118,31 @@ def test_a_full_disk_is_one_line_per_file_not_a_logging_traceback_per_record() -
         "ERROR extract: writing out.nc: the disk is full (No space left on device); "
         "free space and rerun"
     )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda c: c["extract"].update(k_max="abc"),
+            "config error: extract.k_max: 'abc' is not of type 'integer' (see config.schema.yaml)",
+        ),
+        (
+            lambda c: c.update(extrct={}),
+            "config error: top level: Additional properties are not allowed ('extrct' was "
+            "unexpected) (see config.schema.yaml)",
+        ),
+    ],
+)
+def test_a_schema_error_is_one_line_naming_the_key_not_the_schema(
+    tmp_path: Path, change: Callable[[dict], None], message: str
+) -> None:
+    from test_workflow import MINIMAL, PROMPTS, snakemake, write_config
+
+    (tmp_path / "prompts.jsonl").write_text("\n".join(PROMPTS) + "\n")
+    config = copy.deepcopy(MINIMAL)
+    change(config)
+    write_config(tmp_path, config)
+    result = snakemake(tmp_path, "-n")
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert result.returncode != 0 and lines == [message], lines

@@ -110,10 +110,7 @@ def _workflow_dir(given: Path | None) -> Path:
 
 def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool = True) -> Any:
     """The workflow's ``Plan`` of a config file: schema defaults and every check applied."""
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
-
-    from blockcoupling.workflow import check_config
+    from blockcoupling.workflow import check_config, validate_config
 
     folder = _workflow_dir(workflow_dir)
     try:
@@ -123,10 +120,9 @@ def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool =
     if not isinstance(config, dict):
         raise ValueError(f"{file}: not a YAML mapping")
     try:
-        validate(config, str(folder / "schemas" / "config.schema.yaml"))
-    except WorkflowError as error:
-        reason = [line for line in str(error).splitlines() if line.strip()]
-        raise ValueError(f"{file}: {' '.join(reason[:3])}") from None
+        validate_config(config, folder / "schemas" / "config.schema.yaml")
+    except ValueError as error:
+        raise ValueError(f"{file}: {error}") from None
     return check_config(config, folder, check_memory)
 
 

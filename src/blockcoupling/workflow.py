@@ -493,6 +493,28 @@ def _choice(section: str, key: str, value: Any, allowed: list[Any], source: str)
     return chosen
 
 
+def validate_config(config: dict[str, Any], schema: str | Path) -> None:
+    """Snakemake's ``validate`` (which also fills the schema's defaults into ``config``); a
+    violation is a one-line ConfigError naming the key path and the problem, not the schema dump.
+    """
+    from jsonschema.exceptions import ValidationError, best_match
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(schema))
+    except WorkflowError as error:
+        cause = error.__cause__ or error.__context__
+        if not isinstance(cause, ValidationError):
+            raise ConfigError(str(error).splitlines()[0]) from None
+        if cause.context:  # oneOf/anyOf: the alternative that came closest
+            cause = best_match(cause.context)
+        key = ".".join(str(part) for part in cause.absolute_path) or "top level"
+        message = " ".join(cause.message.split())
+        message = message if len(message) <= 200 else message[:197] + "..."
+        raise ConfigError(f"{key}: {message} (see {Path(schema).name})") from None
+
+
 def check_config(
     config: dict[str, Any], basedir: str | Path = ".", check_memory: bool = True
 ) -> Plan:
