@@ -146,3 +146,22 @@ def test_a_schema_error_is_one_line_naming_the_key_not_the_schema(
     result = snakemake(tmp_path, "-n")
     lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     assert result.returncode != 0 and lines == [message], lines
+
+
+def test_a_rule_meeting_a_non_finite_jacobian_fails_in_one_line(tmp_path: Path) -> None:
+    """The runner treats it as a user error (one line, exit 1), not a bug (a traceback)."""
+    script = f"""
+import types
+from blockcoupling.jacobians import NonFiniteJacobianError
+from blockcoupling.runner import run_script
+sm = types.SimpleNamespace(log=[{str(tmp_path / "extract.log")!r}], threads=1, rule="extract",
+                           output=[])
+def main(sm):
+    raise NonFiniteJacobianError("model m, prompt p0001, layer 2, t2=3, t1 in [3]")
+run_script(sm, main)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 1 and len(lines) == 1, out.stderr[-3000:]
+    assert "ERROR extract: non-finite Jacobian (NaN/inf) at model m, prompt p0001" in lines[0]
+    assert "Traceback" in (tmp_path / "extract.log").read_text()  # kept in the rule's log
