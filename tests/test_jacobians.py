@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, IMAGE_SIZE, float64_exact
@@ -152,33 +154,57 @@ def test_context_jacobians_are_nonzero_and_causal_prefix_only(arch: str) -> None
 
 
 def test_recording_with_a_kv_cache_would_be_wrong() -> None:
-    """The pitfall the recorder guards against: a cache in the recorded kwargs doubles the
-    attended tokens and changes the Jacobian; record_calls never records one."""
+    """The pitfall the recorder guards against: a block call recorded with the KV cache on holds a
+    cache that already has the block's keys of every token, so the re-invoked block attends twice
+    (its cached keys and the re-computed ones). As recorded, the mask covers the tokens once and
+    the call fails; with a mask over both, it runs and its Jacobian is not the FD reference (which
+    perturbs the block input inside a full forward). Either way the claim is checked; the
+    recorder's own calls hold no cache and match FD.
+    """
     model = ARCHITECTURES["llama"]()
-    captured = {}
+    layer, t1, t2 = 2, 1, 4
+    with float64_exact():
+        reference = fd_jacobian(model, {"input_ids": IDS}, layer, t1, t2)
+        good = naive_jacobian(model, {"input_ids": IDS}, layer, t1, t2)
+    assert relative_error(good, reference) < 1e-6
+    calls = record_calls(model, input_ids=IDS)
+    assert all(call.kwargs.get("past_key_values") is None for call in calls)
+
+    block, captured = blocks_of(model)[layer - 1], {}
 
     def pre(module, args, kwargs):  # noqa: ANN001
         captured.update(args=args, kwargs=dict(kwargs))
 
-    handle = blocks_of(model)[1].register_forward_pre_hook(pre, with_kwargs=True)
+    handle = block.register_forward_pre_hook(pre, with_kwargs=True)
     with torch.no_grad():
         model(input_ids=IDS, use_cache=True)
     handle.remove()
-    assert captured["kwargs"].get("past_key_values") is not None
-    calls = record_calls(model, input_ids=IDS)
-    assert all(call.kwargs.get("past_key_values") is None for call in calls)
-    good = naive_jacobian(model, {"input_ids": IDS}, 2, 1, 4)
-    block = blocks_of(model)[1]
-    x = captured["args"][0][0].clone().requires_grad_(True)
+    recorded = copy.deepcopy(captured["kwargs"])  # as the forward left it (re-invocation appends)
+    assert recorded["past_key_values"].get_seq_length(layer - 1) == N_TOKENS  # cached already
+    x = captured["args"][0][0] if captured["args"] else recorded.pop("hidden_states")[0]
+
+    def cached_residual(x: torch.Tensor, kwargs: dict) -> torch.Tensor:
+        """``block(x) - x`` re-invoked with the recorded kwargs (a fresh copy of the cache)."""
+        out = block(x.unsqueeze(0), **copy.deepcopy(kwargs))
+        return (out if isinstance(out, torch.Tensor) else out[0])[0] - x
+
+    kwargs = recorded
     try:
-        out = block(x.unsqueeze(0), **captured["kwargs"])
-    except RuntimeError:
-        return  # this version fails loudly (shape mismatch), as Falcon does
-    y = (out if isinstance(out, torch.Tensor) else out[0])[0, 4] - x[4]
-    bad = torch.stack(
-        [torch.autograd.grad(y[i], x, retain_graph=True)[0][1] for i in range(y.shape[0])]
-    )
-    assert relative_error(bad, good) > 1e-3
+        with torch.no_grad():
+            cached_residual(x, kwargs)
+    except RuntimeError as error:  # the scores span 2n keys, the recorded mask n
+        assert f"({2 * N_TOKENS})" in str(error), error
+        mask = kwargs["attention_mask"]
+        assert mask.shape[-1] == N_TOKENS
+        seen = torch.ones_like(mask) if mask.dtype == torch.bool else torch.zeros_like(mask)
+        kwargs = {**kwargs, "attention_mask": torch.cat([seen, mask], dim=-1)}  # cached: visible
+    with torch.no_grad():
+        doubled = copy.deepcopy(kwargs)
+        block(x.unsqueeze(0), **doubled)
+        assert doubled["past_key_values"].get_seq_length(layer - 1) == 2 * N_TOKENS
+    full = torch.autograd.functional.jacobian(lambda v: cached_residual(v, kwargs)[t2], x)
+    bad = full[:, t1, :]
+    assert torch.isfinite(bad).all() and relative_error(bad, reference) > 1e-2
 
 
 def test_a_cache_in_recorded_kwargs_is_refused() -> None:
