@@ -3,7 +3,6 @@ traceback: bad devices, non-finite Jacobians, CLI flags, schema errors, a full d
 
 from __future__ import annotations
 
-import copy
 import re
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from blockcoupling import cli
 
@@ -120,7 +120,7 @@ def test_a_full_disk_is_one_line_per_file_not_a_logging_traceback_per_record() -
     )
 
 
-@pytest.mark.parametrize(
+SCHEMA_ERRORS = pytest.mark.parametrize(
     ("change", "message"),
     [
         (
@@ -132,15 +132,36 @@ def test_a_full_disk_is_one_line_per_file_not_a_logging_traceback_per_record() -
             "config error: top level: Additional properties are not allowed ('extrct' was "
             "unexpected) (see config.schema.yaml)",
         ),
+        (
+            lambda c: c["models"]["tiny-a"]["meta"].update(n_layers="two"),
+            "config error: models.tiny-a.meta.n_layers: 'two' is not of type 'integer', 'null' "
+            "(see config.schema.yaml)",
+        ),
     ],
 )
-def test_a_schema_error_is_one_line_naming_the_key_not_the_schema(
+
+
+@SCHEMA_ERRORS
+def test_a_schema_error_is_one_line_naming_the_key_path(
+    change: Callable[[dict], None], message: str
+) -> None:
+    from blockcoupling.workflow import ConfigError, validate_config
+
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    change(config)
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, REPO / "schemas" / "config.schema.yaml")
+    assert f"config error: {error.value}" == message
+
+
+@pytest.mark.slow
+@SCHEMA_ERRORS
+def test_a_schema_error_stops_snakemake_in_one_line_not_a_schema_dump(
     tmp_path: Path, change: Callable[[dict], None], message: str
 ) -> None:
-    from test_workflow import MINIMAL, PROMPTS, snakemake, write_config
+    from test_workflow import snakemake, write_config
 
-    (tmp_path / "prompts.jsonl").write_text("\n".join(PROMPTS) + "\n")
-    config = copy.deepcopy(MINIMAL)
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     change(config)
     write_config(tmp_path, config)
     result = snakemake(tmp_path, "-n")

@@ -253,12 +253,16 @@ def resolve_device(device: str) -> str:
     try:
         parsed = torch.device(device)
     except RuntimeError:
-        raise ValueError("not a torch device (auto, cpu, cuda, cuda:N, mps)") from None
+        raise ValueError(
+            f"device {device!r} is not a torch device (auto, cpu, cuda[:N], mps)"
+        ) from None
     if parsed.type == "cuda" and not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else "no GPU visible"
-        raise ValueError(f"this torch sees no CUDA GPU ({build})")
+        raise ValueError(f"device {device!r}: this torch sees no CUDA GPU ({build})")
     if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"this torch sees {torch.cuda.device_count()} CUDA GPU(s)")
+        raise ValueError(
+            f"device {device!r}: this torch sees {torch.cuda.device_count()} CUDA GPU(s)"
+        )
     return device
 
 
