@@ -115,7 +115,7 @@ def test_a_full_disk_is_one_line_per_file_not_a_logging_traceback_per_record() -
         lines[1],
     ], out.stderr[-3000:]
     assert lines[1].endswith(
-        "ERROR extract: writing out.nc: the disk is full (No space left on device); "
+        "ERROR extract: writing its outputs (out.nc): the disk is full (No space left on device); "
         "free space and rerun"
     )
 

@@ -226,7 +226,7 @@ def measure_source(args: argparse.Namespace) -> str:
     try:
         device = resolve_device(args.device)
     except ValueError as error:
-        raise ValueError(f"--{error}; give --device cpu or auto") from None  # --device ...
+        raise ValueError(f"--{error}; give --device cpu or auto") from None  # "--device 'x'..."
     options = LoadOptions(dtype=args.dtype, device=device)
     if args.random_twin:
         model, tokenizer = load_random_twin(source, args.seed, options)

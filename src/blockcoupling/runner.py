@@ -68,7 +68,7 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
         main(snakemake)
     except USER_ERRORS as error:
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-            files = error.filename or ", ".join(map(str, snakemake.output)) or "its outputs"
+            files = error.filename or f"its outputs ({', '.join(map(str, snakemake.output))})"
             logging.error("%s: writing %s: %s", snakemake.rule, files, reason(error))
         else:
             logging.error("%s: %s", snakemake.rule, error)
