@@ -106,9 +106,13 @@ def style() -> Iterator[None]:
         yield
 
 
+# No run-dependent metadata (the PDF's creation date): identical inputs give identical bytes.
+FIXED_METADATA = {".png": {"Software": None}, ".pdf": {"CreationDate": None}}
+
+
 def save(fig: plt.Figure, path: str | Path) -> list[Path]:
-    """Save `fig` as `{stem}.png` (dpi 150) and `{stem}.pdf`; `path` is a stem or a .png/.pdf
-    path.
+    """Save `fig` as `{stem}.png` (dpi 150) and `{stem}.pdf` (byte-reproducible: no creation
+    date); `path` is a stem or a .png/.pdf path.
     """
     path = Path(path)
     stem = path.with_suffix("") if path.suffix.lower() in (".png", ".pdf") else path
@@ -118,10 +122,8 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
     bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
         matplotlib.rcParams["savefig.pad_inches"]
     )
-    for out in paths:
-        fig.savefig(
-            out, dpi=DPI, bbox_inches=bbox
-        )  # one tight box for both: "tight" redraws per file
+    for out in paths:  # one tight box for both: "tight" redraws per file
+        fig.savefig(out, dpi=DPI, bbox_inches=bbox, metadata=FIXED_METADATA[out.suffix])
     plt.close(fig)
     return paths
 
