@@ -13,6 +13,7 @@ import seaborn as sns
 
 from blockcoupling.figures.common import (
     MARKERS,
+    MEASURES,
     MIN_N_FIT,
     SHORT_LABELS,
     first_text,
@@ -90,12 +91,14 @@ def coupling_vs_score(
                 data = rows.dropna(subset=[measure, y])
                 err = interval(data, measure)
                 null = null_values(data, measure)
+                constant_null = MEASURES[measure] if measure in MEASURES else None
+                constant_null = constant_null if isinstance(constant_null, float) else None
                 for i, model in enumerate(models):
                     at = (data["model"].astype(str) == model).to_numpy()
                     if not at.any():
                         continue
                     xs, ys = data.loc[at, measure], data.loc[at, y]
-                    if null is not None and np.isfinite(null[at]).any():
+                    if constant_null is None and null is not None and np.isfinite(null[at]).any():
                         for x0, x1, yy in zip(null[at], xs, ys):
                             ax.plot([x0, x1], [yy, yy], color="0.75", lw=0.6, zorder=1)
                         ax.scatter(null[at], ys, marker="|", color="0.5", s=40, zorder=1)
@@ -118,8 +121,8 @@ def coupling_vs_score(
                     no_data(ax)
                 elif design != OTHER:
                     _fit_line(ax, data[measure].to_numpy(float), data[y].to_numpy(float))
-                if measure == "coupling_excess":
-                    ax.axvline(0, color="0.5", ls="--", lw=0.8)
+                if constant_null is not None:
+                    ax.axvline(constant_null, color="0.5", ls="--", lw=0.8)
                 stat = (
                     "no fit: these models are not one design"
                     if design == OTHER
@@ -130,20 +133,18 @@ def coupling_vs_score(
                     )
                 )
                 ax.set_title(f"{design}\n{stat}" if r == 0 else stat, fontsize="small", wrap=True)
-                ax.set(
-                    xlabel=label(measure),
-                    ylabel=score_column_label(table, y) if c == 0 else "",
-                )
+                ax.set(xlabel=label(measure), ylabel="")
             if models:
                 axes[-1, c].legend(
                     *axes[0, c].get_legend_handles_labels(),
                     loc="upper center",
-                    bbox_to_anchor=(0.5, -0.22),
+                    bbox_to_anchor=(0.5, -0.3),
                     ncol=2,
                     fontsize="x-small",
                     title="model",
                     frameon=False,
                 )
+        fig.supylabel(score_column_label(table, y))
         fig.tight_layout()
         return save(fig, path)
 
