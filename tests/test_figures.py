@@ -308,8 +308,9 @@ def test_titles_quote_the_statistics_table_old_and_new_columns():
     exploratory = common.stat_text(new.assign(primary=False).iloc[0], "slope")
     assert exploratory.endswith("; exploratory")
     assert common.first_text(None, "r", dict(subset="all")) == "r: no row in the statistics table"
-    undefined = common.stat_text(old.assign(r=np.nan, reason="n=2 < 4").iloc[0], "r")
-    assert undefined == "r: n=2 < 4 (n = 20)"
+    undefined = common.stat_text(old.assign(r=np.nan, reason="constant x").iloc[0], "r")
+    assert undefined == "r: constant x (n = 20)"
+    assert common.stat_text(old.assign(r=np.nan, reason="n=2 < 4").iloc[0], "r") == "r: n=2 < 4"
 
 
 def test_render_reads_the_tables_the_registry_names(tmp_path):

@@ -192,7 +192,7 @@ def stat_text(row: pd.Series | None, what: str) -> str:
     estimate = _value(row, "estimate", "r", "coef")
     if not np.isfinite(estimate):
         reason = row.get("reason", "") or row.get("note", "") or "not estimable"
-        return f"{what}: {reason} ({n_text})"
+        return f"{what}: {reason}" + ("" if "n=" in str(reason) else f" ({n_text})")
     unit = row.get("unit", "")
     text = (
         f"{what} {estimate:+.2f} [{_value(row, 'ci_low'):+.2f}, {_value(row, 'ci_high'):+.2f}]"

@@ -134,6 +134,7 @@ def coupling_vs_score(
                 )
                 ax.set_title(f"{design}\n{stat}" if r == 0 else stat, fontsize="small", wrap=True)
                 ax.set(xlabel=label(measure), ylabel="")
+                ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
             if models:
                 axes[-1, c].legend(
                     *axes[0, c].get_legend_handles_labels(),
