@@ -5,7 +5,13 @@ from blockcoupling.runner import run_script
 
 
 def main(sm):
-    figures.render(sm.params.figure, sm.input[0], sm.output.png, **sm.params.options)
+    figures.render(
+        sm.params.figure,
+        sm.input.source,
+        sm.output.png,
+        tables=list(sm.input.tables),
+        **sm.params.options,
+    )
 
 
 run_script(snakemake, main)

@@ -12,6 +12,7 @@ import pytest
 import xarray as xr
 
 from blockcoupling import figures, stats
+from blockcoupling.figures import common, crossmodel
 
 SEL = dict(reading="authors", variant="ujv", norm="p", k=10)
 TOKENS, LAYERS, PROMPTS, RANKS = 5, 4, 3, 6
@@ -144,6 +145,21 @@ def model_table(models: list[str], nan_score: bool = False) -> pd.DataFrame:
     return stats.model_table(stats.model_coupling(ds, n_boot=50))
 
 
+def with_calibration(table: pd.DataFrame, k: int = 10) -> pd.DataFrame:
+    """``table`` with the calibrated columns of the contract (h16's names): a chance level of raw
+    coupling per row, the excess over it (raw minus null), the overlap and its null K/d."""
+    rng = np.random.default_rng(3)
+    null = -0.9 + 0.02 * rng.normal(size=len(table))
+    d = table["d_model"].to_numpy(dtype=float) if "d_model" in table else np.full(len(table), 64)
+    return table.assign(
+        coupling_null=null,
+        coupling_excess=table["coupling"] - null,
+        adjacent_excess=table.get("adjacent_coupling", table["coupling"]) - null,
+        overlap_u=rng.uniform(0.2, 0.6, len(table)),
+        overlap_null=k / d,
+    )
+
+
 def assert_written(paths: list[Path]) -> None:
     """PNG and PDF exist side by side, are non-empty, and the PNG decodes to a plausible image."""
     png, pdf = paths
@@ -175,10 +191,14 @@ def test_model_level_figures(tmp_path, models):
     if len(models) > 1:
         with_nan_padding(ds, traj)
     table = model_table(models, nan_score=len(models) > 1)
+    correlations = stats.correlations(table)
     assert_written(figures.coupling_vs_score(table, tmp_path / "fig1a.png"))
     assert_written(
-        figures.hyperparameter_correlations(stats.correlations(table), tmp_path / "corr")
+        figures.coupling_vs_score(
+            with_calibration(table), tmp_path / "calibrated", correlations=correlations
+        )
     )
+    assert_written(figures.hyperparameter_correlations(correlations, tmp_path / "corr"))
     assert_written(figures.k_sweep_curve(stats.k_sweep(ds, table), tmp_path / "ksweep"))
     assert_written(figures.depth_heatmaps(stats.select(ds["depth_mis"], **SEL), tmp_path / "depth"))
     assert_written(figures.token_heatmaps(ds, tmp_path / "tokens", model=models[0]))
@@ -202,6 +222,14 @@ def test_checkpoint_figures(tmp_path, models):
     table, depth = make_checkpoint_table(models, [0, 1, 8, 64, 512])
     table.loc[table["step"] == 8, "lss"] = np.nan
     assert_written(figures.coupling_vs_step(table, tmp_path / "fig1b"))
+    calibrated = with_calibration(table)
+    assert_written(figures.coupling_vs_step(calibrated, tmp_path / "fig1b-calibrated"))
+    correlations = stats.checkpoint_correlations(table)
+    assert_written(
+        figures.coupling_vs_validation_loss(
+            calibrated, tmp_path / "val-calibrated", correlations=correlations
+        )
+    )
     assert_written(figures.depth_heatmaps_over_training(depth, tmp_path / "fig1c"))
     assert_written(figures.trajectory_metrics_vs_step(table, tmp_path / "traj"))
     assert_written(figures.coupling_vs_validation_loss(table, tmp_path / "val"))
@@ -223,3 +251,74 @@ def test_save_accepts_stem_and_png_and_rejects_missing_columns(tmp_path):
     ]
     with pytest.raises(ValueError, match="lacks columns"):
         figures.coupling_vs_step(pd.DataFrame({"model": [], "step": []}), tmp_path / "z")
+
+
+def test_the_same_figure_twice_gives_the_same_bytes(tmp_path):
+    """No creation date or other run-dependent metadata in the PNG or the PDF (a date in the PDF
+    made identical runs differ); the jittered strip plot is seeded."""
+    traj = make_trajectories(MANY)
+    first = figures.lss_expodistance(traj, tmp_path / "a" / "lss")
+    second = figures.lss_expodistance(traj, tmp_path / "b" / "lss")
+    for one, two in zip(first, second):
+        assert one.read_bytes() == two.read_bytes(), one.name
+    assert b"CreationDate" not in first[1].read_bytes()
+
+
+def test_calibrated_measures_with_their_null_levels_or_raw_alone():
+    table = with_calibration(model_table(MANY))
+    assert common.measures(table) == ["coupling", "coupling_excess", "overlap_u"]
+    assert common.null_values(table, "coupling") == pytest.approx(table["coupling_null"])
+    assert common.null_values(table, "coupling_excess") == pytest.approx(np.zeros(len(table)))
+    assert common.null_values(table, "overlap_u") == pytest.approx(10 / table["d_model"])
+    raw = model_table(MANY)  # before the calibrated columns exist: raw m_K alone, no null
+    assert common.measures(raw) == ["coupling"] and common.null_values(raw, "coupling") is None
+    nan = table.assign(overlap_u=np.nan)  # a measure without any value is not a panel
+    assert common.measures(nan) == ["coupling", "coupling_excess"]
+
+
+def test_designs_keep_pretrained_models_beside_the_grid_never_pooled():
+    table = pd.DataFrame(
+        {
+            "model": ["g1", "g2", "g3", "g4", "smol", "gemma", "g5"],
+            "family": ["grid"] * 4 + ["SmolLM2", "Gemma-3", "grid"],
+            "score": [1.0, 2.0, 3.0, 4.0, 50.0, 60.0, np.nan],
+        }
+    )
+    groups = crossmodel.designs(table)
+    assert [name for name, _ in groups] == ["grid", crossmodel.OTHER]
+    assert list(groups[0][1]["model"]) == ["g1", "g2", "g3", "g4", "g5"]
+    assert list(groups[1][1]["model"]) == ["smol", "gemma"]
+    one = crossmodel.designs(table.assign(family=np.nan))  # no family: one design, all models
+    assert [name for name, _ in one] == ["all models"] and len(one[0][1]) == len(table)
+
+
+def test_titles_quote_the_statistics_table_old_and_new_columns():
+    old = pd.DataFrame(
+        {"subset": ["all"], "predictor": ["coupling"], "method": ["pearson"], "r": [0.414]}
+        | {"ci_low": [0.12], "ci_high": [0.7], "p": [0.0123], "p_holm": [0.05], "n": [20]}
+    )
+    text = common.first_text(old, "Pearson r", dict(subset="all", predictor="coupling"))
+    assert text == "Pearson r +0.41 [+0.12, +0.70], p = 0.012, Holm p = 0.05, n = 20"
+    new = pd.DataFrame(
+        {"analysis": ["excess_vs_bpb"], "estimate": [-0.2], "ci_low": [-0.5], "ci_high": [0.1]}
+        | {"unit": ["bpb per sd"], "n": [18], "p": [0.2], "p_holm": [0.4], "primary": [True]}
+    )
+    text = common.first_text(new, "slope", dict(subset="all"), dict(analysis="excess_vs_bpb"))
+    assert text == "slope -0.20 [-0.50, +0.10] bpb per sd, p = 0.2, Holm p = 0.4, n = 18; primary"
+    exploratory = common.stat_text(new.assign(primary=False).iloc[0], "slope")
+    assert exploratory.endswith("; exploratory")
+    assert common.first_text(None, "r", dict(subset="all")) == "r: no row in the statistics table"
+    undefined = common.stat_text(old.assign(r=np.nan, reason="constant x").iloc[0], "r")
+    assert undefined == "r: constant x (n = 20)"
+    assert common.stat_text(old.assign(r=np.nan, reason="n=2 < 4").iloc[0], "r") == "r: n=2 < 4"
+
+
+def test_render_reads_the_tables_the_registry_names(tmp_path):
+    table = with_calibration(model_table(MANY))
+    summary, correlations = tmp_path / "summary.csv", tmp_path / "correlations.csv"
+    table.to_csv(summary, index=False)
+    stats.correlations(table).to_csv(correlations, index=False)
+    assert figures.FIGURES["coupling_vs_score"][3] == ("results/stats/correlations.csv",)
+    assert_written(
+        figures.render("coupling_vs_score", summary, tmp_path / "fig", tables=[correlations])
+    )

@@ -292,11 +292,15 @@ def test_editing_each_module_reruns_exactly_the_rules_that_import_it(
     folder = variant(done, tmp_path, lambda c, f: None)
     site = tmp_path / "site"
     env = {**os.environ, "PYTHONPATH": str(site)}
-    modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
-    for module in modules:
+    files = {  # dotted module name -> its file, subpackages (figures/) included
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in PACKAGE.rglob("*.py")
+        if p != PACKAGE / "__init__.py"
+    }
+    for module in sorted(files):
         shutil.rmtree(site, ignore_errors=True)
         shutil.copytree(PACKAGE, site / "blockcoupling")
-        with open(site / "blockcoupling" / f"{module}.py", "a") as handle:
+        with open(site / "blockcoupling" / files[module].relative_to(PACKAGE), "a") as handle:
             handle.write("\n# an edit\n")
         importers = {rule for rule in ANCESTORS if f"blockcoupling.{module}" in imports[rule]}
         frontier = {rule for rule in importers if not ANCESTORS[rule] & importers}

@@ -721,17 +721,17 @@ def science_params(section: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in section.items() if key not in RUN_ONLY_KEYS}
 
 
-def figure_registry() -> dict[str, tuple[str, str, tuple[str, ...]]]:
-    """``figures.FIGURES`` (name -> category, input file, options), read from the source as a
-    literal so that building the DAG does not import matplotlib.
+def figure_registry() -> dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """``figures.FIGURES`` (name -> category, input file, options, statistics tables), read from
+    the source as a literal so that building the DAG does not import matplotlib.
     """
-    tree = ast.parse((SOURCE_DIR / "figures.py").read_text(encoding="utf-8"))
+    tree = ast.parse((SOURCE_DIR / "figures" / "__init__.py").read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "FIGURES" for t in node.targets
         ):
             return ast.literal_eval(node.value)
-    raise RuntimeError("blockcoupling/figures.py has no FIGURES literal")
+    raise RuntimeError("blockcoupling/figures/__init__.py has no FIGURES literal")
 
 
 # --------------------------------------------------------------------------- code hashes

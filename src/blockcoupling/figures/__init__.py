@@ -1,0 +1,176 @@
+"""Figures (seaborn/matplotlib, Agg backend) from the combined datasets and the `stats` tables.
+
+Every public function takes its data, a path (a stem, or a .png/.pdf path), and options; it writes a
+PNG (dpi 150) and a PDF side by side, byte-reproducible, and returns their paths. Missing values
+(NaN) are dropped per panel. Estimates, intervals and p values in titles are read from the
+statistics tables, never computed here. Modules: `common` (style, saving, labels, the coupling
+measures and their null levels, statistics text), `crossmodel`, `heatmaps`, `trajectories`,
+`checkpoints`, `vit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from blockcoupling.figures.checkpoints import (
+    coupling_vs_step,
+    coupling_vs_validation_loss,
+    depth_heatmaps_over_training,
+    pick_steps,
+    trajectory_metrics_vs_step,
+)
+from blockcoupling.figures.common import save, style
+from blockcoupling.figures.crossmodel import (
+    coupling_vs_score,
+    hyperparameter_correlations,
+    k_sweep_curve,
+)
+from blockcoupling.figures.heatmaps import depth_heatmaps, token_heatmaps
+from blockcoupling.figures.trajectories import (
+    lss_expodistance,
+    pca_trajectories,
+    singular_value_spectra,
+)
+from blockcoupling.figures.vit import vit_coupling_vs_accuracy, vit_coupling_vs_sd
+from blockcoupling.io import read_netcdf
+from blockcoupling.stats import select
+
+__all__ = [
+    "FIGURES",
+    "coupling_vs_score",
+    "coupling_vs_step",
+    "coupling_vs_validation_loss",
+    "depth_heatmaps",
+    "depth_heatmaps_over_training",
+    "hyperparameter_correlations",
+    "k_sweep_curve",
+    "lss_expodistance",
+    "pca_trajectories",
+    "pick_steps",
+    "render",
+    "save",
+    "singular_value_spectra",
+    "style",
+    "token_heatmaps",
+    "trajectory_metrics_vs_step",
+    "vit_coupling_vs_accuracy",
+    "vit_coupling_vs_sd",
+]
+
+# The figures: name -> (report category, input file, options it takes, statistics tables its
+# titles read). A literal, so the workflow reads it without importing matplotlib
+# (workflow.figure_registry); a rule per entry calls `render`. A figure is made when its input
+# file is one of the config's outputs; a statistics table it reads is an input when the config
+# produces it (else the titles say there is no row). Adding one: its function (named as the
+# figure, taking (data, path) or an adapter in `render`), a line here, and its caption
+# report/<name>.rst.
+FIGURES = {
+    "coupling_vs_score": (
+        "cross-model",
+        "results/stats/summary.csv",
+        (),
+        ("results/stats/correlations.csv",),
+    ),
+    "hyperparameter_correlations": (
+        "cross-model",
+        "results/stats/correlations.csv",
+        (),
+        (),
+    ),
+    "depth_heatmaps": ("cross-model", "results/combined/coupling.nc", ("selection",), ()),
+    "token_heatmaps": (
+        "cross-model",
+        "results/combined/tokens.nc",
+        ("selection", "token_model"),
+        (),
+    ),
+    "lss_expodistance": ("cross-model", "results/combined/trajectories.nc", (), ()),
+    "pca_trajectories": (
+        "cross-model",
+        "results/combined/trajectories.nc",
+        ("token_model",),
+        (),
+    ),
+    "singular_value_spectra": (
+        "cross-model",
+        "results/combined/spectra.nc",
+        ("token_model",),
+        (),
+    ),
+    "k_sweep_curve": ("cross-model", "results/stats/k_sweep.csv", (), ()),
+    "coupling_vs_step": (
+        "training emergence",
+        "results/stats/checkpoint_table.csv",
+        (),
+        (),
+    ),
+    "depth_heatmaps_over_training": (
+        "training emergence",
+        "results/combined/checkpoints/coupling.nc",
+        ("selection",),
+        (),
+    ),
+    "trajectory_metrics_vs_step": (
+        "training emergence",
+        "results/stats/checkpoint_table.csv",
+        (),
+        (),
+    ),
+    "coupling_vs_validation_loss": (
+        "training emergence",
+        "results/stats/checkpoint_table.csv",
+        (),
+        ("results/stats/checkpoint_correlations.csv",),
+    ),
+    "vit_coupling_vs_sd": (
+        "ViT sweep",
+        "results/stats/vit_coupling_vs_sd.csv",
+        (),
+        ("results/stats/vit_sd_trend.csv",),
+    ),
+    "vit_coupling_vs_accuracy": (
+        "ViT sweep",
+        "results/stats/vit_models.csv",
+        (),
+        ("results/stats/vit_coupling_vs_accuracy.csv",),
+    ),
+}
+# The keyword under which each figure function takes the statistics table its titles read.
+TABLE_KEYWORDS = {
+    "coupling_vs_score": "correlations",
+    "coupling_vs_validation_loss": "correlations",
+    "vit_coupling_vs_sd": "trend",
+    "vit_coupling_vs_accuracy": "within",
+}
+
+
+def render(
+    name: str,
+    source: str | Path,
+    path: str | Path,
+    selection: dict[str, object] | None = None,
+    token_model: str | None = None,
+    tables: Sequence[str | Path] = (),
+) -> list[Path]:
+    """Draw figure ``name`` of FIGURES from its input file ``source`` (CSV or NetCDF) at ``path``;
+    ``selection`` (k, reading, variant, norm) and ``token_model`` as FIGURES says it takes;
+    ``tables``: the statistics tables (CSV) its titles read, those the run produced.
+    """
+    if name not in FIGURES:
+        raise ValueError(f"no figure named {name!r}; one of {', '.join(FIGURES)}")
+    data = pd.read_csv(source) if str(source).endswith(".csv") else read_netcdf(source)
+    at = dict(selection or {})
+    extra = {TABLE_KEYWORDS[name]: pd.read_csv(tables[0])} if tables else {}
+    adapters = {
+        "depth_heatmaps": lambda: depth_heatmaps(select(data["depth_mis"], **at), path),
+        "depth_heatmaps_over_training": lambda: depth_heatmaps_over_training(
+            select(data["depth_mis"], **at), path
+        ),
+        "token_heatmaps": lambda: token_heatmaps(data, path, model=token_model, **at),
+        "pca_trajectories": lambda: pca_trajectories(data, path, model=token_model),
+        "singular_value_spectra": lambda: singular_value_spectra(data, path, model=token_model),
+    }
+    return adapters.get(name, lambda: globals()[name](data, path, **extra))()

@@ -1,0 +1,215 @@
+"""Shared figure pieces: the style, byte-reproducible saving, axis labels, the calibrated coupling
+measures with their null levels, and text read from the statistics tables (figures never compute
+a statistic themselves).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+matplotlib.use("Agg")
+
+DPI = 150
+MIN_N_FIT = 3
+MIS_LABEL = "mis-coupling m_K (lower = more coupled)"
+STEP_LABEL = "training step (symlog axis; 0 = initialization)"
+LABELS = {
+    "coupling": "raw coupling (−mean m_K over l≠l')",
+    "adjacent_coupling": "adjacent-layer coupling (−mean m_K, |l−l'|=1)",
+    "coupling_excess": "calibrated excess (null − m_K; > 0 = above chance)",
+    "adjacent_excess": "adjacent-layer excess (null − m_K, |l−l'|=1)",
+    "overlap_u": "overlap ‖U_lᵀU_l'‖²_F / K (chance = K/d)",
+    "score": "Open LLM Leaderboard average score",
+    "neg_bits_per_byte": "−bits per byte on held-out text (higher = better)",
+    "mc_accuracy": "multiple-choice accuracy",
+    "log10_params": "log10 parameters",
+    "n_layers": "depth (blocks)",
+    "d_model": "width (hidden size)",
+    "log10_train_tokens": "log10 training tokens",
+    "val_loss": "validation loss (cross-entropy, nats/token)",
+    "neg_val_loss": "−validation loss (nats/token)",
+    "lss": "line-shape score LSS (1 = straight)",
+    "expodistance": "expodistance (CV of step-norm ratios)",
+}
+SHORT_LABELS = {
+    "coupling": "coupling",
+    "coupling_excess": "excess",
+    "overlap_u": "overlap",
+    "log10_params": "log10 params",
+    "n_layers": "depth",
+    "d_model": "width",
+    "log10_train_tokens": "log10 tokens",
+}
+# The coupling measures a model-comparing figure shows, raw first, and each one's chance level:
+# a column of the same table (one value per row) or a constant.
+MEASURES: dict[str, str | float] = {
+    "coupling": "coupling_null",
+    "coupling_excess": 0.0,
+    "overlap_u": "overlap_null",
+}
+ADJACENT = {"coupling": "adjacent_coupling", "coupling_excess": "adjacent_excess"}
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+# No run-dependent metadata (the PDF's creation date): identical inputs give identical bytes.
+FIXED_METADATA = {".png": {"Software": None}, ".pdf": {"CreationDate": None}}
+
+
+@contextmanager
+def style() -> Iterator[None]:
+    """The one figure style: seaborn whitegrid, paper context, dpi 150."""
+    rc = {"savefig.dpi": DPI, "axes.titlesize": "medium", "legend.fontsize": "small"}
+    with (
+        sns.axes_style("whitegrid"),
+        sns.plotting_context("paper", font_scale=1.1),
+        matplotlib.rc_context(rc),
+    ):
+        yield
+
+
+def save(fig: plt.Figure, path: str | Path) -> list[Path]:
+    """Save `fig` as `{stem}.png` (dpi 150) and `{stem}.pdf` (byte-reproducible: no creation
+    date); `path` is a stem or a .png/.pdf path.
+    """
+    path = Path(path)
+    stem = path.with_suffix("") if path.suffix.lower() in (".png", ".pdf") else path
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
+    fig.set_dpi(DPI)
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
+        matplotlib.rcParams["savefig.pad_inches"]
+    )
+    for out in paths:  # one tight box for both: "tight" redraws per file
+        fig.savefig(out, dpi=DPI, bbox_inches=bbox, metadata=FIXED_METADATA[out.suffix])
+    plt.close(fig)
+    return paths
+
+
+@contextmanager
+def seeded_numpy(seed: int) -> Iterator[None]:
+    """Numpy's global generator seeded for the duration (restored afterwards)."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def label(column: str) -> str:
+    """Axis label with units for a table column (the column name if unknown)."""
+    return LABELS.get(column, column)
+
+
+def no_data(ax: plt.Axes, text: str = "no data") -> None:
+    """Mark an empty panel."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def require_columns(table: pd.DataFrame, columns: list[str] | tuple[str, ...]) -> None:
+    """Raise a one-line error naming the columns ``table`` lacks."""
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"table lacks columns {missing} (has {list(table.columns)})")
+
+
+def measures(table: pd.DataFrame) -> list[str]:
+    """The MEASURES ``table`` holds with at least one finite value (raw coupling alone until the
+    calibrated columns exist).
+    """
+    return [
+        m
+        for m in MEASURES
+        if m in table.columns and np.isfinite(table[m].to_numpy(dtype=float)).any()
+    ]
+
+
+def null_values(table: pd.DataFrame, measure: str) -> np.ndarray | None:
+    """The chance level of ``measure`` for each row of ``table`` (None when the table lacks it)."""
+    null = MEASURES.get(measure)
+    if isinstance(null, float):
+        return np.full(len(table), null)
+    if null is None or null not in table.columns:
+        return None
+    return table[null].to_numpy(dtype=float)
+
+
+def interval(table: pd.DataFrame, column: str) -> np.ndarray | None:
+    """(2, n) distances from ``column`` to its CI bounds (``{column}_low``/``_high``, or
+    ``ci_low``/``ci_high`` for the raw coupling), or None when the table has none.
+    """
+    for low, high in ((f"{column}_low", f"{column}_high"), ("ci_low", "ci_high")):
+        if {low, high} <= set(table.columns) and (low != "ci_low" or column == "coupling"):
+            value = table[column].to_numpy(dtype=float)
+            return np.abs(np.vstack([value - table[low], table[high] - value]))
+    return None
+
+
+def score_column_label(table: pd.DataFrame, column: str) -> str:
+    """Label of the score column, named by `score_name` when the table has one."""
+    if column == "score" and "score_name" in table.columns and table["score_name"].notna().any():
+        return label(str(table["score_name"].dropna().iloc[0]))
+    return label(column)
+
+
+# --------------------------------------------------------------------------- statistics text
+def stat_row(table: pd.DataFrame | None, **match: object) -> pd.Series | None:
+    """The first row of a statistics table whose columns equal ``match`` (None when the table
+    is absent, lacks one of the columns, or has no such row).
+    """
+    if table is None or not set(match) <= set(table.columns):
+        return None
+    rows = table
+    for key, value in match.items():
+        rows = rows[rows[key].astype(str) == str(value)]
+    return None if rows.empty else rows.iloc[0]
+
+
+def _value(row: pd.Series, *names: str) -> float:
+    """The first finite of ``row``'s columns ``names`` (NaN if none)."""
+    for name in names:
+        value = pd.to_numeric(row.get(name, np.nan), errors="coerce")
+        if np.isfinite(value):
+            return float(value)
+    return np.nan
+
+
+def stat_text(row: pd.Series | None, what: str) -> str:
+    """'what +0.41 [0.12, 0.70] unit, p = .., Holm p = .., n = ..; primary' from a statistics
+    row (columns estimate or r or coef, ci_low, ci_high, p, p_holm, n, unit, primary), or why
+    there is none.
+    """
+    if row is None:
+        return f"{what}: no row in the statistics table"
+    n = _value(row, "n")
+    n_text = f"n = {int(n)}" if np.isfinite(n) else "n unknown"
+    estimate = _value(row, "estimate", "r", "coef")
+    if not np.isfinite(estimate):
+        reason = row.get("reason", "") or row.get("note", "") or "not estimable"
+        return f"{what}: {reason}" + ("" if "n=" in str(reason) else f" ({n_text})")
+    unit = row.get("unit", "")
+    text = (
+        f"{what} {estimate:+.2f} [{_value(row, 'ci_low'):+.2f}, {_value(row, 'ci_high'):+.2f}]"
+        + (f" {unit}" if isinstance(unit, str) and unit else "")
+        + f", p = {_value(row, 'p'):.2g}"
+    )
+    p_holm = _value(row, "p_holm")
+    text += (f", Holm p = {p_holm:.2g}" if np.isfinite(p_holm) else "") + f", {n_text}"
+    if "primary" in row.index:
+        text += "; primary" if str(row["primary"]).lower() == "true" else "; exploratory"
+    return text
+
+
+def first_text(table: pd.DataFrame | None, what: str, *matches: Mapping[str, object]) -> str:
+    """``stat_text`` of the first of ``matches`` that ``table`` has a row for."""
+    for match in matches:
+        row = stat_row(table, **match)
+        if row is not None:
+            return stat_text(row, what)
+    return stat_text(None, what)

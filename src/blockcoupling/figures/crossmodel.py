@@ -1,0 +1,225 @@
+"""Cross-model figures: coupling (raw, calibrated excess, overlap) against the generalization
+score per design, correlation bars per predictor, and the correlation against K.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from blockcoupling.figures.common import (
+    MARKERS,
+    MEASURES,
+    MIN_N_FIT,
+    SHORT_LABELS,
+    first_text,
+    interval,
+    label,
+    measures,
+    no_data,
+    null_values,
+    save,
+    score_column_label,
+    style,
+)
+
+OTHER = "other models"
+
+
+def designs(table: pd.DataFrame, y: str = "score") -> list[tuple[str, pd.DataFrame]]:
+    """(name, rows) per design: each family with at least MIN_N_FIT scored models on its own
+    (e.g. a training grid), then every remaining model (e.g. the pretrained ones) together as
+    ``OTHER``, beside and never pooled with the families. One design when there is no family.
+    """
+    family = (
+        table["family"].fillna("").astype(str)
+        if "family" in table.columns
+        else pd.Series("", index=table.index)
+    )
+    counts = table.dropna(subset=[y]).groupby(family.loc[table[y].notna()]).size()
+    own = [f for f in dict.fromkeys(family) if f and counts.get(f, 0) >= MIN_N_FIT]
+    out = [(f, table[family == f]) for f in own]
+    rest = table[~family.isin(own)]
+    if not rest.empty or not out:
+        out.append((OTHER if own else "all models", rest))
+    return out
+
+
+def _fit_line(ax: plt.Axes, x: np.ndarray, y: np.ndarray) -> None:
+    """Least-squares line over the x range (descriptive; its statistics are in the table)."""
+    if len(x) >= MIN_N_FIT and np.ptp(x) > 0:
+        slope, intercept = np.polyfit(x, y, 1)
+        xs = np.array([x.min(), x.max()])
+        ax.plot(xs, intercept + slope * xs, color="0.3", lw=1, zorder=1)
+
+
+def coupling_vs_score(
+    table: pd.DataFrame,
+    path: str | Path,
+    y: str = "score",
+    correlations: pd.DataFrame | None = None,
+) -> list[Path]:
+    """Score vs each coupling measure (rows: raw m_K-based coupling, calibrated excess, overlap,
+    as the table has them) per design (columns: a family of at least MIN_N_FIT models with its
+    own fit; the other models beside, no fit, never pooled).
+
+    One marker per model (legend under each column, no text on the points); horizontal bars:
+    the table's CI (``{measure}_low/_high``); grey ``|`` joined to each point: that model's
+    chance level (``coupling_null``, ``overlap_null``; 0 for the excess). Panel titles: the
+    correlation from ``correlations`` (a stats table) for the design's subset, never computed
+    here.
+    """
+    shown = measures(table) or ["coupling"]
+    groups = designs(table.dropna(subset=[y]) if y in table.columns else table, y)
+    with style():
+        fig, axes = plt.subplots(
+            len(shown),
+            len(groups),
+            figsize=(4.3 * len(groups) + 0.5, 3.4 * len(shown) + 0.5),
+            squeeze=False,
+        )
+        for c, (design, rows) in enumerate(groups):
+            models = list(dict.fromkeys(rows["model"].astype(str)))
+            palette = sns.color_palette("tab20" if len(models) > 10 else "tab10", len(models))
+            subset = "all" if design in ("all models",) else f"family:{design}"
+            for r, measure in enumerate(shown):
+                ax = axes[r, c]
+                data = rows.dropna(subset=[measure, y])
+                err = interval(data, measure)
+                null = null_values(data, measure)
+                constant_null = MEASURES[measure] if measure in MEASURES else None
+                constant_null = constant_null if isinstance(constant_null, float) else None
+                for i, model in enumerate(models):
+                    at = (data["model"].astype(str) == model).to_numpy()
+                    if not at.any():
+                        continue
+                    xs, ys = data.loc[at, measure], data.loc[at, y]
+                    if constant_null is None and null is not None and np.isfinite(null[at]).any():
+                        for x0, x1, yy in zip(null[at], xs, ys):
+                            ax.plot([x0, x1], [yy, yy], color="0.75", lw=0.6, zorder=1)
+                        ax.scatter(null[at], ys, marker="|", color="0.5", s=40, zorder=1)
+                    if err is not None:
+                        ax.errorbar(
+                            xs, ys, xerr=err[:, at], fmt="none", ecolor="0.7", lw=0.8, zorder=1
+                        )
+                    ax.scatter(
+                        xs,
+                        ys,
+                        color=palette[i],
+                        marker=MARKERS[i % len(MARKERS)],
+                        edgecolor="0.2",
+                        lw=0.3,
+                        s=30,
+                        zorder=2,
+                        label=model if r == 0 else None,
+                    )
+                if data.empty:
+                    no_data(ax)
+                elif design != OTHER:
+                    _fit_line(ax, data[measure].to_numpy(float), data[y].to_numpy(float))
+                if constant_null is not None:
+                    ax.axvline(constant_null, color="0.5", ls="--", lw=0.8)
+                stat = (
+                    "no fit: these models are not one design"
+                    if design == OTHER
+                    else first_text(
+                        correlations,
+                        "Pearson r",
+                        dict(subset=subset, predictor=measure, method="pearson"),
+                    )
+                )
+                ax.set_title(f"{design}\n{stat}" if r == 0 else stat, fontsize="small", wrap=True)
+                ax.set(xlabel=label(measure), ylabel="")
+                ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
+            if models:
+                axes[-1, c].legend(
+                    *axes[0, c].get_legend_handles_labels(),
+                    loc="upper center",
+                    bbox_to_anchor=(0.5, -0.3),
+                    ncol=2,
+                    fontsize="x-small",
+                    title="model",
+                    frameon=False,
+                )
+        fig.supylabel(score_column_label(table, y))
+        fig.tight_layout()
+        return save(fig, path)
+
+
+def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Path]:
+    """Bars of r (with CI error bars) per predictor, hue = method, one panel per subset.
+
+    `corr`: a `stats.correlations` table. Missing r (n too small) is marked "n/a".
+    """
+    subsets = list(dict.fromkeys(corr["subset"]))
+    predictors = list(dict.fromkeys(corr["predictor"]))
+    methods = list(dict.fromkeys(corr["method"]))
+    width = 0.8 / max(len(methods), 1)
+    colors = sns.color_palette(n_colors=max(len(methods), 1))
+    with style():
+        fig, axes = plt.subplots(
+            1,
+            max(len(subsets), 1),
+            figsize=(1.3 * len(predictors) * len(subsets) + 2, 4),
+            sharey=True,
+            squeeze=False,
+        )
+        for ax, subset in zip(axes[0], subsets):
+            part = corr[corr["subset"] == subset].set_index(["predictor", "method"])
+            for i, method in enumerate(methods):
+                rows = part.reindex([(p, method) for p in predictors])
+                pos = np.arange(len(predictors)) - 0.4 + width * (i + 0.5)
+                r = rows["r"].to_numpy(dtype=float)
+                err = np.abs(np.vstack([r - rows["ci_low"], rows["ci_high"] - r]))
+                ax.bar(
+                    pos, np.nan_to_num(r), width, yerr=err, capsize=3, color=colors[i], label=method
+                )
+                for p in pos[np.isnan(r)]:
+                    ax.text(p, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+            n = int(part["n"].max()) if len(part) else 0
+            ax.axhline(0, color="0.3", lw=0.8)
+            ax.set_xticks(
+                np.arange(len(predictors)),
+                [SHORT_LABELS.get(p, p) for p in predictors],
+                rotation=30,
+                ha="right",
+            )
+            ax.set(title=f"{subset} models (n ≤ {n})", ylim=(-1.05, 1.05))
+        target = str(corr["target"].iloc[0]) if len(corr) else "score"
+        axes[0, 0].set_ylabel(f"correlation with {target} (r, 95% CI)")
+        axes[0, 0].legend(title="method")
+        return save(fig, path)
+
+
+def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
+    """Correlation of coupling with the score vs K (95% CI band), hue = method, one panel per
+    subset.
+
+    `sweep`: a `stats.k_sweep` table.
+    """
+    subsets = list(dict.fromkeys(sweep["subset"]))
+    with style():
+        fig, axes = plt.subplots(
+            1, max(len(subsets), 1), figsize=(4.5 * len(subsets) + 1, 4), sharey=True, squeeze=False
+        )
+        for ax, subset in zip(axes[0], subsets):
+            part = sweep[sweep["subset"] == subset].sort_values("k")
+            for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
+                color = sns.color_palette()[i]
+                ax.plot(rows["k"], rows["r"], marker="o", color=color, label=method)
+                ax.fill_between(rows["k"], rows["ci_low"], rows["ci_high"], color=color, alpha=0.2)
+            n = int(part["n"].max()) if len(part) else 0
+            ok = part["r"].notna().any()
+            ax.axhline(0, color="0.3", lw=0.8)
+            ax.set(
+                title=f"{subset} models (n ≤ {n})" + ("" if ok else ": n too small"),
+                xlabel="K (top singular vectors in m_K)",
+                ylim=(-1.05, 1.05),
+            )
+        axes[0, 0].set_ylabel("correlation of coupling with score (r, 95% CI)")
+        axes[0, 0].legend(title="method")
+        return save(fig, path)
