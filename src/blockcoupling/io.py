@@ -53,6 +53,11 @@ def _umask() -> int:
     return mask
 
 
+def permissions(path: str | Path) -> None:
+    """Give ``path`` the usual permissions of a new file: 0666 less the umask."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
 def temp_files(target: Path) -> list[Path]:
     """Temp files ``atomic_write`` made for ``target`` (``.{name}.XXXXXXXX.tmp``), still there."""
     pattern = re.compile(rf"\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.tmp")
@@ -76,7 +81,7 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     os.close(handle)
     try:
         write(temp)
-        os.chmod(temp, 0o666 & ~_umask())
+        permissions(temp)
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
