@@ -5,7 +5,6 @@ from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.runner import run_script
 
-
 # The per-prompt summaries the statistics use (those of them the metrics module computes).
 SUMMARIES = ("coupling", "adjacent_coupling", "coupling_null", "coupling_excess", "adjacent_excess")
 
