@@ -457,3 +457,32 @@ def test_check_config_names_the_sweep() -> None:
 
     summary = check_config_file(REPO / "config" / "paper.yaml", REPO)
     assert summary.endswith("ViT sweep: 64 ViTs on cifar10 (8 rates x 8 weight decays x 1 seeds)")
+
+
+def test_published_vit_weights_are_recorded_copies(tmp_path: Path) -> None:
+    import runpy
+    from types import SimpleNamespace
+
+    from blockcoupling import manifest
+
+    data = vision_data.write_prepared(vision_data.digits(0), tmp_path / "digits.npz")
+    folder = tmp_path / "results" / "vit" / "train" / "x"
+    output = _Outputs([str(folder / "model.safetensors"), str(folder / "history.csv")])
+    output.model, output.history = output
+    sm = SimpleNamespace(
+        input=SimpleNamespace(data=str(data)),
+        output=output,
+        params=SimpleNamespace(run={**TINY.to_dict(), "epochs": 1, "warmup_epochs": 0}, code="t"),
+        resources=SimpleNamespace(device="cpu"),
+        log=[],
+        rule="vit_train",
+        threads=1,
+    )
+    runpy.run_path(str(REPO / "scripts" / "vit_train.py"), init_globals={"snakemake": sm})
+    for path in output:
+        assert Path(path).stat().st_nlink == 1  # a copy: damage to one is not damage to both
+    assert manifest.verify(tmp_path / "results") == []
+
+
+class _Outputs(list):
+    """Snakemake's output list: every path, and the named ones as attributes."""
