@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from blockcoupling import prompts
-from blockcoupling.evaluate import evaluate
+from blockcoupling.evaluate import evaluate, scores_defined
+from blockcoupling.finite import require_finite
 from blockcoupling.io import provenance, write_netcdf
 from blockcoupling.models import load_for_job
 from blockcoupling.runner import run_script
@@ -20,6 +21,8 @@ def main(sm):
     ]
     text = Path(sm.input.heldout).read_text(encoding="utf-8")
     result = evaluate(model, tokenizer, [text], items, context_length=sm.params.context_length)
+    where = f"model {sm.wildcards.model}, step {sm.wildcards.step}"
+    require_finite(result, scores_defined(result), where)
     result.attrs.update(provenance({"context_length": sm.params.context_length}, **attrs))
     write_netcdf(result, sm.output[0])
 

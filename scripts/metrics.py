@@ -1,13 +1,21 @@
 """Rule metrics: m_K for the configured K list, readings and norms, from stored statistics."""
 
+from blockcoupling.finite import require_finite
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.runner import run_script
 
+# The per-prompt summaries the statistics use (those of them the metrics module computes).
+SUMMARIES = ("coupling", "adjacent_coupling", "coupling_null", "coupling_excess", "adjacent_excess")
+
 
 def main(sm):
     config = MetricConfig.from_config(sm.params.metrics)
-    write_netcdf(coupling_dataset(read_netcdf(sm.input.depth), config), sm.output.depth)
+    depth = coupling_dataset(read_netcdf(sm.input.depth), config)
+    if depth.sizes["layer"] > 1:  # each is a mean over layer pairs: defined from two layers
+        names = [name for name in SUMMARIES if name in depth]
+        require_finite(depth, names, f"model {sm.wildcards.model}, step {sm.wildcards.step}")
+    write_netcdf(depth, sm.output.depth)
     write_netcdf(token_coupling_dataset(read_netcdf(sm.input.tokens), config), sm.output.tokens)
 
 

@@ -1,6 +1,8 @@
 """Rule vit_data: the split image set of the ViT sweep, as one .npz (CIFAR-10: downloaded once)."""
 
-from blockcoupling import vision_data
+from pathlib import Path
+
+from blockcoupling import manifest, vision_data
 from blockcoupling.runner import run_script
 
 
@@ -9,6 +11,8 @@ def main(sm):
         sm.params.dataset, sm.params.split_seed, sm.params.test_fraction, sm.resources.data_dir
     )
     vision_data.write_prepared(prepared, sm.output[0])
+    data_dir = Path(sm.resources.data_dir)  # recorded when a results folder holds it
+    manifest.record(p for p in data_dir.rglob("*") if p.is_file())
 
 
 run_script(snakemake, main)

@@ -1,5 +1,8 @@
-"""Rule vit_train: train (or resume) one ViT of the sweep; expose its weights and history."""
+"""Rule vit_train: train (or resume) one ViT of the sweep; publish copies of its weights and
+history (not hard links: damage to one would be damage to both).
+"""
 
+import shutil
 from pathlib import Path
 
 from blockcoupling.models import resolve_device
@@ -15,8 +18,8 @@ def main(sm):
     device = resolve_device(sm.resources.device)
     weights = train_vit(config, read_prepared(sm.input.data), work, sm.threads, device)
     for source, target in ((weights, sm.output.model), (work / "history.csv", sm.output.history)):
-        Path(target).unlink(missing_ok=True)
-        Path(target).hardlink_to(source)
+        Path(target).unlink(missing_ok=True)  # never written through an old hard link
+        shutil.copyfile(source, target)
 
 
 run_script(snakemake, main)

@@ -4,17 +4,21 @@ each)."""
 from __future__ import annotations
 
 import csv
+import logging
+import os
+import runpy
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from blockcoupling import corpus
+from blockcoupling import corpus, manifest
 from blockcoupling.schedule import TrainConfig, checkpoint_schedule
-from blockcoupling.train import train
+from blockcoupling.train import damage, train
 
 TINY = TrainConfig(
     n_layers=2,
@@ -141,3 +145,76 @@ def test_bad_config_is_refused() -> None:
         TrainConfig(d_model=30, n_heads=4)
     with pytest.raises(ValueError, match="checkpoint_steps"):
         TrainConfig(total_steps=10, checkpoint_steps=[20])
+
+
+def test_a_truncated_checkpoint_is_found_and_retrained(
+    run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = tmp_path / "damaged"
+    shutil.copytree(run, out)
+    final = out / f"step{TINY.total_steps}" / "model.safetensors"
+    before = final.stat()
+    final.write_bytes(final.read_bytes()[: before.st_size // 2])  # a kill during a copy, say
+    os.utime(final, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with caplog.at_level(logging.WARNING):
+        last = train(TINY, out, progress=False, threads=1)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert warnings[0].startswith(f"{final} is damaged")
+    a, b = _weights(run / last.name), _weights(last)  # retrained: the same weights again
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert damage(last) is None
+    assert [r["val_loss"] for r in _history(out)] == [r["val_loss"] for r in _history(run)]
+
+
+def test_a_damaged_older_checkpoint_is_retrained_with_every_later_one(
+    run: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "damaged"
+    shutil.copytree(run, out)
+    (out / "step2" / "tokenizer.json").write_text("{}")
+    assert damage(out / "step2") == f"{out / 'step2' / 'tokenizer.json'} is damaged " + (
+        "(its SHA-256 differs from the one written with it)"
+    )
+    assert damage(out / "step4") is None  # intact, though its optimizer state was dropped
+    train(TINY, out, progress=False, threads=1)
+    assert all(damage(out / f"step{s}") is None for s in TINY.steps)
+    a, b = _weights(run / "step2"), _weights(out / "step2")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+class _Outputs(list):
+    """Snakemake's output list: every path, and the named ones as attributes."""
+
+
+def test_published_checkpoints_are_recorded_copies_following_the_umask(tmp_path: Path) -> None:
+    one = TrainConfig(**{**TINY.__dict__, "total_steps": 1, "checkpoint_steps": None})
+    run_dir = tmp_path / "results" / "train" / "one"
+    checkpoints = [str(run_dir / f"step{s}" / "model.safetensors") for s in one.steps]
+    output = _Outputs([*checkpoints, str(run_dir / "history.csv")])
+    output.checkpoints, output.history = checkpoints, output[-1]
+    sm = SimpleNamespace(
+        params=SimpleNamespace(spec=one.__dict__, code="test"),
+        output=output,
+        log=[],
+        rule="train_one",
+        threads=1,
+    )
+    script = Path(__file__).parents[1] / "scripts" / "train.py"
+    previous = os.umask(0o027)
+    try:
+        runpy.run_path(str(script), init_globals={"snakemake": sm})
+    finally:
+        os.umask(previous)
+    (work,) = run_dir.glob("work-*")
+    for step in one.steps:
+        published = run_dir / f"step{step}" / "model.safetensors"
+        assert published.stat().st_nlink == 1  # a copy: damage to one is not damage to both
+        assert published.read_bytes() == (work / f"step{step}" / "model.safetensors").read_bytes()
+        files = [*(work / f"step{step}").iterdir(), *published.parent.iterdir()]
+        assert {p.stat().st_mode & 0o777 for p in files if p.is_file()} == {0o640}
+    assert manifest.verify(tmp_path / "results") == []
+    published.write_bytes(b"garbage")
+    assert manifest.verify(tmp_path / "results") == [
+        f"{published}: differs from its record (changed since its job wrote it)"
+    ]

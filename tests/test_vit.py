@@ -158,7 +158,8 @@ def test_digits_split_is_seeded_stratified_and_disjoint() -> None:
     assert abs(float(x.mean())) < 1e-5 and float(x.std()) == pytest.approx(1.0, abs=1e-4)
 
 
-def _fake_cifar(folder: Path, per_batch: int = 4) -> None:
+def _fake_cifar(folder: Path, per_batch: int = 4) -> dict[str, str]:
+    """Synthetic batches in CIFAR-10's format; returns their MD5s (name -> MD5)."""
     rng = np.random.default_rng(0)
     folder.mkdir(parents=True)
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
@@ -168,11 +169,12 @@ def _fake_cifar(folder: Path, per_batch: int = 4) -> None:
             b"labels": [(i + j) % 10 for j in range(per_batch)],
         }
         (folder / name).write_bytes(pickle.dumps(batch))
+    return {name: hashlib.md5((folder / name).read_bytes()).hexdigest() for name in names}
 
 
 def test_cifar10_reader_on_a_synthetic_folder(tmp_path: Path) -> None:
-    _fake_cifar(tmp_path / vision_data.CIFAR10_FOLDER)
-    data = vision_data.read_cifar10(tmp_path / vision_data.CIFAR10_FOLDER)
+    md5s = _fake_cifar(tmp_path / vision_data.CIFAR10_FOLDER)
+    data = vision_data.read_cifar10(tmp_path / vision_data.CIFAR10_FOLDER, md5s)
     assert data.x_train.shape == (20, 3, 32, 32) and data.x_test.shape == (4, 3, 32, 32)
     raw = pickle.loads((tmp_path / vision_data.CIFAR10_FOLDER / "test_batch").read_bytes())
     assert np.array_equal(data.x_test[1, 2].ravel(), raw[b"data"][1, 2048:])  # channel-major rows
@@ -183,7 +185,7 @@ def test_cifar10_reader_on_a_synthetic_folder(tmp_path: Path) -> None:
 
 def test_cifar10_download_checks_and_unpacks(tmp_path: Path) -> None:
     source = tmp_path / "source"
-    _fake_cifar(source / vision_data.CIFAR10_FOLDER)
+    md5s = _fake_cifar(source / vision_data.CIFAR10_FOLDER)
     archive = tmp_path / "cifar-10-python.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(source / vision_data.CIFAR10_FOLDER, arcname=vision_data.CIFAR10_FOLDER)
@@ -191,6 +193,9 @@ def test_cifar10_download_checks_and_unpacks(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     folder = vision_data.download_cifar10(data_dir, archive.as_uri(), md5)
     assert (folder / "test_batch").is_file() and folder.parent == data_dir
+    assert vision_data.read_cifar10(folder, md5s).x_test.shape == (4, 3, 32, 32)
+    with pytest.raises(ValueError, match="data_batch_1 does not have the MD5"):
+        vision_data.read_cifar10(folder)  # the official MD5s are checked by default
     assert vision_data.download_cifar10(data_dir, "file:///nowhere", md5) == folder  # cached
     with pytest.raises(ValueError, match="does not have the MD5"):
         vision_data.download_cifar10(tmp_path / "other", archive.as_uri(), "0" * 32)
@@ -452,3 +457,32 @@ def test_check_config_names_the_sweep() -> None:
 
     summary = check_config_file(REPO / "config" / "paper.yaml", REPO)
     assert summary.endswith("ViT sweep: 64 ViTs on cifar10 (8 rates x 8 weight decays x 1 seeds)")
+
+
+def test_published_vit_weights_are_recorded_copies(tmp_path: Path) -> None:
+    import runpy
+    from types import SimpleNamespace
+
+    from blockcoupling import manifest
+
+    data = vision_data.write_prepared(vision_data.digits(0), tmp_path / "digits.npz")
+    folder = tmp_path / "results" / "vit" / "train" / "x"
+    output = _Outputs([str(folder / "model.safetensors"), str(folder / "history.csv")])
+    output.model, output.history = output
+    sm = SimpleNamespace(
+        input=SimpleNamespace(data=str(data)),
+        output=output,
+        params=SimpleNamespace(run={**TINY.to_dict(), "epochs": 1, "warmup_epochs": 0}, code="t"),
+        resources=SimpleNamespace(device="cpu"),
+        log=[],
+        rule="vit_train",
+        threads=1,
+    )
+    runpy.run_path(str(REPO / "scripts" / "vit_train.py"), init_globals={"snakemake": sm})
+    for path in output:
+        assert Path(path).stat().st_nlink == 1  # a copy: damage to one is not damage to both
+    assert manifest.verify(tmp_path / "results") == []
+
+
+class _Outputs(list):
+    """Snakemake's output list: every path, and the named ones as attributes."""

@@ -3,6 +3,7 @@
 blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one model
 blockcoupling check-config FILE                          validate a config as the workflow does
 blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
+blockcoupling verify results/                            every result against its recorded hash
 """
 
 from __future__ import annotations
@@ -97,6 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
     plan.add_argument("--workflow-dir", type=Path, default=None, help="as for check-config")
+    verify = commands.add_parser(
+        "verify",
+        help="check every result against the content hash its job recorded",
+        description=(
+            "Name every file under FOLDER (a workflow's results/) that differs from the hash "
+            "recorded when its job wrote it, has no record, does not open (NetCDF, CSV, PNG, "
+            "PDF, JSON, safetensors) or is a temp file left by an interrupted write. Exits 1 "
+            "when any does."
+        ),
+    )
+    verify.add_argument("folder", metavar="FOLDER", type=Path, help="a results folder")
     return parser
 
 
@@ -259,6 +271,20 @@ def measure_source(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def verify_results(folder: Path) -> int:
+    """Print each problem of ``folder`` (see ``manifest.verify``) and a summary; 1 if any."""
+    from blockcoupling import manifest
+
+    problems = manifest.verify(folder)
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"{len(problems)} file(s) of {folder} fail verification", file=sys.stderr)
+        return 1
+    print(f"{folder}: every result matches its recorded hash and opens")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``blockcoupling`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -269,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             report, fits = plan_report(args)
             print(report)
             return 0 if fits else 1
+        elif args.command == "verify":
+            return verify_results(args.folder)
         else:
             print(measure_source(args))
     except (ValueError, OSError) as error:

@@ -226,8 +226,11 @@ def choice_loglikelihoods(
 
 
 def _accuracy(items: Sequence[dict], loglik: list[np.ndarray], normalize: Normalize) -> float:
+    """Fraction right; NaN without choices, or when a log-likelihood is not finite (argmax
+    would silently pick the first NaN).
+    """
     scored = [item for item in items if item.get("choices")]
-    if not scored:
+    if not scored or not all(np.isfinite(ll).all() for ll in loglik):
         return math.nan
     hits = []
     for item, ll in zip(scored, loglik):
@@ -257,6 +260,14 @@ def multiple_choice_accuracy(
     return _accuracy(items, loglik, normalize)
 
 
+def scores_defined(result: xr.Dataset) -> list[str]:
+    """The scores of an ``evaluate`` result that are defined (the accuracies need items with
+    choices), hence must be finite.
+    """
+    accuracies = ["mc_accuracy", "mc_accuracy_norm"] if result.attrs["n_items"] else []
+    return ["bits_per_byte", *accuracies]
+
+
 def evaluate(
     model,
     tokenizer,
@@ -269,7 +280,8 @@ def evaluate(
 ) -> xr.Dataset:
     """Scalars ``bits_per_byte`` (of ``texts``), ``mc_accuracy`` (summed log-likelihood, NaN without
     choices) and ``mc_accuracy_norm`` (byte-normalised); attrs ``n_bytes``, ``n_items`` (with
-    choices), ``n_choices``, ``context_length``, ``stride``.
+    choices), ``n_choices``, ``context_length``, ``stride``. A model whose outputs are not finite
+    gives NaN scores: ``scores_defined`` lists those that must be finite.
     """
     length = _context_length(model, context_length)
     bits, n_bytes = nll_bits_and_bytes(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -52,18 +53,35 @@ def _umask() -> int:
     return mask
 
 
+def permissions(path: str | Path) -> None:
+    """Give ``path`` the usual permissions of a new file: 0666 less the umask."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def temp_files(target: Path) -> list[Path]:
+    """Temp files ``atomic_write`` made for ``target`` (``.{name}.XXXXXXXX.tmp``), still there."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.tmp")
+    if not target.parent.is_dir():
+        return []
+    return [p for p in target.parent.iterdir() if pattern.fullmatch(p.name)]
+
+
 def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     """Call ``write(temp_path)`` on a temp file in ``path``'s folder, then os.replace it into place,
     so an interrupted run never leaves a half-written file under the final name. The file gets
-    the usual permissions (0666 less the umask), not mkstemp's private 0600.
+    the usual permissions (0666 less the umask), not mkstemp's private 0600. Temp files of the
+    same target left by a killed writer (kill -9 runs no clean-up) are removed first: one job
+    writes a target at a time.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in temp_files(target):
+        stale.unlink(missing_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(handle)
     try:
         write(temp)
-        os.chmod(temp, 0o666 & ~_umask())
+        permissions(temp)
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

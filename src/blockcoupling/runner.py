@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from blockcoupling import manifest
+
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 
 
@@ -47,8 +49,8 @@ def reason(error: OSError) -> str:
 
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(snakemake)`` logging to the rule's log and stderr, with torch (when the script
-    uses it) set to the rule's threads; a user error becomes one line (exit status 1) and its
-    traceback stays in the log.
+    uses it) set to the rule's threads, then record the hash of every output in the results'
+    manifest; a user error becomes one line (exit status 1) and its traceback stays in the log.
     """
     log_path = Path(snakemake.log[0]) if len(snakemake.log) else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
@@ -66,6 +68,7 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
         torch.set_num_threads(max(1, int(snakemake.threads)))
     try:
         main(snakemake)
+        manifest.record(snakemake.output)
     except USER_ERRORS as error:
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
             files = error.filename or f"its outputs ({', '.join(map(str, snakemake.output))})"

@@ -5,13 +5,15 @@ Layout of ``out_dir`` (see :func:`train`)::
     train_config.json        the TrainConfig (a resumed run must match it)
     tokenizer/               the byte-level BPE (trained on the training plays only)
     step{N}/                 save_pretrained model + tokenizer, trainer_state.pt (+ optimizer.pt
-                             in the newest checkpoint only: the resume point)
+                             in the newest checkpoint only: the resume point), checksums.json
+                             (SHA-256 of each file: a damaged checkpoint is found and retrained)
     history.csv              step, train_loss, val_loss, val_accuracy, tokens_seen, elapsed_s
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -31,7 +33,8 @@ from transformers.utils import logging as hf_logging
 
 from blockcoupling import corpus
 from blockcoupling.determinism import deterministic
-from blockcoupling.io import atomic_write, write_text
+from blockcoupling.io import atomic_write, permissions, write_text
+from blockcoupling.manifest import sha256
 from blockcoupling.progress import track
 from blockcoupling.schedule import TrainConfig
 from blockcoupling.workdir import keyed_work_dir
@@ -203,10 +206,57 @@ def _prepare(cfg: TrainConfig, out_dir: Path) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast.from_pretrained(tok_dir)
 
 
+CHECKSUMS, RESUME = "checksums.json", "optimizer.pt"
+
+
 def _last_checkpoint(cfg: TrainConfig, out_dir: Path) -> int | None:
-    """Newest complete checkpoint step of ``out_dir`` (None when there is none)."""
-    done = [s for s in cfg.steps if (out_dir / f"step{s}" / "trainer_state.pt").is_file()]
+    """Newest checkpoint step of ``out_dir`` a run can resume from (None when there is none)."""
+    done = [
+        s
+        for s in cfg.steps
+        if all((out_dir / f"step{s}" / name).is_file() for name in ("trainer_state.pt", RESUME))
+    ]
     return max(done) if done else None
+
+
+def damage(step_dir: Path) -> str | None:
+    """What is wrong with checkpoint ``step_dir`` against its ``checksums.json`` (the file and
+    how), or None when it is intact; ``optimizer.pt`` may have been dropped (older checkpoints).
+    """
+    try:
+        checksums = json.loads((step_dir / CHECKSUMS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"{step_dir / CHECKSUMS} is missing or unreadable"
+    for name, digest in checksums.items():
+        path = step_dir / name
+        if not path.is_file():
+            if name == RESUME:
+                continue
+            return f"{path} is missing"
+        if sha256(path) != digest:
+            return f"{path} is damaged (its SHA-256 differs from the one written with it)"
+    return None
+
+
+def _drop_damaged(cfg: TrainConfig, out_dir: Path) -> None:
+    """Remove the first damaged checkpoint of ``out_dir`` and every later one (training resumes
+    from the newest intact one holding the optimizer state, or afresh: the data order is a
+    function of the step, so the same weights come back); one warning line names the file.
+    """
+    present = [s for s in cfg.steps if (out_dir / f"step{s}").is_dir()]
+    for step in present:
+        problem = damage(out_dir / f"step{step}")
+        if problem is None:
+            continue
+        later = [s for s in present if s >= step]
+        logging.warning(
+            "%s: removing checkpoint(s) %s and training them again",
+            problem,
+            ", ".join(f"step{s}" for s in later),
+        )
+        for s in later:
+            shutil.rmtree(out_dir / f"step{s}")
+        return
 
 
 def train(
@@ -230,6 +280,7 @@ def train(
     out_dir = Path(out_dir)
     with run_settings(threads):
         tokenizer = _prepare(cfg, out_dir)
+        _drop_damaged(cfg, out_dir)
         start = _last_checkpoint(cfg, out_dir)
         if start is not None and (
             start == cfg.total_steps or stop_after is not None and start >= stop_after
@@ -382,13 +433,18 @@ def _checkpoint(
     tokenizer.save_pretrained(tmp)
     torch.save(
         {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-        tmp / "optimizer.pt",
+        tmp / RESUME,
     )
     torch.save(state, tmp / "trainer_state.pt")
+    files = sorted(p for p in tmp.rglob("*") if p.is_file())
+    for path in files:
+        permissions(path)  # save_pretrained writes model.safetensors 0600
+    checksums = {str(p.relative_to(tmp)): sha256(p) for p in files}
+    write_text(tmp / CHECKSUMS, json.dumps(checksums, indent=1, sort_keys=True))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     _write_history(out_dir, state["history"])
     for older in cfg.steps:
         if older < step:
-            (out_dir / f"step{older}" / "optimizer.pt").unlink(missing_ok=True)
+            (out_dir / f"step{older}" / RESUME).unlink(missing_ok=True)
     return final

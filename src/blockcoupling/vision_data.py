@@ -25,6 +25,28 @@ from blockcoupling.io import atomic_write
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 CIFAR10_FOLDER = "cifar-10-batches-py"
+# MD5 of each python batch of the official archive, as torchvision lists them
+# (pytorch/vision, torchvision/datasets/cifar.py: CIFAR10.train_list and test_list).
+CIFAR10_BATCHES = {
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+}
+# What a batch pickle may build: dicts, lists, bytes and ints need no global; numpy arrays
+# need these (numpy 1 and 2 spell the module differently). Nothing else is ever imported.
+_PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+    }
+)
 DIGITS_SCALE, CIFAR10_SCALE = 16.0, 255.0  # the largest pixel value of each set
 
 
@@ -75,12 +97,19 @@ def digits(split_seed: int = 0, test_fraction: float = 0.2) -> Prepared:
 
 def download_cifar10(data_dir: str | Path, url: str = CIFAR10_URL, md5: str = CIFAR10_MD5) -> Path:
     """The folder of CIFAR-10's python batches under ``data_dir``, downloading and unpacking the
-    archive once (checked against its MD5) when it is not there yet.
+    archive once (checked against its MD5 ``md5``) when it is not there yet. The batches are
+    checked, each against its own MD5, by ``read_cifar10`` before it reads them.
     """
     data_dir = Path(data_dir)
     folder = data_dir / CIFAR10_FOLDER
-    if (folder / "test_batch").is_file():
-        return folder
+    if not (folder / "test_batch").is_file():
+        _unpack(data_dir, url, md5)
+    return folder
+
+
+def _unpack(data_dir: Path, url: str, md5: str) -> None:
+    """Download the archive (unless a copy with MD5 ``md5`` is there) and unpack its folder."""
+    folder = data_dir / CIFAR10_FOLDER
     archive = data_dir / Path(url).name
     if not archive.is_file() or _md5(archive) != md5:
         logging.info("downloading %s to %s", url, archive)
@@ -96,7 +125,21 @@ def download_cifar10(data_dir: str | Path, url: str = CIFAR10_URL, md5: str = CI
     shutil.rmtree(folder, ignore_errors=True)
     (partial / CIFAR10_FOLDER).rename(folder)
     shutil.rmtree(partial)
-    return folder
+
+
+def check_batches(folder: str | Path, batches: dict[str, str] = CIFAR10_BATCHES) -> None:
+    """Refuse (one line naming the file) any batch of ``folder`` missing or whose MD5 is not
+    the official one in ``batches``.
+    """
+    for name, md5 in batches.items():
+        path = Path(folder) / name
+        if not path.is_file():
+            raise ValueError(f"{path} is missing; delete {folder} to unpack CIFAR-10 again")
+        if _md5(path) != md5:
+            raise ValueError(
+                f"{path} does not have the MD5 of CIFAR-10's {name} ({md5}): not read; "
+                f"delete {folder} to unpack CIFAR-10 again"
+            )
 
 
 def _copy_stream(response: object, path: str) -> None:
@@ -112,17 +155,35 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
+class _BatchUnpickler(pickle.Unpickler):
+    """An unpickler that builds only what a CIFAR-10 batch holds (see ``_PICKLE_GLOBALS``)."""
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in _PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"{module}.{name} is not in a CIFAR-10 batch")
+        return super().find_class(module, name)
+
+
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """One pickle batch: images ``(n, 3, 32, 32) uint8`` and labels ``(n,) int64``."""
-    with open(path, "rb") as handle:
-        batch = pickle.load(handle, encoding="bytes")
-    images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-    return images, np.asarray(batch[b"labels"], dtype=np.int64)
+    """One pickle batch: images ``(n, 3, 32, 32) uint8`` and labels ``(n,) int64``; a file that
+    asks for anything but numpy arrays, dicts, lists, bytes and numbers is refused unread.
+    """
+    try:
+        with open(path, "rb") as handle:
+            batch = _BatchUnpickler(handle, encoding="bytes").load()
+        images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} is not a CIFAR-10 batch ({error}); not read") from None
+    return images, labels
 
 
-def read_cifar10(folder: str | Path) -> Prepared:
-    """CIFAR-10 from its python batches (``data_batch_1..5`` train, ``test_batch`` test)."""
+def read_cifar10(folder: str | Path, batches: dict[str, str] = CIFAR10_BATCHES) -> Prepared:
+    """CIFAR-10 from its python batches (``data_batch_1..5`` train, ``test_batch`` test), each
+    checked against its MD5 in ``batches`` before it is read.
+    """
     folder = Path(folder)
+    check_batches(folder, batches)
     train = [_read_batch(folder / f"data_batch_{i}") for i in range(1, 6)]
     x_train = np.concatenate([x for x, _ in train])
     y_train = np.concatenate([y for _, y in train])
