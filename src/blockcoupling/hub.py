@@ -79,14 +79,15 @@ def go_online() -> None:
 
 
 def _download(
-    repo: str, revision: str, repo_type: str, patterns: list[str], target: Path
+    repo: str, revision: str, repo_type: str, patterns: list[str], target: Path, info: Any = None
 ) -> dict[str, Any]:
     """snapshot_download the files matching ``patterns`` at ``revision`` into ``target`` (written
-    beside it, then renamed, so a folder that exists is complete); returns its manifest.
+    beside it, then renamed, so a folder that exists is complete; ``info``: the repo info at
+    ``revision``, when already asked); returns its manifest.
     """
     from huggingface_hub import HfApi, snapshot_download
 
-    info = HfApi().repo_info(repo, repo_type=repo_type, revision=revision)
+    info = info or HfApi().repo_info(repo, repo_type=repo_type, revision=revision)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     snapshot_download(
@@ -127,7 +128,7 @@ def fetch_model(repo: str, revision: str, target: str | Path) -> dict[str, Any]:
     info = HfApi().repo_info(repo, revision=revision)
     names = [sibling.rfilename for sibling in info.siblings or []]
     weights = "*.safetensors" if any(n.endswith(".safetensors") for n in names) else "*.bin"
-    return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target))
+    return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target), info)
 
 
 def dataset_patterns(readme: str, config: str | None) -> list[str]:
