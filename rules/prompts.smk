@@ -2,9 +2,7 @@
 # cache by rules/fetch.smk, read offline).
 rule sample_prompts:
     input:
-        file=lambda wildcards: (
-            [PLAN.prompt_files[wildcards.set]] if PLAN.prompt_files[wildcards.set] else []
-        ),
+        file=lambda wildcards: PLAN.prompt_files[wildcards.set] or [],
         datasets=lambda wildcards: [
             HUB.dataset_folder(PROMPT_SOURCES[source]["hub"])
             for source in config["prompts"]["sets"][wildcards.set].get("hub", [])

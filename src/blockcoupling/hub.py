@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blockcoupling.io import write_text
+
 # What loading a causal LM needs besides its weights: config, generation config, tokenizer
 # (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab/merges, sentencepiece).
 MODEL_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken")
@@ -176,8 +178,6 @@ def fetch_dataset(repo: str, config: str | None, target: str | Path) -> dict[str
 
 def write_manifest(manifest: dict[str, Any], path: str | Path) -> None:
     """Write a fetch's manifest as JSON, atomically."""
-    from blockcoupling.io import write_text
-
     write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 

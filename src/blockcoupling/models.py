@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockcoupling import hub
 from blockcoupling.progress import on_terminal
 
 if TYPE_CHECKING:  # torch is imported where weights are touched: parsing sources stays light
@@ -265,10 +266,8 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     source = parse_source(spec["source"])
     where = source
     if spec.get("fetched"):  # a hub revision: read offline from its folder in the hub cache
-        from blockcoupling.hub import require
-
         what = f"models.{spec['name']}: revision {source.revision or 'main'} of {source.location}"
-        where = ModelSource("path", str(require(spec["fetched"], what)))
+        where = ModelSource("path", str(hub.require(spec["fetched"], what)))
     load = dict(spec.get("load", {}))
     load["device"] = resolve_device(load.get("device", "auto"))
     options = LoadOptions(**load)

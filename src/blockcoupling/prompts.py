@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blockcoupling import hub
 from blockcoupling.io import write_text
 
 
@@ -234,9 +235,7 @@ def load_hub_prompts(
     spec = SOURCES[source]
     where = spec["hub"]
     if folder is not None:
-        from blockcoupling.hub import require
-
-        where = str(require(folder, f"prompt source {source} (dataset {spec['hub']})"))
+        where = str(hub.require(folder, f"prompt source {source} (dataset {spec['hub']})"))
     table = datasets.load_dataset(where, spec["config"], split=spec["split"])
     rows = np.sort(np.random.default_rng(seed).permutation(len(table))[:n])
     prompts = []
