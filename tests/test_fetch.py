@@ -116,3 +116,15 @@ def test_the_workflow_fetches_then_runs_offline_within_the_revision_bound(
         )
     assert run.returncode == 0, run.stderr[-4000:]
     assert check_run(tmp_path, server.requests) == []
+
+
+def test_schema_defaults_equal_the_hub_settings_defaults() -> None:
+    from snakemake.utils import validate
+
+    config = {"prompts": {"sets": {"s": {"file": "x.jsonl"}}}, "extract": {"prompt_set": "s"}}
+    config["metrics"] = {"ks": [10]}
+    validate(config, str(REPO / "schemas" / "config.schema.yaml"))
+    assert hub.HubSettings.from_config(config) == hub.HubSettings()
+    offline = hub.HubSettings().job_env()
+    assert offline["HF_HUB_OFFLINE"] == offline["HF_DATASETS_OFFLINE"] == "1"
+    assert hub.HubSettings(offline_jobs=False).job_env() == {}
