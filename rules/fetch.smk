@@ -5,6 +5,12 @@
 # is deleted once its jobs are done, and a checkpoint is fetched only after the jobs of the one
 # hub.max_revisions places before it are done, so at most hub.max_revisions sit in the cache.
 #   snakemake --cores 1 fetch     (kept revisions and datasets now; checkpoints come in turn)
+# The bound is a DAG order, not a Snakemake resource (a resource is held only while a job runs,
+# not while its output sits on disk): the checkpoints form max_revisions lanes, each fetch
+# waiting for the outputs of the previous revision of its lane. Limits: at most max_revisions
+# revisions are extracted at once; a failed job stops its lane (--keep-going runs the others);
+# asking for one checkpoint's results runs its lane's earlier revisions first; the bound holds
+# per run (two runs sharing a cache each keep their own), and --notemp keeps every revision.
 from blockcoupling.prompts import SOURCES as PROMPT_SOURCES
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,6 @@ def go_online() -> None:
     """Undo the jobs' offline switches in this process (the fetch scripts, before importing
     huggingface_hub, which reads them once at import).
     """
-    import sys
-
     if "huggingface_hub" in sys.modules:
         raise RuntimeError("go_online() must run before huggingface_hub is imported")
     for name in OFFLINE:
