@@ -28,6 +28,7 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/fetch.smk"
 include: "rules/prompts.smk"
 include: "rules/models.smk"
 include: "rules/train.smk"

@@ -8,7 +8,10 @@
 #   - a job killed with scancel is resubmitted (retries: 1) and the run completes,
 #   - the results equal a local run of the same config (.ci/compare_results.py),
 #   - a rerun does nothing, and a run whose models need GPUs the partition lacks (config/paper.yaml)
-#     stops before any job with one line.
+#     stops before any job with one line,
+#   - the fetch stage against a local hub (tests/hub_server.py): hub revisions and a prompt
+#     dataset fetched by local rules, every compute job through sbatch with the hub offline,
+#     checkpoint revisions deleted in turn within hub.max_revisions (tests/hub_server.py check).
 # On exit, even a failed one, it cancels its jobs, stops every daemon it started by PID, and puts
 # /etc/slurm/slurm.conf back as it was.
 #   .ci/slurm_test.sh [LOCAL_RUN]   LOCAL_RUN: a finished local smoke run (`snakemake --cores 2
@@ -172,4 +175,27 @@ grep -q "^slurm: models\..* needs [0-9]* GPU(s) .* partition ci has at most 0" "
     || fail "the paper suite did not stop with one line: $(tail -n 5 "$work/paper.log")"
 [ "$(wc -l < "$work/jobcomp.log")" -eq "$lines" ] || fail "the paper suite submitted jobs"
 say "models needing GPUs stop before any job: $(grep '^slurm: ' "$work/paper.log")"
+# The fetch stage as on a cluster whose nodes have no internet: a local hub on 127.0.0.1
+# (tests/hub_server.py, stopped with the daemons) serves a tiny GPT-NeoX at revisions step0,
+# step16 and main and a tiny ARC set; the fetch rules run here (local rules), every other job
+# goes through sbatch with the hub offline, one checkpoint revision on disk at a time.
+hub_run=$work/hub
+read -ra hub_targets <<< "$("$python" tests/hub_server.py build "$work/hub_repos" "$hub_run" | tail -n 1)"
+"$python" tests/hub_server.py serve "$work/hub_repos" "$work/hub_endpoint" "$work/hub_requests.log" \
+    --lifetime 900 > "$work/log/hub.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 60); do [ -s "$work/hub_endpoint" ] && break; sleep 0.5; done
+[ -s "$work/hub_endpoint" ] || fail "the local hub did not start: $(tail -n 3 "$work/log/hub.out")"
+hub=("$snakemake" "${hub_targets[@]}" --profile slurm --configfile "$hub_run/config.yaml"
+    --directory "$hub_run" --slurm-init-seconds-before-status-checks 2)
+offline=$("${hub[@]}" -n --quiet rules | awk '$1 == "job" {n = 0} $1 == "sample_prompts" || $1 == "extract" {n += $2} END {print n}')
+say "the fetch stage against a local hub: fetches here, $offline offline jobs through Slurm"
+HF_ENDPOINT=$(cat "$work/hub_endpoint") HF_HOME=$work/hf_home "${hub[@]}" > "$work/hub.log" 2>&1 \
+    || fail "the hub run failed: $(tail -n 20 "$work/hub.log")"
+submitted=$(grep -c 'submitted with SLURM jobid' "$work/hub.log" || true)
+[ "$submitted" -eq "$offline" ] || fail "$submitted sbatch submissions in the hub run, expected $offline"
+fetched=$(grep -c '^localrule fetch_' "$work/hub.log" || true)
+[ "$fetched" -eq 4 ] || fail "$fetched local fetch jobs, expected 4 (two checkpoints, main, ARC)"
+"$python" tests/hub_server.py check "$hub_run" "$work/hub_requests.log" || fail "the hub run is wrong"
+say "fetched on the login node, $submitted offline jobs through Slurm, checkpoints deleted in turn"
 say "passed"

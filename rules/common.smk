@@ -17,6 +17,7 @@ from blockcoupling.workflow import (
     science_params,
 )
 from blockcoupling.vit_config import science_extract as vit_science_extract
+from blockcoupling.hub import HubSettings, hub_revisions, predecessor, revision_of
 from blockcoupling.slurm import Needs, Request, SlurmError, SlurmSettings, job_request, read_nodes
 
 try:
@@ -24,6 +25,12 @@ try:
     SLURM = SlurmSettings.from_env()
 except (ConfigError, SlurmError) as error:
     sys.exit(f"config error: {error}")
+
+# The hub cache (rules/fetch.smk): every compute job, here or on a node, runs with the hub offline
+# (the variables pass to local jobs and through sbatch's environment); the fetch rules go online.
+HUB = HubSettings.from_config(config)
+HUB_REVISIONS = {(r.repo, r.revision): r for r in hub_revisions(PLAN.models)}
+os.environ.update(HUB.job_env())
 
 
 def script_hash(name):
@@ -45,9 +52,21 @@ def prompt_file(wildcards=None):
     return f"results/prompts/{PLAN.prompt_set}.jsonl"
 
 
+def hub_folder(model, step):
+    """The hub-cache folder a model reads at a step (None when not from the hub)."""
+    where = revision_of(PLAN.models[model], step)
+    if where is None:
+        return None
+    revision = HUB_REVISIONS[where[:2]]
+    return HUB.folder(revision.repo, revision.revision, revision.checkpoint)
+
+
 def model_inputs(wildcards):
-    """Files a model needs at a step: an assembled GGUF, or a trained checkpoint."""
+    """Files a model needs at a step: an assembled GGUF, a trained checkpoint, or its fetched
+    hub revision."""
     entry = PLAN.models[wildcards.model]
+    if hub_folder(wildcards.model, wildcards.step):
+        return [hub_folder(wildcards.model, wildcards.step)]
     if entry.source.get("assemble"):
         return [f"results/models/{wildcards.model}.gguf"]
     if entry.is_trained_here:
@@ -63,12 +82,14 @@ def model_params(wildcards):
     source = entry.source_at(wildcards.step)
     if entry.source.get("assemble"):
         source = {"path": f"results/models/{wildcards.model}.gguf"}
+    fetched = hub_folder(wildcards.model, wildcards.step)
     return {
         "name": entry.name,
         "source": source,
         "load": {key: value for key, value in entry.load.items() if key != "device"},
         "random_twin": wildcards.step == RANDOM,
         "twin_seed": config["random_init"]["seed"],
+        **({"fetched": fetched} if fetched else {}),
     }
 
 

@@ -1,9 +1,12 @@
-# A seeded, source-stratified prompt set from a local file or the datasets hub.
+# A seeded, source-stratified prompt set from a local file or hub datasets (fetched into the hub
+# cache by rules/fetch.smk, read offline).
 rule sample_prompts:
     input:
-        lambda wildcards: (
-            [PLAN.prompt_files[wildcards.set]] if PLAN.prompt_files[wildcards.set] else []
-        ),
+        file=lambda wildcards: PLAN.prompt_files[wildcards.set] or [],
+        datasets=lambda wildcards: [
+            HUB.dataset_folder(PROMPT_SOURCES[source]["hub"])
+            for source in config["prompts"]["sets"][wildcards.set].get("hub", [])
+        ],
     output:
         "results/prompts/{set}.jsonl",
     log:

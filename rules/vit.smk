@@ -10,6 +10,9 @@ if PLAN.vit:
         wd="|".join(re.escape(label) for label in PLAN.vit.wd),
         seed="|".join(str(seed) for seed in PLAN.vit.seeds),
 
+    localrules:
+        vit_data,  # CIFAR-10 downloads where Snakemake runs (compute nodes may have no internet)
+
     rule vit_data:
         output:
             PLAN.vit.data_file,

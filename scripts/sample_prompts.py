@@ -1,4 +1,5 @@
-"""Rule sample_prompts: a seeded, source-stratified prompt set (local file or the datasets hub)."""
+"""Rule sample_prompts: a seeded, source-stratified prompt set (local file or hub datasets,
+read offline from their folders in the hub cache)."""
 
 from blockcoupling import prompts
 from blockcoupling.runner import run_script
@@ -6,10 +7,14 @@ from blockcoupling.runner import run_script
 
 def main(sm):
     n, seed = sm.params.n_per_source, sm.params.seed
-    if sm.input:
-        pool = prompts.load_prompt_file(sm.input[0])
+    if sm.params.hub:
+        pool = [
+            p
+            for source, folder in zip(sm.params.hub, sm.input.datasets, strict=True)
+            for p in prompts.load_hub_prompts(source, n, seed, folder)
+        ]
     else:
-        pool = [p for source in sm.params.hub for p in prompts.load_hub_prompts(source, n, seed)]
+        pool = prompts.load_prompt_file(sm.input.file)
     prompts.write_jsonl(prompts.sample_prompts(pool, n, seed), sm.output[0])
 
 

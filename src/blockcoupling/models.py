@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockcoupling import hub
 from blockcoupling.progress import on_terminal
 
 if TYPE_CHECKING:  # torch is imported where weights are touched: parsing sources stays light
@@ -267,7 +268,8 @@ def resolve_device(device: str) -> str:
 
 
 def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
-    """Load a rule's model from its spec (name, source, load options, twin, twin seed):
+    """Load a rule's model from its spec (name, source, load options, twin, twin seed, and for
+    a hub source ``fetched``: its folder in the hub cache, read offline):
     ``(model, tokenizer, attrs)`` with the provenance attrs of its files.
     """
     import logging
@@ -277,6 +279,10 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     if not on_terminal():  # no carriage-return frames of loading bars in a rule's log
         hf_logging.disable_progress_bar()
     source = parse_source(spec["source"])
+    where = source
+    if spec.get("fetched"):  # a hub revision: read offline from its folder in the hub cache
+        what = f"models.{spec['name']}: revision {source.revision or 'main'} of {source.location}"
+        where = ModelSource("path", str(hub.require(spec["fetched"], what)))
     load = dict(spec.get("load", {}))
     load["device"] = resolve_device(load.get("device", "auto"))
     options = LoadOptions(**load)
@@ -287,10 +293,10 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
             source.describe(),
             spec["twin_seed"],
         )
-        model, tokenizer = load_random_twin(source, spec["twin_seed"], options)
+        model, tokenizer = load_random_twin(where, spec["twin_seed"], options)
     else:
         logging.info("loading %s (%s) on %s", spec["name"], source.describe(), options.device)
-        model, tokenizer = load_model(source, options)
+        model, tokenizer = load_model(where, options)
     attrs = {
         "model": spec["name"],
         "model_id": source.location,

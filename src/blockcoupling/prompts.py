@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blockcoupling import hub
 from blockcoupling.io import write_text
 
 
@@ -215,8 +216,11 @@ def load_prompt_file(path: str | os.PathLike, source: str | None = None) -> list
     return _check_unique(prompts, path)
 
 
-def load_hub_prompts(source: str, n: int, seed: int) -> list[Prompt]:
-    """Sample `n` prompts (all if fewer) of one SOURCES entry from the datasets hub.
+def load_hub_prompts(
+    source: str, n: int, seed: int, folder: str | os.PathLike | None = None
+) -> list[Prompt]:
+    """Sample `n` prompts (all if fewer) of one SOURCES entry from the datasets hub, or from
+    `folder`, its copy fetched into the hub cache (`hub.fetch_dataset`; read offline).
 
     Rows are drawn without replacement by a seeded RNG; ids are `f"{source}-{row:04d}"` with
     the 0-based row index in the split, so a row keeps its id whatever the seed or n.
@@ -229,7 +233,10 @@ def load_hub_prompts(source: str, n: int, seed: int) -> list[Prompt]:
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     spec = SOURCES[source]
-    table = datasets.load_dataset(spec["hub"], spec["config"], split=spec["split"])
+    where = spec["hub"]
+    if folder is not None:
+        where = str(hub.require(folder, f"prompt source {source} (dataset {spec['hub']})"))
+    table = datasets.load_dataset(where, spec["config"], split=spec["split"])
     rows = np.sort(np.random.default_rng(seed).permutation(len(table))[:n])
     prompts = []
     for r in rows.tolist():

@@ -1,0 +1,96 @@
+# The fetch stage: every hub model revision (config, tokenizer, weights) and hub prompt dataset
+# the config names, downloaded where Snakemake runs (local rules: on a cluster, the login node)
+# into the shared hub cache (hub.cache_dir), with a manifest of what each fetch wrote. Compute
+# jobs read the cache offline. Checkpoint revisions (revision_template steps) are temporary: each
+# is deleted once its jobs are done, and a checkpoint is fetched only after the jobs of the one
+# hub.max_revisions places before it are done, so at most hub.max_revisions sit in the cache.
+#   snakemake --cores 1 fetch     (kept revisions and datasets now; checkpoints come in turn)
+# The bound is a DAG order, not a Snakemake resource (a resource is held only while a job runs,
+# not while its output sits on disk): the checkpoints form max_revisions lanes, each fetch
+# waiting for the outputs of the previous revision of its lane. Limits: at most max_revisions
+# revisions are extracted at once; a failed job stops its lane (--keep-going runs the others);
+# asking for one checkpoint's results runs its lane's earlier revisions first; the bound holds
+# per run (two runs sharing a cache each keep their own), and --notemp keeps every revision.
+from blockcoupling.prompts import SOURCES as PROMPT_SOURCES
+
+
+localrules:
+    fetch,
+    fetch_model,
+    fetch_checkpoint,
+    fetch_dataset,
+
+
+HUB_DATASETS = {
+    PROMPT_SOURCES[source]["hub"]: PROMPT_SOURCES[source]["config"]
+    for spec in config["prompts"]["sets"].values()
+    for source in spec.get("hub", [])
+}
+
+
+def revision_done(wildcards):
+    """The outputs of the jobs of the checkpoint revision before this one in its lane."""
+    revision = HUB_REVISIONS[(wildcards.repo, wildcards.revision)]
+    before = predecessor(list(HUB_REVISIONS.values()), revision, HUB.max_revisions)
+    if before is None:
+        return []
+    evaluated = PLAN.evaluated(PLAN.models)
+    done = [f"results/extract/{model}/{step}/depth.nc" for model, step in before.consumers]
+    done += [f"results/evaluate/{m}/{s}.nc" for m, s in before.consumers if m in evaluated]
+    return done
+
+
+rule fetch:
+    input:
+        [HUB.folder(r.repo, r.revision, False) for r in HUB_REVISIONS.values() if not r.checkpoint],
+        [HUB.dataset_folder(repo) for repo in HUB_DATASETS],
+
+
+rule fetch_model:
+    output:
+        folder=directory(HUB.folder("{repo}", "{revision}", False)),
+        manifest=HUB.manifest("model", "{repo}", "{revision}"),
+    log:
+        "logs/fetch/model/{repo}/{revision}.log",
+    wildcard_constraints:
+        repo=constraint({r.repo for r in HUB_REVISIONS.values()}),
+        revision=r"[^/]+",
+    params:
+        checkpoint=False,
+        code=script_hash("fetch_model"),
+    script:
+        "../scripts/fetch_model.py"
+
+
+rule fetch_checkpoint:
+    input:
+        revision_done,
+    output:
+        folder=temp(directory(HUB.folder("{repo}", "{revision}", True))),
+        manifest=HUB.manifest("checkpoint", "{repo}", "{revision}"),
+    log:
+        "logs/fetch/checkpoint/{repo}/{revision}.log",
+    wildcard_constraints:
+        repo=constraint({r.repo for r in HUB_REVISIONS.values() if r.checkpoint}),
+        revision=r"[^/]+",
+    params:
+        checkpoint=True,
+        cache_dir=HUB.cache_dir,
+        code=script_hash("fetch_model"),
+    script:
+        "../scripts/fetch_model.py"
+
+
+rule fetch_dataset:
+    output:
+        folder=directory(HUB.dataset_folder("{repo}")),
+        manifest=HUB.manifest("dataset", "{repo}", "main"),
+    log:
+        "logs/fetch/dataset/{repo}.log",
+    wildcard_constraints:
+        repo=constraint(HUB_DATASETS),
+    params:
+        config=lambda wildcards: HUB_DATASETS[wildcards.repo],
+        code=script_hash("fetch_dataset"),
+    script:
+        "../scripts/fetch_dataset.py"

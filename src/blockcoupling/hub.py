@@ -1,0 +1,252 @@
+"""The hub cache: model revisions and prompt datasets fetched once, where the network is (the
+login node), into plain folders of a shared cache that compute jobs read offline.
+
+Layout under ``cache_dir``: ``models/<repo>/<revision>`` (revisions kept), ``checkpoints/<repo>/
+<revision>`` (revision_template steps, deleted once their jobs are done), ``datasets/<repo>``,
+and ``manifests/<kind>/<repo>/<revision>.json`` (what each fetch wrote; kept).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blockcoupling.io import write_text
+
+# What loading a causal LM needs besides its weights: config, generation config, tokenizer
+# (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab/merges, sentencepiece).
+MODEL_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken")
+OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+class HubCacheError(OSError):
+    """A revision or dataset the job needs is not in the hub cache."""
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    """The ``hub:`` config section: the shared cache folder, how many checkpoint revisions may
+    sit in it at once, whether compute jobs run offline.
+    """
+
+    cache_dir: str = "hub_cache"
+    max_revisions: int = 4
+    offline_jobs: bool = True
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> HubSettings:
+        """From a schema-validated workflow config."""
+        return cls(**config.get("hub", {}))
+
+    def folder(self, repo: str, revision: str, checkpoint: bool) -> str:
+        """The folder a model revision is fetched into."""
+        return f"{self.cache_dir}/{'checkpoints' if checkpoint else 'models'}/{repo}/{revision}"
+
+    def dataset_folder(self, repo: str) -> str:
+        """The folder a prompt dataset is fetched into."""
+        return f"{self.cache_dir}/datasets/{repo}"
+
+    def manifest(self, kind: str, repo: str, revision: str) -> str:
+        """Where the manifest of a fetch (kind model, checkpoint or dataset) is kept."""
+        return f"{self.cache_dir}/manifests/{kind}/{repo}/{revision}.json"
+
+    def job_env(self) -> dict[str, str]:
+        """The environment of compute jobs: the hub and datasets offline, datasets' Arrow cache
+        in the shared cache.
+        """
+        if not self.offline_jobs:
+            return {}
+        return {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_DATASETS_CACHE": os.path.abspath(f"{self.cache_dir}/arrow"),
+        }
+
+
+def go_online() -> None:
+    """Undo the jobs' offline switches in this process (the fetch scripts, before importing
+    huggingface_hub, which reads them once at import).
+    """
+    if "huggingface_hub" in sys.modules:
+        raise RuntimeError("go_online() must run before huggingface_hub is imported")
+    for name in OFFLINE:
+        os.environ.pop(name, None)
+
+
+def _download(
+    repo: str, revision: str, repo_type: str, patterns: list[str], target: Path, info: Any = None
+) -> dict[str, Any]:
+    """snapshot_download the files matching ``patterns`` at ``revision`` into ``target`` (written
+    beside it, then renamed, so a folder that exists is complete; ``info``: the repo info at
+    ``revision``, when already asked); returns its manifest.
+    """
+    from huggingface_hub import HfApi, snapshot_download
+
+    info = info or HfApi().repo_info(repo, repo_type=repo_type, revision=revision)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    snapshot_download(
+        repo,
+        repo_type=repo_type,
+        revision=info.sha,
+        allow_patterns=patterns,
+        local_dir=partial,
+    )
+    shutil.rmtree(partial / ".cache", ignore_errors=True)  # huggingface_hub's download state
+    files = {
+        str(path.relative_to(partial)): path.stat().st_size
+        for path in sorted(partial.rglob("*"))
+        if path.is_file()
+    }
+    if not files:
+        raise HubCacheError(f"{repo}@{revision}: no file matches {patterns}")
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial.rename(target)
+    return {
+        "repo": repo,
+        "repo_type": repo_type,
+        "revision": revision,
+        "commit": info.sha,
+        "files": files,
+        "bytes": sum(files.values()),
+        "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def fetch_model(repo: str, revision: str, target: str | Path) -> dict[str, Any]:
+    """Fetch one model revision: config, tokenizer and weights (safetensors where the revision
+    has them, else the PyTorch .bin files). Returns the manifest.
+    """
+    from huggingface_hub import HfApi
+
+    info = HfApi().repo_info(repo, revision=revision)
+    names = [sibling.rfilename for sibling in info.siblings or []]
+    weights = "*.safetensors" if any(n.endswith(".safetensors") for n in names) else "*.bin"
+    return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target), info)
+
+
+def dataset_patterns(readme: str, config: str | None) -> list[str]:
+    """The data files of one dataset config, from the ``configs:`` of a dataset card (its YAML
+    front matter); ``config`` None takes the default one.
+    """
+    import yaml
+
+    parts = readme.split("---")
+    meta = yaml.safe_load(parts[1]) if readme.startswith("---") and len(parts) > 2 else {}
+    configs = (meta or {}).get("configs") or []
+    if config is None:
+        chosen = [c for c in configs if c.get("default")] or [
+            c for c in configs if c.get("config_name") == "default"
+        ]
+    else:
+        chosen = [c for c in configs if c.get("config_name") == config]
+    if len(chosen) != 1:
+        names = [c.get("config_name") for c in configs]
+        raise HubCacheError(f"dataset card has no config {config or 'default'!r} (has {names})")
+    data_files = chosen[0].get("data_files", [])
+    if isinstance(data_files, str | dict):
+        data_files = [data_files]
+    patterns = []
+    for entry in data_files:
+        paths = entry["path"] if isinstance(entry, dict) else entry
+        patterns += [paths] if isinstance(paths, str) else list(paths)
+    return patterns
+
+
+def fetch_dataset(repo: str, config: str | None, target: str | Path) -> dict[str, Any]:
+    """Fetch the card and the data files of one dataset config (every split of it). Returns the
+    manifest.
+    """
+    import tempfile
+
+    from huggingface_hub import hf_hub_download
+
+    with tempfile.TemporaryDirectory() as folder:
+        card = hf_hub_download(repo, "README.md", repo_type="dataset", local_dir=folder)
+        readme = Path(card).read_text("utf-8")
+    patterns = ["README.md", *dataset_patterns(readme, config)]
+    return _download(repo, "main", "dataset", patterns, Path(target))
+
+
+def write_manifest(manifest: dict[str, Any], path: str | Path) -> None:
+    """Write a fetch's manifest as JSON, atomically."""
+    write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def checkpoints_on_disk(cache_dir: str | Path) -> int:
+    """How many checkpoint revision folders the cache holds now."""
+    root = Path(cache_dir) / "checkpoints"
+    folders = {path.parent for path in root.rglob("config.json")}
+    return sum(1 for folder in folders if not folder.name.endswith(".partial"))
+
+
+def require(folder: str | Path, what: str) -> Path:
+    """The fetched folder of ``what`` (a revision or dataset), or one error naming it and the
+    fix (compute jobs are offline: they never download).
+    """
+    folder = Path(folder)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        raise HubCacheError(
+            f"{what} is not in the hub cache ({folder}); fetch it where the network is "
+            f"(snakemake --cores 1 fetch, on the login node) and check hub.cache_dir is shared"
+        )
+    return folder
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One hub model revision the config names and the (model, step) jobs that read it;
+    ``checkpoint``: a revision_template step, deleted from the cache once those jobs are done.
+    """
+
+    repo: str
+    revision: str
+    checkpoint: bool
+    consumers: tuple[tuple[str, str], ...]
+
+
+def revision_of(entry: Any, step: str) -> tuple[str, str, bool] | None:
+    """``(repo, revision, checkpoint)`` a ModelEntry reads at a step, None when not from the
+    hub (``revision`` "main" when the source names none).
+    """
+    if entry.is_trained_here or "hub" not in entry.source:
+        return None
+    source = entry.source_at(step)
+    return str(source["hub"]), str(source.get("revision") or "main"), step.isdigit()
+
+
+def hub_revisions(models: dict[str, Any]) -> list[Revision]:
+    """Every hub revision of ``models`` (ModelEntry by name), in config order of models, then
+    steps; a revision read both as a checkpoint and as a fixed revision counts as a
+    checkpoint.
+    """
+    found: dict[tuple[str, str], tuple[bool, list[tuple[str, str]]]] = {}
+    for name, entry in models.items():
+        for step in entry.steps:
+            where = revision_of(entry, step)
+            if where is None:
+                continue
+            checkpoint, consumers = found.setdefault(where[:2], (where[2], []))
+            found[where[:2]] = (checkpoint or where[2], [*consumers, (name, step)])
+    return [
+        Revision(repo, revision, checkpoint, tuple(consumers))
+        for (repo, revision), (checkpoint, consumers) in found.items()
+    ]
+
+
+def predecessor(revisions: list[Revision], revision: Revision, bound: int) -> Revision | None:
+    """The checkpoint revision whose jobs must be done (and its folder deleted) before
+    ``revision`` is fetched: the one ``bound`` places earlier among the checkpoint revisions.
+    The checkpoints form ``bound`` lanes with one revision on disk each, so at most ``bound``
+    sit in the cache at once.
+    """
+    order = [r for r in revisions if r.checkpoint]
+    index = order.index(revision)
+    return order[index - bound] if index >= bound else None

@@ -1,0 +1,130 @@
+"""The fetch stage against a local hub (tests/hub_server.py on 127.0.0.1, HF_ENDPOINT): hub ids,
+revision_template wildcards, snapshot_download and datasets.load_dataset through their real code
+paths; compute jobs offline; checkpoint revisions deleted as their jobs finish, within
+hub.max_revisions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_run
+
+from blockcoupling import hub
+from blockcoupling.workflow import ModelEntry
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def hub_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hub")
+    build(root)
+    return root
+
+
+# --- the planning of revisions and lanes (no server) ---------------------------------------
+
+
+def entry(name: str, source: dict, steps: tuple[str, ...]) -> ModelEntry:
+    return ModelEntry(name, source, steps)
+
+
+def test_revisions_lanes_keep_at_most_the_bound_on_disk() -> None:
+    models = {
+        "a-steps": entry("a-steps", {"hub": "o/a"}, ("0", "1", "2", "3", "4")),
+        "b-steps": entry("b-steps", {"hub": "o/b"}, ("0", "8")),
+        "a": entry("a", {"hub": "o/a"}, ("final", "random")),
+        "c": entry("c", {"hub": "o/c", "revision": "v1"}, ("final",)),
+        "t": entry("t", {"train": "run"}, ("final",)),
+    }
+    revisions = hub.hub_revisions(models)
+    kept = [(r.repo, r.revision) for r in revisions if not r.checkpoint]
+    assert kept == [("o/a", "main"), ("o/c", "v1")]
+    main = next(r for r in revisions if r.revision == "main")
+    assert main.consumers == (("a", "final"), ("a", "random"))
+    checkpoints = [r for r in revisions if r.checkpoint]
+    assert len(checkpoints) == 7
+    for bound in (1, 2, 3, 7, 9):
+        # Simulate the scheduler: a fetch may start once its predecessor's jobs are done; jobs
+        # finish in any order that respects that. On disk: fetched, jobs not yet done.
+        fetched: list[hub.Revision] = []
+        done: set[int] = set()
+        peak = 0
+        pending = list(checkpoints)
+        while pending or len(done) < len(fetched):
+            ready = [
+                r
+                for r in pending
+                if (before := hub.predecessor(revisions, r, bound)) is None or id(before) in done
+            ]
+            if ready:
+                fetched.append(ready[0])
+                pending.remove(ready[0])
+            else:  # finish the oldest revision on disk
+                done.add(next(id(r) for r in fetched if id(r) not in done))
+            peak = max(peak, len(fetched) - len(done))
+        assert peak == min(bound, len(checkpoints))
+
+
+def test_dataset_patterns_follow_the_card() -> None:
+    assert hub.dataset_patterns(ARC_CARD, "ARC-Challenge") == [
+        "ARC-Challenge/test-*",
+        "ARC-Challenge/validation-*",
+    ]
+    assert hub.dataset_patterns(ARC_CARD, "ARC-Easy") == ["ARC-Easy/test-*"]
+    with pytest.raises(hub.HubCacheError, match="no config 'other'"):
+        hub.dataset_patterns(ARC_CARD, "other")
+
+
+def test_a_missing_revision_fails_in_one_line_naming_it(tmp_path: Path) -> None:
+    from blockcoupling.models import load_for_job
+
+    spec = {
+        "name": "neox-steps",
+        "source": {"hub": MODEL, "revision": "step16"},
+        "load": {"device": "cpu"},
+        "random_twin": False,
+        "twin_seed": 0,
+        "fetched": str(tmp_path / "checkpoints" / MODEL / "step16"),
+    }
+    with pytest.raises(hub.HubCacheError) as error:
+        load_for_job(spec)
+    message = str(error.value)
+    assert "\n" not in message
+    assert f"models.neox-steps: revision step16 of {MODEL} is not in the hub cache" in message
+
+
+@pytest.mark.slow
+def test_the_workflow_fetches_then_runs_offline_within_the_revision_bound(
+    hub_root: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
+    command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
+    command += ["--cores", "1"]  # after --configfile, which takes every path up to an option
+    with LocalHub(hub_root, lifetime=600) as server:
+        env = dict(os.environ, HF_ENDPOINT=server.endpoint, HF_HOME=str(tmp_path / "hf_home"))
+        for name in hub.OFFLINE:
+            env.pop(name, None)
+        run = subprocess.run(
+            [*command, *TARGETS], env=env, capture_output=True, text=True, timeout=900
+        )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert check_run(tmp_path, server.requests) == []
+
+
+def test_schema_defaults_equal_the_hub_settings_defaults() -> None:
+    from snakemake.utils import validate
+
+    config = {"prompts": {"sets": {"s": {"file": "x.jsonl"}}}, "extract": {"prompt_set": "s"}}
+    config["metrics"] = {"ks": [10]}
+    validate(config, str(REPO / "schemas" / "config.schema.yaml"))
+    assert hub.HubSettings.from_config(config) == hub.HubSettings()
+    offline = hub.HubSettings().job_env()
+    assert offline["HF_HUB_OFFLINE"] == offline["HF_DATASETS_OFFLINE"] == "1"
+    assert hub.HubSettings(offline_jobs=False).job_env() == {}
