@@ -77,7 +77,10 @@ def model_device(wildcards):
 
 
 def device_of(model):
-    return PLAN.models[model].load.get("device", config["extract"]["device"])
+    """A model's device; CPU where its Slurm job gets no GPU (BLOCKCOUPLING_SLURM_GPU=none)."""
+    if SLURM.gpu == "none" and on_slurm():
+        return "cpu"
+    return PLAN.device(model)
 
 
 def gpu_mem(wildcards):
@@ -103,8 +106,7 @@ def slurm_request(rule, model, threads, with_nodes):
     GPUs only if the model wants GPU memory and may use a GPU; checked against sinfo's nodes
     when jobs go to Slurm."""
     entry = PLAN.models[model]
-    may_use_gpu = device_of(model).startswith(("auto", "cuda"))
-    gpu_mem_gb = entry.resources.get("gpu_mem_gb", 0) if may_use_gpu else 0
+    gpu_mem_gb = max(1, entry.resources.get("gpu_mem_gb", 0)) if PLAN.on_gpu(model) else 0
     needs = Needs(
         threads, entry.resources.get("mem_mb"), entry.resources.get("runtime"), gpu_mem_gb
     )
