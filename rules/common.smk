@@ -91,10 +91,18 @@ def gpu_mem(wildcards):
 JOB_DEFAULTS = {"extract": (8000, 720), "evaluate": (8000, 240)}
 
 
+# The slurm profile says it is in use (profiles/slurm/config.yaml), so that a dry run with it
+# checks and shows what a real run would ask; a job on its node (not the main process) does not.
+SLURM_PROFILE = os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" and workflow.is_main_process
+
+
 def on_slurm():
-    """Whether jobs go to Slurm (not a local run, a dry run, or the job itself on its node)."""
+    """Whether jobs go to Slurm, or would with this profile (a dry run with --profile slurm);
+    not a local run, nor the job itself on its node. Slurm is asked nothing otherwise."""
     plugin = workflow.executor_plugin
-    return plugin is not None and plugin.name == "slurm"
+    if plugin is not None and plugin.name == "slurm":
+        return True
+    return SLURM_PROFILE and (plugin is None or plugin.name == "dryrun")
 
 
 partition_nodes = functools.cache(read_nodes)
@@ -129,7 +137,8 @@ def model_job_resources(rule):
 
 
 def check_slurm_jobs():
-    """Stop before any job if a model's job cannot run on the Slurm partition it goes to."""
+    """Stop before any job if a model's job cannot run on the Slurm partition it goes to (with
+    the profile: when the DAG is built, dry runs too; with --executor slurm alone: on start)."""
     if not on_slurm():
         return
     threads = min(
@@ -142,3 +151,7 @@ def check_slurm_jobs():
                 slurm_request(job, model, threads, True)
             except SlurmError as error:
                 sys.exit(f"slurm: {error}")
+
+
+if SLURM_PROFILE:
+    check_slurm_jobs()

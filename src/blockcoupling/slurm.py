@@ -27,6 +27,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -109,7 +110,12 @@ class SlurmSettings:
         where sinfo cannot tell (no Slurm here).
         """
         nodes_of = nodes_of or read_nodes
-        found = [nodes_of(p) for p in {self.partition, self.gpu_partition}]
+        found = []
+        for partition in {self.partition, self.gpu_partition}:
+            try:
+                found.append(nodes_of(partition))
+            except SlurmError:  # the workflow's check names the setting
+                continue
         cpus = [nodes.cpus for nodes in found if nodes is not None]
         return min(cpus) if cpus else None
 
@@ -172,17 +178,39 @@ def minutes(limit: str) -> int | None:
 
 def read_nodes(partition: str) -> Nodes | None:
     """What ``partition``'s nodes offer ('': the default partition), from ``sinfo``; None where
-    sinfo is missing or fails.
+    sinfo is missing or fails; ``SlurmError`` where sinfo answers but lists no such partition.
     """
-    command = ["sinfo", "-h", "-N", "-o", SINFO_FORMAT]
-    text = _run(command + (["-p", partition] if partition else []))
-    return parse_sinfo(text, partition) if text else None
+    text = _run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT])
+    if not text:
+        return None
+    nodes = parse_sinfo(text, partition)
+    if nodes is None:
+        names = sorted(
+            {line.split("|")[0].rstrip("*") for line in text.splitlines() if "|" in line}
+        )
+        what = f"no partition {partition!r}" if partition else "no default partition"
+        raise SlurmError(f"sinfo lists {what} (partitions: {', '.join(names) or 'none'})")
+    return nodes
+
+
+TIMEOUT_S = 10
 
 
 def _run(command: list[str]) -> str | None:
-    """A command's output, or None if it is missing, fails or hangs."""
+    """A command's output, or None if it is missing, fails or hangs (a hang is said in one line
+    on stderr: the Slurm controller does not answer).
+    """
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=TIMEOUT_S, check=True
+        )
+    except subprocess.TimeoutExpired:
+        print(
+            f"slurm: `{' '.join(command[:3])}` got no answer in {TIMEOUT_S} s: the Slurm "
+            "controller does not answer (is slurmctld up?); going on without what it would say",
+            file=sys.stderr,
+        )
+        return None
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout
@@ -250,7 +278,13 @@ def job_request(
     gpus = settings.gpu_count(needs.gpu_mem_gb)
     partition = settings.gpu_partition if gpus else settings.partition
     mem_mb, runtime = needs.mem_mb or defaults[0], needs.runtime or defaults[1]
-    nodes = nodes_of(partition)
+    try:
+        nodes = nodes_of(partition)
+    except SlurmError as error:
+        key = "GPU_PARTITION" if gpus else "PARTITION"
+        raise SlurmError(
+            f"{name}: {ENV}{key}={partition!r}, but {error}; set it to one of those"
+        ) from None
     if nodes is None:
         return Request(partition, mem_mb, runtime, gpus)
     where = f"partition {nodes.partition}"
