@@ -17,6 +17,8 @@ from blockcoupling.workflow import (
     science_params,
 )
 from blockcoupling.vit_config import science_extract as vit_science_extract
+from blockcoupling import cost
+from blockcoupling.options import runs_on_gpu
 from blockcoupling.slurm import Needs, Request, SlurmError, SlurmSettings, job_request, read_nodes
 
 try:
@@ -77,18 +79,39 @@ def model_device(wildcards):
 
 
 def device_of(model):
-    """A model's device; CPU where its Slurm job gets no GPU (BLOCKCOUPLING_SLURM_GPU=none)."""
+    """A model's (or "vit": the ViT sweep's) device; CPU where its Slurm job gets no GPU
+    (BLOCKCOUPLING_SLURM_GPU=none)."""
     if SLURM.gpu == "none" and on_slurm():
         return "cpu"
-    return PLAN.device(model)
+    return config["vit"]["device"] if model == "vit" else PLAN.device(model)
+
+
+def vit_device(wildcards=None):
+    return device_of("vit")
 
 
 def gpu_mem(wildcards):
     return PLAN.models[wildcards.model].resources.get("gpu_mem_gb", 0)
 
 
-# Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none.
+# Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none and the
+# planner cannot tell (no n_layers/d_model in its metadata).
 JOB_DEFAULTS = {"extract": (8000, 720), "evaluate": (8000, 240)}
+# The planner's longest job per (model or "vit", rule), at the rates of the device jobs get.
+PLANNED = {
+    (row.model, row.rule): row
+    for row in cost.plan_costs(PLAN, gpu=cost.CPU if SLURM.gpu == "none" else cost.GPU)
+}
+
+
+def job_defaults(rule, model, attempt):
+    """(mem_mb, runtime) of a job whose model declares none: runtime from the planner
+    (cost.runtime_minutes: safety factor and floor, doubled on a retry)."""
+    planned = PLANNED.get((model, rule))
+    mem_mb, runtime = JOB_DEFAULTS.get(rule, (8000, 720))
+    if planned is None:
+        return mem_mb, runtime * attempt
+    return mem_mb, cost.runtime_minutes(planned.job_seconds, attempt)
 
 
 # The slurm profile says it is in use (profiles/slurm/config.yaml), so that a dry run with it
@@ -109,31 +132,36 @@ partition_nodes = functools.cache(read_nodes)
 
 
 @functools.cache
-def slurm_request(rule, model, threads, with_nodes):
-    """What a model's job asks Slurm for (blockcoupling.slurm): memory, runtime, partition,
-    GPUs only if the model wants GPU memory and may use a GPU; checked against sinfo's nodes
-    when jobs go to Slurm."""
-    entry = PLAN.models[model]
-    gpu_mem_gb = max(1, entry.resources.get("gpu_mem_gb", 0)) if PLAN.on_gpu(model) else 0
-    needs = Needs(
-        threads, entry.resources.get("mem_mb"), entry.resources.get("runtime"), gpu_mem_gb
-    )
+def slurm_request(rule, model, threads, with_nodes, attempt=1):
+    """What a model's (or the ViT sweep's, model "vit") job asks Slurm for
+    (blockcoupling.slurm): memory, runtime, partition, GPUs where it runs on a GPU
+    (PLAN.on_gpu, options.runs_on_gpu); checked against sinfo's nodes when jobs go to Slurm."""
+    if model == "vit":
+        name, resources = f"vit ({rule})", {}
+        on_gpu = runs_on_gpu(config["vit"]["device"])
+    else:
+        name, resources = f"models.{model} ({rule})", PLAN.models[model].resources
+        on_gpu = PLAN.on_gpu(model)
+    gpu_mem_gb = max(1, resources.get("gpu_mem_gb", 0)) if on_gpu else 0
+    needs = Needs(threads, resources.get("mem_mb"), resources.get("runtime"), gpu_mem_gb)
     nodes_of = partition_nodes if with_nodes else lambda partition: None
-    return job_request(f"models.{model} ({rule})", needs, JOB_DEFAULTS[rule], SLURM, nodes_of)
+    defaults = job_defaults("extract" if rule.startswith("extract") else rule, model, attempt)
+    return job_request(name, needs, defaults, SLURM, nodes_of)
 
 
-def model_job_resources(rule):
-    """The Slurm resources of a model's job of ``rule`` (0 and '' ask for nothing; a local run
-    ignores them all)."""
+def model_job_resources(rule, model=None):
+    """The Slurm resources of a model's job of ``rule`` (``model``: a fixed one, e.g. "vit";
+    else the job's wildcard; 0 and '' ask for nothing; a local run ignores them all)."""
 
-    def resource(name):
-        def value(wildcards, threads):
-            request = slurm_request(rule, wildcards.model, threads, on_slurm())
-            return request.resources(SLURM)[name]
+    def resource(key):
+        def value(wildcards, threads, attempt):
+            name = model or wildcards.model
+            request = slurm_request(rule, name, threads, on_slurm(), attempt)
+            return request.resources(SLURM)[key]
 
         return value
 
-    return {name: resource(name) for name in Request.RESOURCES}
+    return {key: resource(key) for key in Request.RESOURCES}
 
 
 def check_slurm_jobs():
@@ -144,13 +172,17 @@ def check_slurm_jobs():
     threads = min(
         config["extract"]["threads"], workflow.resource_settings.max_threads or sys.maxsize
     )
-    for model in PLAN.models:
-        jobs = ["extract"] + (["evaluate"] if model in PLAN.evaluated(PLAN.models) else [])
-        for job in jobs:
-            try:
-                slurm_request(job, model, threads, True)
-            except SlurmError as error:
-                sys.exit(f"slurm: {error}")
+    jobs = [
+        (job, model)
+        for model in PLAN.models
+        for job in ["extract"] + (["evaluate"] if model in PLAN.evaluated(PLAN.models) else [])
+    ]
+    jobs += [("vit_train", "vit"), ("vit_extract", "vit")] if PLAN.vit else []
+    for job, model in jobs:
+        try:
+            slurm_request(job, model, threads, True)
+        except SlurmError as error:
+            sys.exit(f"slurm: {error}")
 
 
 if SLURM_PROFILE:

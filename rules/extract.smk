@@ -28,6 +28,7 @@ rule extract:
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
         **EXTRACT_RESOURCES,
     params:
@@ -58,6 +59,7 @@ rule extract_shard:
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
         **EXTRACT_RESOURCES,
     params:
@@ -89,6 +91,7 @@ rule extract_tokens:
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
         **EXTRACT_RESOURCES,
     params:

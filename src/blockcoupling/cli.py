@@ -194,7 +194,15 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         f"max_tokens {plan.config['extract'].get('max_tokens')} (null counts as "
         f"{cost.DEFAULT_TOKENS})"
     )
-    return header + "\n" + cost.plan_table(rows, gpu=gpu), all(r.fits for r in rows if r.on_gpu)
+    download, peak, revisions = cost.hub_volume(plan)
+    bound = (plan.config.get("hub") or {}).get("max_revisions")
+    hub = (
+        f"hub: {download / cost.GB:,.0f} GB to download ({revisions} model revisions at "
+        f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
+        f"(hub.max_revisions={bound if bound is not None else 'unset: every revision kept'})"
+    )
+    table = cost.plan_table(rows, gpu=gpu)
+    return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)
 
 
 def measure_source(args: argparse.Namespace) -> str:

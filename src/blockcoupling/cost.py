@@ -23,10 +23,11 @@ no GPU was available where this was written. Scale it with ``--gpu-tflops``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from blockcoupling.options import AUTO_CHUNK_FLOATS, MeasureConfig, auto_chunk
+from blockcoupling.options import AUTO_CHUNK_FLOATS, MeasureConfig, auto_chunk, runs_on_gpu
 
 GB = 1e9
 BYTES_PER_PARAM = {
@@ -276,7 +277,88 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
                     on_gpu,
                 )
             )
-    return rows
+    return rows + vit_costs(plan, gpu, cpu)
+
+
+HUB_BYTES_PER_PARAM = 2  # checkpoints on the hub are float16/bfloat16 files (assumed)
+VIT_DATA_BYTES = 163e6  # the CIFAR-10 archive
+
+
+def hub_volume(plan: Any) -> tuple[float, float, int]:
+    """Bytes downloaded, peak bytes in the hub cache, and model revisions fetched: every hub
+    model's weights once per revision (``HUB_BYTES_PER_PARAM`` per parameter; a random twin
+    needs no weights), with at most ``hub.max_revisions`` checkpoint revisions in the cache at
+    once (absent: all of them stay), plus the CIFAR-10 archive of the ViT sweep.
+    """
+    bound = (plan.config.get("hub") or {}).get("max_revisions")
+    total = kept = largest = 0.0
+    revisions = checkpoints = 0
+    for entry in plan.models.values():
+        if "hub" not in entry.source:
+            continue
+        size = float(entry.meta.get("params") or 0) * HUB_BYTES_PER_PARAM
+        count = len(entry.steps) if entry.is_checkpoint_suite else 1
+        revisions += count
+        total += size * count
+        if entry.is_checkpoint_suite:
+            checkpoints += count
+            largest = max(largest, size)
+            kept += size * count
+    data = (
+        VIT_DATA_BYTES if plan.vit is not None and plan.vit.section["dataset"] == "cifar10" else 0
+    )
+    peak = total - kept + (kept if bound is None else min(bound, checkpoints) * largest) + data
+    return total + data, peak, revisions
+
+
+# A job's Slurm runtime: the planner's longest job times RUNTIME_SAFETY (the GPU rate is an
+# assumption, and a shared node may be slower), at least RUNTIME_FLOOR_MIN (model load, start).
+RUNTIME_SAFETY = 3.0
+RUNTIME_FLOOR_MIN = 30
+DATASET_IMAGES = {"cifar10": 60000, "digits": 1797}  # images before the train/test split
+
+
+def runtime_minutes(job_seconds: float, attempt: int = 1) -> int:
+    """The runtime a job asks for: ``RUNTIME_SAFETY`` x the planned seconds, at least
+    ``RUNTIME_FLOOR_MIN``, doubled on each retry (``attempt`` 2: twice).
+    """
+    return max(RUNTIME_FLOOR_MIN, math.ceil(RUNTIME_SAFETY * job_seconds / 60)) * 2 ** (attempt - 1)
+
+
+def vit_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
+    """The cost of the ViT sweep's training and extraction jobs (none when it is off): training
+    ``6 P`` FLOPs per token and image and epoch; extraction as ``extract_cost`` of the ViT.
+    """
+    if plan.vit is None:
+        return []
+    section, run = plan.vit.section, plan.vit.base  # base: model and recipe, defaults filled
+    on_gpu = runs_on_gpu(str(section.get("device", "cpu")))
+    rates = gpu if on_gpu else cpu
+    d, depth = run["embed_dim"], run["depth"]
+    tokens = (run["img_size"] // run["patch_size"]) ** 2 + 1
+    shape = Shape(depth, d, 12.0 * d * d * depth, 4)
+    images = DATASET_IMAGES.get(run["dataset"], 60000) * (1 - run["test_fraction"])
+    train = 6.0 * shape.params * tokens * images * run["epochs"] / rates.matmul + rates.overhead
+    options = replace(plan.vit.measure, max_tokens=tokens)
+    extract = extract_cost(shape, options, section["extract"]["images"], rates)
+    seconds = sum(extract["seconds"].values()) + rates.overhead
+    n = len(plan.vit.points)
+    return [
+        JobCost("vit", "vit_train", n, n * train, train, shape.params * 16, 0.0, 0, 0, on_gpu),
+        JobCost(
+            "vit",
+            "vit_extract",
+            n,
+            n * seconds,
+            seconds,
+            extract["peak"],
+            n * extract["output"],
+            0,
+            0,
+            on_gpu,
+            {p: n * v for p, v in extract["seconds"].items()},
+        ),
+    ]
 
 
 def check_fits(plan: Any) -> None:
@@ -309,6 +391,8 @@ def plan_table(rows: list[JobCost], gpu: Rates = GPU, cpu: Rates = CPU) -> str:
         )
     parts: dict[str, float] = {}
     for row in rows:
+        if row.rule not in ("extract",):
+            continue
         for part, value in row.parts.items():
             parts[part] = parts.get(part, 0.0) + value
     share = sum(parts.values()) or 1.0
@@ -323,5 +407,7 @@ def plan_table(rows: list[JobCost], gpu: Rates = GPU, cpu: Rates = CPU) -> str:
             for part, value in sorted(parts.items(), key=lambda kv: -kv[1])
         ),
         f"rates: {gpu.name}; {cpu.name}",
+        f"Slurm runtime of a job: {RUNTIME_SAFETY:g} x its h/job, at least {RUNTIME_FLOOR_MIN} "
+        "min, doubled on its retry, capped at the partition's time limit",
     ]
     return "\n".join(lines)

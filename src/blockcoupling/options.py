@@ -42,6 +42,13 @@ def auto_chunk(n_tokens: int, d: int, cpu: bool = False) -> int:
     return min(largest, max(floor, AUTO_CHUNK_CPU_BYTES // tensor_bytes))
 
 
+def runs_on_gpu(device: str, gpu_mem_gb: float = 0) -> bool:
+    """Whether a job runs on a GPU, the one rule the planner, the memory check and the Slurm
+    requests follow: device ``cuda*``, or ``auto`` with GPU memory declared (``cpu``: never).
+    """
+    return device.startswith("cuda") or (device == "auto" and gpu_mem_gb > 0)
+
+
 # Keys of the ``extract`` section that change neither Jacobians nor statistics (prompt shards
 # are merged into the same files as one job's).
 RUN_ONLY_KEYS = ("prompt_set", "threads", "device", "chunk_size", "prompts_per_shard")

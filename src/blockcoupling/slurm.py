@@ -105,6 +105,19 @@ class SlurmSettings:
             return "squeue"
         return None
 
+    def runtime_cap(
+        self, minutes: int, nodes_of: Callable[[str], Nodes | None] | None = None
+    ) -> int:
+        """``minutes`` capped at the time limit of the (CPU) partition (the profile's default
+        runtime of the small rules); unchanged where sinfo cannot tell.
+        """
+        try:
+            nodes = (nodes_of or read_nodes)(self.partition)
+        except SlurmError:  # the workflow's check names the setting
+            return minutes
+        limit = nodes.time_limit if nodes is not None else None
+        return min(minutes, limit) if limit else minutes
+
     def max_threads(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> int | None:
         """The most CPUs of one node in both partitions (the profile's ``max-threads``); None
         where sinfo cannot tell (no Slurm here).

@@ -18,7 +18,7 @@ from typing import Any
 
 from blockcoupling.combine import META_FIELDS
 from blockcoupling.models import LoadOptions
-from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig
+from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig, runs_on_gpu
 from blockcoupling.schedule import TrainConfig
 from blockcoupling.vit_config import ViTPlan
 
@@ -311,13 +311,11 @@ class Plan:
         return str(self.models[model].load.get("device", self.config["extract"]["device"]))
 
     def on_gpu(self, model: str) -> bool:
-        """Whether a model's jobs run on a GPU, the one rule the planner, the memory check and
-        the Slurm requests follow: device ``cuda*``, or ``auto`` with ``gpu_mem_gb`` > 0 (a
-        model with ``device: cpu`` never does, whatever it declares).
+        """Whether a model's jobs run on a GPU (``options.runs_on_gpu`` of its device and
+        ``gpu_mem_gb``: a model with ``device: cpu`` never does, whatever it declares).
         """
-        device = self.device(model)
         declared = float(self.models[model].resources.get("gpu_mem_gb", 0) or 0)
-        return device.startswith("cuda") or (device == "auto" and declared > 0)
+        return runs_on_gpu(self.device(model), declared)
 
     def shards(self, model: str) -> list[tuple[int, int]]:
         """``(first prompt, prompt count)`` of each extraction job of a model: one job over every
