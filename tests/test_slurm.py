@@ -4,6 +4,7 @@ capped at the nodes (defaults) or stopped with one line (needs no node meets).""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -248,3 +249,24 @@ def test_a_controller_that_does_not_answer_is_said_in_one_line(
     assert settings().status_command() is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the Slurm controller does not answer" in err[0]
+
+
+def test_runtime_is_the_planned_time_with_a_safety_factor_and_floor_doubled_on_a_retry() -> None:
+    from blockcoupling import cost
+
+    assert cost.runtime_minutes(0) == cost.RUNTIME_FLOOR_MIN
+    assert cost.runtime_minutes(3600) == 3 * 60  # 3x an hour
+    assert cost.runtime_minutes(3600, attempt=2) == 2 * 3 * 60
+
+
+def test_no_rule_asks_more_time_than_its_partition_allows(tmp_path: Path) -> None:
+    short = "batch*|4|24105|(null)|20:00\n"  # a 20-minute partition
+    fake_slurm(tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path, short)
+    environ = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", "slurm"]
+    command += ["--configfile", "config/smoke.yaml", "--directory", str(tmp_path / "work")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runtimes = [int(value) for value in re.findall(r"\bruntime=(\d+)", done.stdout)]
+    assert runtimes and max(runtimes) <= 20
+    assert re.search(r"rule vit_train:(.|\n)*?resources: .*runtime=", done.stdout)
