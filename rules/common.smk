@@ -104,14 +104,20 @@ PLANNED = {
 }
 
 
-def job_defaults(rule, model, attempt):
+def job_defaults(rule, model, attempt, part=0):
     """(mem_mb, runtime) of a job whose model declares none: runtime from the planner
-    (cost.runtime_minutes: safety factor and floor, doubled on a retry)."""
-    planned = PLANNED.get((model, rule))
+    (cost.runtime_minutes: safety factor and floor, doubled on a retry); ``part``: the first
+    prompt of an extract_shard job, None for an extract_tokens job (each its own time)."""
     mem_mb, runtime = JOB_DEFAULTS.get(rule, (8000, 720))
-    if planned is None:
+    seconds = None
+    if rule in ("extract_shard", "extract_tokens"):
+        gpu = cost.CPU if SLURM.gpu == "none" else cost.GPU
+        seconds = cost.extract_job_seconds(PLAN, model, part, PLAN.on_gpu(model), gpu)
+    elif (model, rule) in PLANNED:
+        seconds = PLANNED[(model, rule)].job_seconds
+    if seconds is None:
         return mem_mb, runtime * attempt
-    return mem_mb, cost.runtime_minutes(planned.job_seconds, attempt)
+    return mem_mb, cost.runtime_minutes(seconds, attempt)
 
 
 # The slurm profile says it is in use (profiles/slurm/config.yaml), so that a dry run with it
@@ -132,7 +138,7 @@ partition_nodes = functools.cache(read_nodes)
 
 
 @functools.cache
-def slurm_request(rule, model, threads, with_nodes, attempt=1):
+def slurm_request(rule, model, threads, with_nodes, attempt=1, part=0):
     """What a model's (or the ViT sweep's, model "vit") job asks Slurm for
     (blockcoupling.slurm): memory, runtime, partition, GPUs where it runs on a GPU
     (PLAN.on_gpu, options.runs_on_gpu); checked against sinfo's nodes when jobs go to Slurm."""
@@ -145,7 +151,7 @@ def slurm_request(rule, model, threads, with_nodes, attempt=1):
     gpu_mem_gb = max(1, resources.get("gpu_mem_gb", 0)) if on_gpu else 0
     needs = Needs(threads, resources.get("mem_mb"), resources.get("runtime"), gpu_mem_gb)
     nodes_of = partition_nodes if with_nodes else lambda partition: None
-    defaults = job_defaults("extract" if rule.startswith("extract") else rule, model, attempt)
+    defaults = job_defaults(rule, model, attempt, part)
     return job_request(name, needs, defaults, SLURM, nodes_of)
 
 
@@ -156,7 +162,9 @@ def model_job_resources(rule, model=None):
     def resource(key):
         def value(wildcards, threads, attempt):
             name = model or wildcards.model
-            request = slurm_request(rule, name, threads, on_slurm(), attempt)
+            part = int(wildcards.shard) if "shard" in wildcards.keys() else 0
+            part = None if "prompt" in wildcards.keys() else part
+            request = slurm_request(rule, name, threads, on_slurm(), attempt, part)
             return request.resources(SLURM)[key]
 
         return value

@@ -325,6 +325,28 @@ def runtime_minutes(job_seconds: float, attempt: int = 1) -> int:
     return max(RUNTIME_FLOOR_MIN, math.ceil(RUNTIME_SAFETY * job_seconds / 60)) * 2 ** (attempt - 1)
 
 
+def extract_job_seconds(
+    plan: Any, model: str, first: int | None, on_gpu: bool, gpu: Rates = GPU, cpu: Rates = CPU
+) -> float | None:
+    """Planned seconds of one extraction job of ``model``: the shard starting at prompt
+    ``first``, or (``first`` None) one token prompt's own job; None without the model's shape.
+    """
+    entry = plan.models[model]
+    shape = shape_of(entry.meta, entry.load)
+    if shape is None:
+        return None
+    rates = gpu if on_gpu else cpu
+    options = plan.measure_options(model)
+    if first is None:
+        cost = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
+    else:
+        if plan.token_jobs(model):
+            options = replace(options, token_prompts=0)
+        count = dict(plan.shards(model))[first]
+        cost = extract_cost(shape, options.for_shard(first), count, rates)
+    return sum(cost["seconds"].values()) + rates.overhead
+
+
 def vit_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     """The cost of the ViT sweep's training and extraction jobs (none when it is off): training
     ``6 P`` FLOPs per token and image and epoch; extraction as ``extract_cost`` of the ViT.
