@@ -97,6 +97,7 @@ def test_cli_plan_prints_the_totals_and_fails_when_a_job_does_not_fit(
     assert cli.main(["plan", "--configfile", str(REPO / "config" / "paper.yaml")]) == 0
     out = capsys.readouterr().out
     assert "GPU-hours" in out and "llama-3-70b" in out and "pythia-12b-steps" in out
+    assert "GB to download" in out and "peak cache" in out and "vit_train" in out
     config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     config["models"]["pythia-12b-steps"]["resources"]["gpu_mem_gb"] = 16
     config["model_table"] = str(REPO / config["model_table"])
@@ -132,3 +133,22 @@ def test_a_model_on_the_cpu_is_a_cpu_job_for_the_planner_and_the_memory_check() 
     row = next(r for r in cost.plan_costs(plan) if r.model == "pythia-12b-steps")
     assert not plan.on_gpu("pythia-12b-steps") and not row.on_gpu
     assert plan.on_gpu("pythia-6.9b-steps")  # device auto with gpu_mem_gb
+
+
+def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
+    config = paper()
+    plan = wf.check_config(copy.deepcopy(config), REPO, check_memory=False)
+    download, peak, revisions = cost.hub_volume(plan)
+    suites = [e for e in plan.models.values() if e.is_checkpoint_suite]
+    others = [e for e in plan.models.values() if not e.is_checkpoint_suite]
+    assert revisions == len(others) + sum(len(e.steps) for e in suites)  # a twin needs no weights
+    weights = {e.name: e.meta["params"] * cost.HUB_BYTES_PER_PARAM for e in plan.models.values()}
+    suite_bytes = sum(weights[e.name] * len(e.steps) for e in suites)
+    other_bytes = sum(weights[e.name] for e in others)
+    assert download == pytest.approx(suite_bytes + other_bytes + cost.VIT_DATA_BYTES)
+    assert peak == pytest.approx(download)  # no bound: every revision stays
+    config["hub"] = {"max_revisions": 2}
+    plan = wf.check_config(config, REPO, check_memory=False)
+    bounded = cost.hub_volume(plan)[1]
+    largest = max(weights[e.name] for e in suites)
+    assert bounded == pytest.approx(other_bytes + 2 * largest + cost.VIT_DATA_BYTES)
