@@ -18,8 +18,15 @@ from blockcoupling.workflow import (
 )
 from blockcoupling.vit_config import science_extract as vit_science_extract
 from blockcoupling import cost
-from blockcoupling.options import runs_on_gpu
-from blockcoupling.slurm import Needs, Request, SlurmError, SlurmSettings, job_request, read_nodes
+from blockcoupling.slurm import (
+    Request,
+    SlurmError,
+    SlurmSettings,
+    check_plan,
+    job_needs,
+    job_request,
+    read_nodes,
+)
 
 try:
     PLAN = check_config(config, workflow.basedir)
@@ -142,14 +149,7 @@ def slurm_request(rule, model, threads, with_nodes, attempt=1, part=0):
     """What a model's (or the ViT sweep's, model "vit") job asks Slurm for
     (blockcoupling.slurm): memory, runtime, partition, GPUs where it runs on a GPU
     (PLAN.on_gpu, options.runs_on_gpu); checked against sinfo's nodes when jobs go to Slurm."""
-    if model == "vit":
-        name, resources = f"vit ({rule})", {}
-        on_gpu = runs_on_gpu(config["vit"]["device"])
-    else:
-        name, resources = f"models.{model} ({rule})", PLAN.models[model].resources
-        on_gpu = PLAN.on_gpu(model)
-    gpu_mem_gb = max(1, resources.get("gpu_mem_gb", 0)) if on_gpu else 0
-    needs = Needs(threads, resources.get("mem_mb"), resources.get("runtime"), gpu_mem_gb)
+    name, needs = job_needs(PLAN, rule, model, threads)
     nodes_of = partition_nodes if with_nodes else lambda partition: None
     defaults = job_defaults(rule, model, attempt, part)
     return job_request(name, needs, defaults, SLURM, nodes_of)
@@ -180,17 +180,10 @@ def check_slurm_jobs():
     threads = min(
         config["extract"]["threads"], workflow.resource_settings.max_threads or sys.maxsize
     )
-    jobs = [
-        (job, model)
-        for model in PLAN.models
-        for job in ["extract"] + (["evaluate"] if model in PLAN.evaluated(PLAN.models) else [])
-    ]
-    jobs += [("vit_train", "vit"), ("vit_extract", "vit")] if PLAN.vit else []
-    for job, model in jobs:
-        try:
-            slurm_request(job, model, threads, True)
-        except SlurmError as error:
-            sys.exit(f"slurm: {error}")
+    try:
+        check_plan(PLAN, SLURM, threads, partition_nodes)
+    except SlurmError as error:
+        sys.exit(f"slurm: {error}")
 
 
 if SLURM_PROFILE:

@@ -270,3 +270,22 @@ def test_no_rule_asks_more_time_than_its_partition_allows(tmp_path: Path) -> Non
     runtimes = [int(value) for value in re.findall(r"\bruntime=(\d+)", done.stdout)]
     assert runtimes and max(runtimes) <= 20
     assert re.search(r"rule vit_train:(.|\n)*?resources: .*runtime=", done.stdout)
+
+
+def test_check_config_with_the_profile_runs_the_same_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from blockcoupling import cli
+
+    fake_slurm(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    paper = str(REPO / "config" / "paper.yaml")
+    monkeypatch.setenv(ENV + "GPU_PARTITION", "nope")
+    assert cli.main(["check-config", paper, "--profile", "slurm"]) == 2
+    assert f"{ENV}GPU_PARTITION='nope', but sinfo lists no partition" in capsys.readouterr().err
+    monkeypatch.setenv(ENV + "GPU_PARTITION", "gpu")
+    assert cli.main(["check-config", paper, "--profile", "slurm"]) == 0
+    assert "Slurm: every job fits a node of its partition" in capsys.readouterr().out
+    monkeypatch.setenv(ENV + "GPU", "none")  # on CPUs: the models' host memory on batch's nodes
+    assert cli.main(["check-config", paper, "--profile", "slurm"]) == 2
+    assert "but the largest node of partition batch has 24105" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The ``blockcoupling`` command: measure one model on a few prompts, check a workflow config.
 
 blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one model
-blockcoupling check-config FILE                          validate a config as the workflow does
+blockcoupling check-config FILE [--profile slurm]       validate a config as the workflow does
 blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
 """
 
@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the workflow's folder (schemas/, resources/); default: found from this package",
     )
+    check.add_argument(
+        "--profile",
+        choices=("slurm",),
+        default=None,
+        help="also run the Slurm checks of `snakemake --profile slurm` against sinfo",
+    )
     plan = commands.add_parser(
         "plan",
         help="estimated GPU-hours, peak GPU memory and output size of a config's jobs",
@@ -130,7 +136,26 @@ def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool =
     return check_config(config, folder, check_memory)
 
 
-def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
+def check_slurm(plan: Any) -> str:
+    """The Slurm checks of the slurm profile (``slurm.check_plan`` against sinfo's nodes, the
+    ``BLOCKCOUPLING_SLURM_*`` settings); raises ``SlurmError`` naming the setting.
+    """
+    from blockcoupling import slurm
+
+    settings = slurm.SlurmSettings.from_env()
+    try:
+        if slurm.read_nodes(settings.partition) is None:
+            return "; Slurm: sinfo did not answer, nothing checked"
+    except slurm.SlurmError:  # no such partition: check_plan names the setting
+        pass
+    threads = min(plan.config["extract"]["threads"], settings.max_threads() or sys.maxsize)
+    slurm.check_plan(plan, settings, threads)
+    return "; Slurm: every job fits a node of its partition"
+
+
+def check_config_file(
+    file: Path, workflow_dir: Path | None = None, profile: str | None = None
+) -> str:
     """Validate a config file as the workflow does; return a one-paragraph summary."""
     plan = load_plan(file, workflow_dir)
     jobs = sum(
@@ -150,6 +175,7 @@ def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
         f"{len(plan.train_runs)} training runs, prompt set {plan.prompt_set!r}, statistics at "
         + ", ".join(f"{k}={v}" for k, v in plan.selection.items())
         + vit
+        + (check_slurm(plan) if profile == "slurm" else "")
     )
 
 
@@ -258,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "check-config":
-            print(check_config_file(args.file, args.workflow_dir))
+            print(check_config_file(args.file, args.workflow_dir, args.profile))
         elif args.command == "plan":
             report, fits = plan_report(args)
             print(report)

@@ -331,3 +331,45 @@ def job_request(
         min(runtime, nodes.time_limit or runtime),
         gpus,
     )
+
+
+def job_needs(plan: Any, rule: str, model: str, threads: int) -> tuple[str, Needs]:
+    """The name (for errors) and the needs of a job of ``rule`` for ``model`` (``"vit"``: the
+    ViT sweep) of a ``workflow.Plan``: GPU memory only where the job runs on a GPU
+    (``Plan.on_gpu``, ``options.runs_on_gpu``), at least 1 GB there (one GPU).
+    """
+    from blockcoupling.options import runs_on_gpu
+
+    if model == "vit":
+        name, resources = f"vit ({rule})", {}
+        on_gpu = runs_on_gpu(str(plan.config["vit"]["device"]))
+    else:
+        name, resources = f"models.{model} ({rule})", plan.models[model].resources
+        on_gpu = plan.on_gpu(model)
+    gpu_mem_gb = max(1, int(resources.get("gpu_mem_gb", 0))) if on_gpu else 0
+    return name, Needs(threads, resources.get("mem_mb"), resources.get("runtime"), gpu_mem_gb)
+
+
+def plan_jobs(plan: Any) -> list[tuple[str, str]]:
+    """(rule, model) of every kind of job that asks Slurm for its own resources."""
+    evaluated = plan.evaluated(plan.models)
+    jobs = [
+        (rule, model)
+        for model in plan.models
+        for rule in ["extract"] + (["evaluate"] if model in evaluated else [])
+    ]
+    return jobs + ([("vit_train", "vit"), ("vit_extract", "vit")] if plan.vit else [])
+
+
+def check_plan(
+    plan: Any,
+    settings: SlurmSettings,
+    threads: int,
+    nodes_of: Callable[[str], Nodes | None] = read_nodes,
+) -> None:
+    """Raise ``SlurmError`` (one line naming the setting) for the first job of ``plan`` that
+    no node of its partition can run (``job_request``; defaults never raise).
+    """
+    for rule, model in plan_jobs(plan):
+        name, needs = job_needs(plan, rule, model, threads)
+        job_request(name, needs, (1, 1), settings, nodes_of)
