@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def dry_run(*args: str, env: dict[str, str] | None = None) -> str:
-    """A dry run from the project root, as a user types it; its output."""
+    """A dry run from the project root, as a user types it; its output. Slurm's commands fail
+    (a Slurm client without a controller), so that a cluster on this machine changes nothing.
+    """
     command = [sys.executable, "-m", "snakemake", "-n", "--nolock", *args]
-    result = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})}
-    )
+    with tempfile.TemporaryDirectory() as folder:
+        for name in ("sinfo", "scontrol", "squeue", "sacct"):
+            (Path(folder) / name).write_text("#!/bin/sh\nexit 1\n")
+            (Path(folder) / name).chmod(0o755)
+        environ = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", **(env or {})}
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environ)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 
