@@ -76,7 +76,12 @@ def test_the_paper_suite_plans_its_models_only_and_asks_gpus_per_model() -> None
         assert int(extract[model]["mem_mb"]) == max(16000, 1500 * gb)
     assert extract["pythia-12b-steps"]["gres"] == "gpu:1"  # 80 GB (config/paper.yaml)
     for rule in ("metrics", "combine_models", "stats"):
-        assert "gres=gpu" not in text.split(f"\nrule {rule}:")[1].split("\n\n")[0]
+        block = re.split(rf"\n *rule {rule}:", text)[1]  # metrics: inside a group job
+        assert "gres=gpu" not in re.split(r"\n *resources: ", block)[1].split("\n")[0]
+    for rule in ("vit_train", "vit_extract"):  # vit.device cuda: one GPU each
+        block = re.split(rf"\n *rule {rule}:", text)[1]
+        resources = re.split(r"\n *resources: ", block)[1].split("\n")[0]
+        assert "gres=gpu:1" in resources and "slurm_partition=gpu" in resources
 
 
 def pins(lines: list[str]) -> dict[str, str]:
