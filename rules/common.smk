@@ -17,8 +17,17 @@ from blockcoupling.workflow import (
     science_params,
 )
 from blockcoupling.vit_config import science_extract as vit_science_extract
+from blockcoupling import cost
 from blockcoupling.hub import HubSettings, hub_revisions, predecessor, revision_of
-from blockcoupling.slurm import Needs, Request, SlurmError, SlurmSettings, job_request, read_nodes
+from blockcoupling.slurm import (
+    Request,
+    SlurmError,
+    SlurmSettings,
+    check_plan,
+    job_needs,
+    job_request,
+    read_nodes,
+)
 
 try:
     PLAN = check_config(config, workflow.basedir)
@@ -98,66 +107,105 @@ def model_device(wildcards):
 
 
 def device_of(model):
-    return PLAN.models[model].load.get("device", config["extract"]["device"])
+    """A model's (or "vit": the ViT sweep's) device; CPU where its Slurm job gets no GPU
+    (BLOCKCOUPLING_SLURM_GPU=none)."""
+    if SLURM.gpu == "none" and on_slurm():
+        return "cpu"
+    return config["vit"]["device"] if model == "vit" else PLAN.device(model)
+
+
+def vit_device(wildcards=None):
+    return device_of("vit")
 
 
 def gpu_mem(wildcards):
     return PLAN.models[wildcards.model].resources.get("gpu_mem_gb", 0)
 
 
-# Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none.
+# Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none and the
+# planner cannot tell (no n_layers/d_model in its metadata).
 JOB_DEFAULTS = {"extract": (8000, 720), "evaluate": (8000, 240)}
+# The planner's longest job per (model or "vit", rule), at the rates of the device jobs get.
+PLANNED = {
+    (row.model, row.rule): row
+    for row in cost.plan_costs(PLAN, gpu=cost.CPU if SLURM.gpu == "none" else cost.GPU)
+}
+
+
+def job_defaults(rule, model, attempt, part=0):
+    """(mem_mb, runtime) of a job whose model declares none: runtime from the planner
+    (cost.runtime_minutes: safety factor and floor, doubled on a retry); ``part``: the first
+    prompt of an extract_shard job, None for an extract_tokens job (each its own time)."""
+    mem_mb, runtime = JOB_DEFAULTS.get(rule, (8000, 720))
+    seconds = None
+    if rule in ("extract_shard", "extract_tokens"):
+        gpu = cost.CPU if SLURM.gpu == "none" else cost.GPU
+        seconds = cost.extract_job_seconds(PLAN, model, part, PLAN.on_gpu(model), gpu)
+    elif (model, rule) in PLANNED:
+        seconds = PLANNED[(model, rule)].job_seconds
+    if seconds is None:
+        return mem_mb, runtime * attempt
+    return mem_mb, cost.runtime_minutes(seconds, attempt)
+
+
+# The slurm profile says it is in use (profiles/slurm/config.yaml), so that a dry run with it
+# checks and shows what a real run would ask; a job on its node (not the main process) does not.
+SLURM_PROFILE = os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" and workflow.is_main_process
 
 
 def on_slurm():
-    """Whether jobs go to Slurm (not a local run, a dry run, or the job itself on its node)."""
+    """Whether jobs go to Slurm, or would with this profile (a dry run with --profile slurm);
+    not a local run, nor the job itself on its node. Slurm is asked nothing otherwise."""
     plugin = workflow.executor_plugin
-    return plugin is not None and plugin.name == "slurm"
+    if plugin is not None and plugin.name == "slurm":
+        return True
+    return SLURM_PROFILE and (plugin is None or plugin.name == "dryrun")
 
 
 partition_nodes = functools.cache(read_nodes)
 
 
 @functools.cache
-def slurm_request(rule, model, threads, with_nodes):
-    """What a model's job asks Slurm for (blockcoupling.slurm): memory, runtime, partition,
-    GPUs only if the model wants GPU memory and may use a GPU; checked against sinfo's nodes
-    when jobs go to Slurm."""
-    entry = PLAN.models[model]
-    may_use_gpu = device_of(model).startswith(("auto", "cuda"))
-    gpu_mem_gb = entry.resources.get("gpu_mem_gb", 0) if may_use_gpu else 0
-    needs = Needs(
-        threads, entry.resources.get("mem_mb"), entry.resources.get("runtime"), gpu_mem_gb
-    )
+def slurm_request(rule, model, threads, with_nodes, attempt=1, part=0):
+    """What a model's (or the ViT sweep's, model "vit") job asks Slurm for
+    (blockcoupling.slurm): memory, runtime, partition, GPUs where it runs on a GPU
+    (PLAN.on_gpu, options.runs_on_gpu); checked against sinfo's nodes when jobs go to Slurm."""
+    name, needs = job_needs(PLAN, rule, model, threads)
     nodes_of = partition_nodes if with_nodes else lambda partition: None
-    return job_request(f"models.{model} ({rule})", needs, JOB_DEFAULTS[rule], SLURM, nodes_of)
+    defaults = job_defaults(rule, model, attempt, part)
+    return job_request(name, needs, defaults, SLURM, nodes_of)
 
 
-def model_job_resources(rule):
-    """The Slurm resources of a model's job of ``rule`` (0 and '' ask for nothing; a local run
-    ignores them all)."""
+def model_job_resources(rule, model=None):
+    """The Slurm resources of a model's job of ``rule`` (``model``: a fixed one, e.g. "vit";
+    else the job's wildcard; 0 and '' ask for nothing; a local run ignores them all)."""
 
-    def resource(name):
-        def value(wildcards, threads):
-            request = slurm_request(rule, wildcards.model, threads, on_slurm())
-            return request.resources(SLURM)[name]
+    def resource(key):
+        def value(wildcards, threads, attempt):
+            name = model or wildcards.model
+            part = int(wildcards.shard) if "shard" in wildcards.keys() else 0
+            part = None if "prompt" in wildcards.keys() else part
+            request = slurm_request(rule, name, threads, on_slurm(), attempt, part)
+            return request.resources(SLURM)[key]
 
         return value
 
-    return {name: resource(name) for name in Request.RESOURCES}
+    return {key: resource(key) for key in Request.RESOURCES}
 
 
 def check_slurm_jobs():
-    """Stop before any job if a model's job cannot run on the Slurm partition it goes to."""
+    """Stop before any job if a model's job cannot run on the Slurm partition it goes to (with
+    the profile: when the DAG is built, dry runs too; with --executor slurm alone: on start)."""
     if not on_slurm():
         return
     threads = min(
         config["extract"]["threads"], workflow.resource_settings.max_threads or sys.maxsize
     )
-    for model in PLAN.models:
-        jobs = ["extract"] + (["evaluate"] if model in PLAN.evaluated(PLAN.models) else [])
-        for job in jobs:
-            try:
-                slurm_request(job, model, threads, True)
-            except SlurmError as error:
-                sys.exit(f"slurm: {error}")
+    try:
+        check_plan(PLAN, SLURM, threads, partition_nodes)
+    except SlurmError as error:
+        sys.exit(f"slurm: {error}")
+
+
+if SLURM_PROFILE:
+    check_slurm_jobs()

@@ -5,12 +5,13 @@
 # shards ({shard}: the index of its first prompt) and its token families in a job per prompt,
 # merged into the same files as one job writes; the shard files are temporary (removed once
 # merged).
-EXTRACT_RESOURCES = dict(
-    **model_job_resources("extract"),
-    gpu_mem_gb=gpu_mem,
-    device=model_device,
-    vjp_chunk=config["extract"]["chunk_size"] or 0,
-)
+def extract_resources(rule):
+    return dict(
+        **model_job_resources(rule),
+        gpu_mem_gb=gpu_mem,
+        device=model_device,
+        vjp_chunk=config["extract"]["chunk_size"] or 0,
+    )
 
 
 rule extract:
@@ -28,8 +29,9 @@ rule extract:
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
-        **EXTRACT_RESOURCES,
+        **extract_resources("extract"),
     params:
         model=model_params,
         extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
@@ -58,8 +60,9 @@ rule extract_shard:
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
-        **EXTRACT_RESOURCES,
+        **extract_resources("extract_shard"),
     params:
         model=model_params,
         extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
@@ -89,8 +92,9 @@ rule extract_tokens:
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
-        **EXTRACT_RESOURCES,
+        **extract_resources("extract_tokens"),
     params:
         model=model_params,
         extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),

@@ -45,9 +45,10 @@ if PLAN.vit:
         conda:
             "../envs/torch.yaml"
         threads: config["vit"]["threads"]
+        retries: 1  # training resumes from its work folder: a retry continues, on twice the time
         resources:
-            mem_mb=2000,
-            device=config["vit"]["device"],
+            **model_job_resources("vit_train", "vit"),
+            device=vit_device,
         params:
             run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
             code=script_hash("vit_train"),
@@ -70,9 +71,10 @@ if PLAN.vit:
         conda:
             "../envs/torch.yaml"
         threads: config["vit"]["threads"]
+        retries: 1  # a node fault or a run past its time: again on twice the time
         resources:
-            mem_mb=2000,
-            device=config["vit"]["device"],
+            **model_job_resources("vit_extract", "vit"),
+            device=vit_device,
             vjp_chunk=config["vit"]["extract"]["chunk_size"] or 0,
         params:
             run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),

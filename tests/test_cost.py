@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,18 +12,14 @@ from snakemake.utils import validate
 
 from blockcoupling import cli, cost
 from blockcoupling import workflow as wf
+from blockcoupling.options import MeasureConfig, SVDOptions
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 SHAPE = cost.Shape(n_layers=32, d_model=4096, params=7e9, bytes_per_param=2)
-EXTRACT = {
-    "max_tokens": 64,
-    "k_max": 50,
-    "variants": ["ujv", "vju"],
-    "token_layers": [],
-    "spectra_prompts": 0,
-    "chunk_size": None,  # options.auto_chunk: a batch's activations under 1 GiB
-}
+EXTRACT = MeasureConfig(  # chunk_size None: options.auto_chunk, a batch's activations < 1 GiB
+    max_tokens=64, k_max=50, variants=("ujv", "vju"), token_layers=(), spectra_prompts=0
+)
 
 
 def paper(**extract) -> dict:
@@ -37,9 +34,9 @@ def test_extraction_time_is_linear_in_prompts_and_token_families_cubic_in_tokens
     two = cost.extract_cost(SHAPE, EXTRACT, 20, cost.GPU)
     for part, seconds in one["seconds"].items():
         assert two["seconds"][part] == pytest.approx(2 * seconds, rel=1e-9), part
-    tokens = {**EXTRACT, "token_layers": [-1], "token_prompts": 1}
-    short = cost.extract_cost(SHAPE, {**tokens, "token_max_tokens": 16}, 1, cost.GPU)
-    long = cost.extract_cost(SHAPE, {**tokens, "token_max_tokens": 32}, 1, cost.GPU)
+    tokens = replace(EXTRACT, token_layers=(-1,), token_prompts=1)
+    short = cost.extract_cost(SHAPE, replace(tokens, token_max_tokens=16), 1, cost.GPU)
+    long = cost.extract_cost(SHAPE, replace(tokens, token_max_tokens=32), 1, cost.GPU)
     assert long["seconds"]["token statistics"] == pytest.approx(
         8 * short["seconds"]["token statistics"]
     )
@@ -47,8 +44,10 @@ def test_extraction_time_is_linear_in_prompts_and_token_families_cubic_in_tokens
 
 
 def test_top_k_svd_is_cheaper_than_dense_at_paper_width() -> None:
-    dense = cost.extract_cost(SHAPE, {**EXTRACT, "svd": {"method": "dense"}}, 100, cost.CPU)
-    topk = cost.extract_cost(SHAPE, {**EXTRACT, "svd": {"method": "topk"}}, 100, cost.CPU)
+    dense = cost.extract_cost(
+        SHAPE, replace(EXTRACT, svd=SVDOptions(method="dense")), 100, cost.CPU
+    )
+    topk = cost.extract_cost(SHAPE, replace(EXTRACT, svd=SVDOptions(method="topk")), 100, cost.CPU)
     # measured at d=4096, one thread: 13.2 s dense, 3.4 s for the top 50
     assert topk["seconds"]["depth svd"] < dense["seconds"]["depth svd"] / 3
     # the memory of a dense SVD's U and V is not needed either
@@ -56,21 +55,25 @@ def test_top_k_svd_is_cheaper_than_dense_at_paper_width() -> None:
 
 
 def test_peak_memory_holds_the_weights_one_block_copy_and_the_depth_stack() -> None:
-    peak = cost.extract_cost(SHAPE, {**EXTRACT, "svd": {"method": "topk"}}, 1, cost.GPU)["peak"]
+    peak = cost.extract_cost(SHAPE, replace(EXTRACT, svd=SVDOptions(method="topk")), 1, cost.GPU)[
+        "peak"
+    ]
     weights = SHAPE.params * 2
     stack = SHAPE.n_layers * SHAPE.d_model**2 * 4
     assert weights + stack < peak < weights + stack + SHAPE.block_params * 4 + 2e9
 
 
 def test_shards_shorten_the_longest_job_not_the_total() -> None:
-    def costs(**extract) -> dict[str, cost.JobCost]:
+    def costs(**extract) -> dict[str, cost.JobCost]:  # Jacobians on every prompt
+        extract = {"jacobian_prompts": None, "token_prompts": 20, **extract}
         plan = wf.check_config(paper(**extract), REPO, check_memory=False)
         return {r.model: r for r in cost.plan_costs(plan)}
 
     whole, split = costs(prompts_per_shard=None), costs(prompts_per_shard=100)
     row, part = whole["llama-3-8b"], split["llama-3-8b"]
     assert part.jobs == (12 + 20) * row.jobs  # 12 shards and 20 token-family jobs per step
-    assert part.seconds == pytest.approx(row.seconds, rel=0.1)  # plus per-job overheads
+    overheads = (part.jobs - row.jobs) * cost.GPU.overhead  # the same work, more job starts
+    assert part.seconds - overheads == pytest.approx(row.seconds, rel=1e-9)
     assert part.job_seconds < row.job_seconds / 8
     depth_only = costs(prompts_per_shard=100, token_prompts=0)["llama-3-8b"]
     one_job = costs(prompts_per_shard=None, token_prompts=0)["llama-3-8b"]
@@ -94,6 +97,7 @@ def test_cli_plan_prints_the_totals_and_fails_when_a_job_does_not_fit(
     assert cli.main(["plan", "--configfile", str(REPO / "config" / "paper.yaml")]) == 0
     out = capsys.readouterr().out
     assert "GPU-hours" in out and "llama-3-70b" in out and "pythia-12b-steps" in out
+    assert "GB to download" in out and "peak cache" in out and "vit_train" in out
     config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     config["models"]["pythia-12b-steps"]["resources"]["gpu_mem_gb"] = 16
     config["model_table"] = str(REPO / config["model_table"])
@@ -103,3 +107,48 @@ def test_cli_plan_prints_the_totals_and_fails_when_a_job_does_not_fit(
     assert cli.main(["plan", "--configfile", str(bad), "--csv", str(csv)]) == 1
     assert "OVER gpu_mem_gb" in capsys.readouterr().out
     assert "pythia-12b-steps" in csv.read_text()
+
+
+def test_jacobians_scale_with_jacobian_prompts_and_forward_passes_with_all_prompts() -> None:
+    every = cost.extract_cost(SHAPE, EXTRACT, 1200, cost.GPU)
+    subset = cost.extract_cost(SHAPE, replace(EXTRACT, jacobian_prompts=200), 1200, cost.GPU)
+    for part in ("depth jacobians", "depth svd", "depth statistics"):
+        assert subset["seconds"][part] == pytest.approx(every["seconds"][part] / 6), part
+    assert subset["seconds"]["forward passes"] == every["seconds"]["forward passes"]
+
+
+def test_the_paper_suite_fits_1000_gpu_hours_with_every_measure() -> None:
+    plan = wf.check_config(paper(), REPO, check_memory=False)
+    rows = cost.plan_costs(plan)
+    assert sum(r.seconds for r in rows if r.on_gpu) / 3600 <= 1000
+    assert plan.measure.jacobian_prompts and plan.measure.token_prompts > 0
+    assert all(r.on_gpu and r.fits for r in rows)
+
+
+def test_a_model_on_the_cpu_is_a_cpu_job_for_the_planner_and_the_memory_check() -> None:
+    config = paper()
+    config["models"]["pythia-12b-steps"]["load"] = {"device": "cpu"}
+    config["models"]["pythia-12b-steps"]["resources"]["gpu_mem_gb"] = 16  # a GPU job: too small
+    plan = wf.check_config(config, REPO)  # not refused: it runs on the CPU
+    row = next(r for r in cost.plan_costs(plan) if r.model == "pythia-12b-steps")
+    assert not plan.on_gpu("pythia-12b-steps") and not row.on_gpu
+    assert plan.on_gpu("pythia-6.9b-steps")  # device auto with gpu_mem_gb
+
+
+def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
+    config = paper()
+    plan = wf.check_config(copy.deepcopy(config), REPO, check_memory=False)
+    download, peak, revisions = cost.hub_volume(plan)
+    suites = [e for e in plan.models.values() if e.is_checkpoint_suite]
+    others = [e for e in plan.models.values() if not e.is_checkpoint_suite]
+    assert revisions == len(others) + sum(len(e.steps) for e in suites)  # a twin needs no weights
+    weights = {e.name: e.meta["params"] * cost.HUB_BYTES_PER_PARAM for e in plan.models.values()}
+    suite_bytes = sum(weights[e.name] * len(e.steps) for e in suites)
+    other_bytes = sum(weights[e.name] for e in others)
+    assert download == pytest.approx(suite_bytes + other_bytes + cost.VIT_DATA_BYTES)
+    assert peak == pytest.approx(download)  # no bound: every revision stays
+    config["hub"] = {"max_revisions": 2}
+    plan = wf.check_config(config, REPO, check_memory=False)
+    bounded = cost.hub_volume(plan)[1]
+    largest = max(weights[e.name] for e in suites)
+    assert bounded == pytest.approx(other_bytes + 2 * largest + cost.VIT_DATA_BYTES)

@@ -3,8 +3,15 @@ capped at the nodes (defaults) or stopped with one line (needs no node meets).""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from blockcoupling import slurm
 from blockcoupling.slurm import (
     ENV,
     Needs,
@@ -171,3 +178,114 @@ def test_status_command_is_squeue_where_slurm_keeps_no_accounting() -> None:
     assert settings().status_command(with_dbd) is None
     assert settings().status_command("") is None
     assert settings(STATUS="sacct").status_command(no_accounting) == "sacct"
+
+
+# --- what the workflow asks Slurm, and when (fake Slurm commands on PATH that log their calls) ---
+REPO = Path(__file__).resolve().parents[1]
+ONE_NODE = "batch*|2|24105|(null)|infinite\ngpu|16|128000|gpu:2|1:00:00\n"
+
+
+def fake_slurm(folder: Path, sinfo: str = ONE_NODE, scontrol_sleep: float = 0) -> Path:
+    """sinfo, scontrol, squeue and sacct that append their arguments to ``folder/calls``."""
+    for name in ("sinfo", "scontrol", "squeue", "sacct"):
+        script = folder / name
+        body = f'echo "{name} $*" >> {folder}/calls\n'
+        if name == "sinfo":
+            body += f"printf '{sinfo.replace(chr(10), chr(92) + 'n')}'\n"
+        if name == "scontrol" and scontrol_sleep:
+            body += f"sleep {scontrol_sleep}\n"
+        script.write_text("#!/bin/sh\n" + body)
+        script.chmod(0o755)
+    return folder
+
+
+def dry_run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    folder = fake_slurm(tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path)
+    environ = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", **env}
+    environ.pop("BLOCKCOUPLING_SLURM_PROFILE", None)
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--quiet", *args]
+    work = tmp_path / "work"
+    return subprocess.run(
+        [*command, "--directory", str(work)], cwd=REPO, capture_output=True, text=True, env=environ
+    )
+
+
+def test_a_local_dry_run_asks_slurm_nothing(tmp_path: Path) -> None:
+    done = dry_run(tmp_path, "--configfile", "config/smoke.yaml")
+    assert done.returncode == 0, done.stderr[-2000:]
+    calls = (
+        (tmp_path / "bin" / "calls").read_text() if (tmp_path / "bin" / "calls").exists() else ""
+    )
+    # the Slurm plugin's own import probes `scontrol show config` (upstream); the workflow nothing
+    assert "sinfo" not in calls
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {ENV + "GPU_PARTITION": "nope"},
+            f"{ENV}GPU_PARTITION='nope', but sinfo lists no partition",
+        ),
+        ({}, "needs 1 GPU(s) (80 GB) but partition batch has at most 0 per node"),
+    ],
+)
+def test_a_dry_run_with_the_profile_stops_in_one_line_where_a_real_run_would(
+    tmp_path: Path, env: dict, message: str
+) -> None:
+    done = dry_run(tmp_path, "--profile", "slurm", "--configfile", "config/paper.yaml", **env)
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if line.startswith("slurm: ")]
+    assert len(lines) == 1 and message in lines[0], done.stderr[-2000:]
+    assert "sinfo" in (tmp_path / "bin" / "calls").read_text()
+
+
+def test_a_controller_that_does_not_answer_is_said_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    fake_slurm(tmp_path, scontrol_sleep=5)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(slurm, "TIMEOUT_S", 0.5)
+    assert settings().status_command() is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the Slurm controller does not answer" in err[0]
+
+
+def test_runtime_is_the_planned_time_with_a_safety_factor_and_floor_doubled_on_a_retry() -> None:
+    from blockcoupling import cost
+
+    assert cost.runtime_minutes(0) == cost.RUNTIME_FLOOR_MIN
+    assert cost.runtime_minutes(3600) == 3 * 60  # 3x an hour
+    assert cost.runtime_minutes(3600, attempt=2) == 2 * 3 * 60
+
+
+def test_no_rule_asks_more_time_than_its_partition_allows(tmp_path: Path) -> None:
+    short = "batch*|4|24105|(null)|20:00\n"  # a 20-minute partition
+    fake_slurm(tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path, short)
+    environ = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", "slurm"]
+    command += ["--configfile", "config/smoke.yaml", "--directory", str(tmp_path / "work")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runtimes = [int(value) for value in re.findall(r"\bruntime=(\d+)", done.stdout)]
+    assert runtimes and max(runtimes) <= 20
+    assert re.search(r"rule vit_train:(.|\n)*?resources: .*runtime=", done.stdout)
+
+
+def test_check_config_with_the_profile_runs_the_same_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from blockcoupling import cli
+
+    fake_slurm(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    paper = str(REPO / "config" / "paper.yaml")
+    monkeypatch.setenv(ENV + "GPU_PARTITION", "nope")
+    assert cli.main(["check-config", paper, "--profile", "slurm"]) == 2
+    assert f"{ENV}GPU_PARTITION='nope', but sinfo lists no partition" in capsys.readouterr().err
+    monkeypatch.setenv(ENV + "GPU_PARTITION", "gpu")
+    assert cli.main(["check-config", paper, "--profile", "slurm"]) == 0
+    assert "Slurm: every job fits a node of its partition" in capsys.readouterr().out
+    monkeypatch.setenv(ENV + "GPU", "none")  # on CPUs: the models' host memory on batch's nodes
+    assert cli.main(["check-config", paper, "--profile", "slurm"]) == 2
+    assert "but the largest node of partition batch has 24105" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The ``blockcoupling`` command: measure one model on a few prompts, check a workflow config.
 
 blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one model
-blockcoupling check-config FILE                          validate a config as the workflow does
+blockcoupling check-config FILE [--profile slurm]       validate a config as the workflow does
 blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
 blockcoupling verify results/                            every result against its recorded hash
 """
@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the workflow's folder (schemas/, resources/); default: found from this package",
     )
+    check.add_argument(
+        "--profile",
+        choices=("slurm",),
+        default=None,
+        help="also run the Slurm checks of `snakemake --profile slurm` against sinfo",
+    )
     plan = commands.add_parser(
         "plan",
         help="estimated GPU-hours, peak GPU memory and output size of a config's jobs",
@@ -138,7 +144,26 @@ def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool =
     return check_config(config, folder, check_memory)
 
 
-def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
+def check_slurm(plan: Any) -> str:
+    """The Slurm checks of the slurm profile (``slurm.check_plan`` against sinfo's nodes, the
+    ``BLOCKCOUPLING_SLURM_*`` settings); raises ``SlurmError`` naming the setting.
+    """
+    from blockcoupling import slurm
+
+    settings = slurm.SlurmSettings.from_env()
+    try:
+        if slurm.read_nodes(settings.partition) is None:
+            return "; Slurm: sinfo did not answer, nothing checked"
+    except slurm.SlurmError:  # no such partition: check_plan names the setting
+        pass
+    threads = min(plan.config["extract"]["threads"], settings.max_threads() or sys.maxsize)
+    slurm.check_plan(plan, settings, threads)
+    return "; Slurm: every job fits a node of its partition"
+
+
+def check_config_file(
+    file: Path, workflow_dir: Path | None = None, profile: str | None = None
+) -> str:
     """Validate a config file as the workflow does; return a one-paragraph summary."""
     plan = load_plan(file, workflow_dir)
     jobs = sum(
@@ -158,6 +183,7 @@ def check_config_file(file: Path, workflow_dir: Path | None = None) -> str:
         f"{len(plan.train_runs)} training runs, prompt set {plan.prompt_set!r}, statistics at "
         + ", ".join(f"{k}={v}" for k, v in plan.selection.items())
         + vit
+        + (check_slurm(plan) if profile == "slurm" else "")
     )
 
 
@@ -202,7 +228,15 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         f"max_tokens {plan.config['extract'].get('max_tokens')} (null counts as "
         f"{cost.DEFAULT_TOKENS})"
     )
-    return header + "\n" + cost.plan_table(rows, gpu=gpu), all(r.fits for r in rows if r.on_gpu)
+    download, peak, revisions = cost.hub_volume(plan)
+    bound = (plan.config.get("hub") or {}).get("max_revisions")
+    hub = (
+        f"hub: {download / cost.GB:,.0f} GB to download ({revisions} model revisions at "
+        f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
+        f"(hub.max_revisions={bound if bound is not None else 'unset: every revision kept'})"
+    )
+    table = cost.plan_table(rows, gpu=gpu)
+    return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)
 
 
 def _check_measure_flags(args: argparse.Namespace) -> None:
@@ -290,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "check-config":
-            print(check_config_file(args.file, args.workflow_dir))
+            print(check_config_file(args.file, args.workflow_dir, args.profile))
         elif args.command == "plan":
             report, fits = plan_report(args)
             print(report)

@@ -23,10 +23,11 @@ no GPU was available where this was written. Scale it with ``--gpu-tflops``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from blockcoupling.options import AUTO_CHUNK_FLOATS, auto_chunk
+from blockcoupling.options import AUTO_CHUNK_FLOATS, MeasureConfig, auto_chunk, runs_on_gpu
 
 GB = 1e9
 BYTES_PER_PARAM = {
@@ -133,38 +134,41 @@ def shape_of(meta: dict[str, Any], load: dict[str, Any]) -> Shape | None:
     return Shape(int(layers), int(d), float(params), BYTES_PER_PARAM[storage])
 
 
-def _dense(d: int, k: int, svd: dict[str, Any]) -> bool:
-    """Whether ``extract.svd`` takes the dense path at width d (``SVDOptions.uses_dense``)."""
-    from blockcoupling.options import SVDOptions
-
-    return SVDOptions(**svd).uses_dense(d, k)
-
-
-def _svd_seconds(d: int, count: float, k: int, svd: dict[str, Any], rates: Rates) -> float:
-    if _dense(d, k, svd):
+def _svd_seconds(d: int, count: float, options: MeasureConfig, rates: Rates) -> float:
+    if options.svd.uses_dense(d, options.k_max):
         return count * rates.dense_svd * d**3
-    return count * rates.topk * d**2 * (k + svd.get("oversample", 20))
+    return count * rates.topk * d**2 * (options.k_max + options.svd.oversample)
 
 
-def extract_cost(shape: Shape, extract: dict[str, Any], n_prompts: int, rates: Rates) -> dict:
-    """Seconds (by part), peak bytes and output bytes of extracting ``n_prompts`` prompts."""
-    n = extract.get("max_tokens") or DEFAULT_TOKENS
-    n_family = min(n, extract.get("token_max_tokens") or n)
-    k = extract.get("k_max", 50)
-    variants = len(extract.get("variants", ["ujv", "vju"]))
+def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Rates) -> dict:
+    """Seconds (by part), peak bytes and output bytes of extracting ``n_prompts`` prompts with
+    the checked ``options`` (the first ``options.jacobian_prompts`` get Jacobians, every prompt
+    a forward pass).
+    """
+    n = options.max_tokens or DEFAULT_TOKENS
+    n_family = min(n, options.token_max_tokens or n)
+    k = options.k_max
+    variants = len(options.variants)
     layers_l, d, p = shape.n_layers, shape.d_model, shape.block_params
-    token_layers = len(set(extract.get("token_layers", [])))
-    token_prompts = min(extract.get("token_prompts", 0), n_prompts) if token_layers else 0
-    spectra = extract.get("spectra_prompts")
-    spectra_prompts = n_prompts if spectra is None else min(spectra, n_prompts)
-    svd = extract.get("svd", {})
-    chunk = extract.get("chunk_size") or auto_chunk(n, d)
+    jacobian_prompts = options.jacobian_count(n_prompts)
+    token_layers = len(set(options.token_layers))
+    token_prompts = min(options.token_prompts, jacobian_prompts) if token_layers else 0
+    spectra = options.spectra_prompts
+    spectra_prompts = jacobian_prompts if spectra is None else min(spectra, jacobian_prompts)
+    dense = options.svd.uses_dense(d, k)
+    chunk = options.chunk_size or auto_chunk(n, d)
     vjp = 3.0 * (2.0 * p + 4.0 * n * d)  # one VJP of one token through a block
     seconds = {
-        "depth jacobians": n_prompts * layers_l * (d * vjp + 2.0 * p * n) / rates.matmul,
-        "depth svd": _svd_seconds(d, n_prompts, k, svd, rates) * layers_l
+        "depth jacobians": jacobian_prompts * layers_l * (d * vjp + 2.0 * p * n) / rates.matmul,
+        "depth svd": _svd_seconds(d, jacobian_prompts, options, rates) * layers_l
         + spectra_prompts * layers_l * rates.svdvals * d**3,
-        "depth statistics": n_prompts * variants * 2.0 * layers_l**2 * d**2 * k / rates.matmul,
+        "depth statistics": jacobian_prompts
+        * variants
+        * 2.0
+        * layers_l**2
+        * d**2
+        * k
+        / rates.matmul,
         "forward passes": n_prompts * 6.0 * shape.params * n / rates.matmul,
     }
     if token_prompts:
@@ -172,13 +176,13 @@ def extract_cost(shape: Shape, extract: dict[str, Any], n_prompts: int, rates: R
         per_layer = 3.0 * d * p * nf**2 + 6.0 * d * p * nf * n + 6.0 * nf * d * p  # all n, self
         seconds["token jacobians"] = token_prompts * token_layers * per_layer / rates.matmul
         seconds["token svd"] = token_prompts * _svd_seconds(
-            d, token_layers * nf * (nf + 1), k, svd, rates
+            d, token_layers * nf * (nf + 1), options, rates
         )
         stats = (4.0 / 3.0) * nf**3 * d**2 * k * token_layers**2 * variants
         seconds["token statistics"] = token_prompts * stats / rates.matmul
     weights = shape.params * shape.bytes_per_param
     block_copy = p * 4 if shape.bytes_per_param < 4 else 0  # the float32 copy of one block
-    held = 3.0 if _dense(d, k, svd) else 1.3  # Jacobians held, with a dense SVD's U and V
+    held = 3.0 if dense else 1.3  # Jacobians held, with a dense SVD's U and V
     depth_held = held * layers_l * d * d * 4  # the stack (filled in place) and SVD workspace
     depth_act = chunk * ACTIVATION_FLOATS * n * d * 4  # gradients of the key/value prefix too
     token_held = held * token_layers * n_family * d * d * 4 if token_prompts else 0
@@ -186,12 +190,12 @@ def extract_cost(shape: Shape, extract: dict[str, Any], n_prompts: int, rates: R
     peak = weights + block_copy + max(depth_held + depth_act, token_held + token_act)
     f64 = 8
     output = (
-        n_prompts
+        jacobian_prompts
         * (
             variants * layers_l**2 * k * 2 * f64  # depth diag and corner
             + layers_l * k * f64  # top-K singular values
-            + (layers_l + 1) * n * 6 * f64  # trajectories
         )
+        + n_prompts * (layers_l + 1) * n * 6 * f64  # trajectories
         + spectra_prompts * layers_l * d * f64
     )
     if token_prompts:
@@ -218,16 +222,21 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
         if shape is None:
             continue
         declared = float(entry.resources.get("gpu_mem_gb", 0))
-        device = entry.load.get("device", plan.config["extract"].get("device", "auto"))
-        on_gpu = declared > 0 or device.startswith("cuda")
+        on_gpu = plan.on_gpu(name)
         rates = gpu if on_gpu else cpu
         shards = plan.shards(name)
-        options = plan.extract_options(name)
+        options = plan.measure_options(name)
         token_jobs = len(plan.token_jobs(name))
-        depth_only = {**options, "token_prompts": 0} if token_jobs else options
-        job = extract_cost(shape, depth_only, max(count for _, count in shards), rates)
+        depth_only = replace(options, token_prompts=0) if token_jobs else options
+        job = max(
+            (
+                extract_cost(shape, depth_only.for_shard(first), count, rates)
+                for first, count in shards
+            ),
+            key=lambda cost: sum(cost["seconds"].values()),
+        )
         if token_jobs:  # one token prompt's own job
-            tokens = extract_cost(shape, {**options, "token_prompts": 1}, 1, rates)
+            tokens = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
             job = max(job, tokens, key=lambda cost: sum(cost["seconds"].values()))
         total = extract_cost(shape, options, plan.n_prompts, rates)
         steps = len(entry.steps)
@@ -268,7 +277,110 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
                     on_gpu,
                 )
             )
-    return rows
+    return rows + vit_costs(plan, gpu, cpu)
+
+
+HUB_BYTES_PER_PARAM = 2  # checkpoints on the hub are float16/bfloat16 files (assumed)
+VIT_DATA_BYTES = 163e6  # the CIFAR-10 archive
+
+
+def hub_volume(plan: Any) -> tuple[float, float, int]:
+    """Bytes downloaded, peak bytes in the hub cache, and model revisions fetched: every hub
+    model's weights once per revision (``HUB_BYTES_PER_PARAM`` per parameter; a random twin
+    needs no weights), with at most ``hub.max_revisions`` checkpoint revisions in the cache at
+    once (absent: all of them stay), plus the CIFAR-10 archive of the ViT sweep.
+    """
+    bound = (plan.config.get("hub") or {}).get("max_revisions")
+    total = kept = largest = 0.0
+    revisions = checkpoints = 0
+    for entry in plan.models.values():
+        if "hub" not in entry.source:
+            continue
+        size = float(entry.meta.get("params") or 0) * HUB_BYTES_PER_PARAM
+        count = len(entry.steps) if entry.is_checkpoint_suite else 1
+        revisions += count
+        total += size * count
+        if entry.is_checkpoint_suite:
+            checkpoints += count
+            largest = max(largest, size)
+            kept += size * count
+    data = (
+        VIT_DATA_BYTES if plan.vit is not None and plan.vit.section["dataset"] == "cifar10" else 0
+    )
+    peak = total - kept + (kept if bound is None else min(bound, checkpoints) * largest) + data
+    return total + data, peak, revisions
+
+
+# A job's Slurm runtime: the planner's longest job times RUNTIME_SAFETY (the GPU rate is an
+# assumption, and a shared node may be slower), at least RUNTIME_FLOOR_MIN (model load, start).
+RUNTIME_SAFETY = 3.0
+RUNTIME_FLOOR_MIN = 30
+DATASET_IMAGES = {"cifar10": 60000, "digits": 1797}  # images before the train/test split
+
+
+def runtime_minutes(job_seconds: float, attempt: int = 1) -> int:
+    """The runtime a job asks for: ``RUNTIME_SAFETY`` x the planned seconds, at least
+    ``RUNTIME_FLOOR_MIN``, doubled on each retry (``attempt`` 2: twice).
+    """
+    return max(RUNTIME_FLOOR_MIN, math.ceil(RUNTIME_SAFETY * job_seconds / 60)) * 2 ** (attempt - 1)
+
+
+def extract_job_seconds(
+    plan: Any, model: str, first: int | None, on_gpu: bool, gpu: Rates = GPU, cpu: Rates = CPU
+) -> float | None:
+    """Planned seconds of one extraction job of ``model``: the shard starting at prompt
+    ``first``, or (``first`` None) one token prompt's own job; None without the model's shape.
+    """
+    entry = plan.models[model]
+    shape = shape_of(entry.meta, entry.load)
+    if shape is None:
+        return None
+    rates = gpu if on_gpu else cpu
+    options = plan.measure_options(model)
+    if first is None:
+        cost = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
+    else:
+        if plan.token_jobs(model):
+            options = replace(options, token_prompts=0)
+        count = dict(plan.shards(model))[first]
+        cost = extract_cost(shape, options.for_shard(first), count, rates)
+    return sum(cost["seconds"].values()) + rates.overhead
+
+
+def vit_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
+    """The cost of the ViT sweep's training and extraction jobs (none when it is off): training
+    ``6 P`` FLOPs per token and image and epoch; extraction as ``extract_cost`` of the ViT.
+    """
+    if plan.vit is None:
+        return []
+    section, run = plan.vit.section, plan.vit.base  # base: model and recipe, defaults filled
+    on_gpu = runs_on_gpu(str(section.get("device", "cpu")))
+    rates = gpu if on_gpu else cpu
+    d, depth = run["embed_dim"], run["depth"]
+    tokens = (run["img_size"] // run["patch_size"]) ** 2 + 1
+    shape = Shape(depth, d, 12.0 * d * d * depth, 4)
+    images = DATASET_IMAGES.get(run["dataset"], 60000) * (1 - run["test_fraction"])
+    train = 6.0 * shape.params * tokens * images * run["epochs"] / rates.matmul + rates.overhead
+    options = replace(plan.vit.measure, max_tokens=tokens)
+    extract = extract_cost(shape, options, section["extract"]["images"], rates)
+    seconds = sum(extract["seconds"].values()) + rates.overhead
+    n = len(plan.vit.points)
+    return [
+        JobCost("vit", "vit_train", n, n * train, train, shape.params * 16, 0.0, 0, 0, on_gpu),
+        JobCost(
+            "vit",
+            "vit_extract",
+            n,
+            n * seconds,
+            seconds,
+            extract["peak"],
+            n * extract["output"],
+            0,
+            0,
+            on_gpu,
+            {p: n * v for p, v in extract["seconds"].items()},
+        ),
+    ]
 
 
 def check_fits(plan: Any) -> None:
@@ -301,6 +413,8 @@ def plan_table(rows: list[JobCost], gpu: Rates = GPU, cpu: Rates = CPU) -> str:
         )
     parts: dict[str, float] = {}
     for row in rows:
+        if row.rule not in ("extract",):
+            continue
         for part, value in row.parts.items():
             parts[part] = parts.get(part, 0.0) + value
     share = sum(parts.values()) or 1.0
@@ -315,5 +429,7 @@ def plan_table(rows: list[JobCost], gpu: Rates = GPU, cpu: Rates = CPU) -> str:
             for part, value in sorted(parts.items(), key=lambda kv: -kv[1])
         ),
         f"rates: {gpu.name}; {cpu.name}",
+        f"Slurm runtime of a job: {RUNTIME_SAFETY:g} x its h/job, at least {RUNTIME_FLOOR_MIN} "
+        "min, doubled on its retry, capped at the partition's time limit",
     ]
     return "\n".join(lines)

@@ -311,7 +311,8 @@ def measure_inputs(
     if isinstance(d_model, int) and config.k_max > d_model:
         raise ValueError(f"K={config.k_max} exceeds the hidden size d={d_model}")
     token_layers = _resolve_layers(config.token_layers, n_layers)
-    n_token_prompts = min(config.token_prompts, len(items)) if token_layers else 0
+    n_jacobian_prompts = config.jacobian_count(len(items))
+    n_token_prompts = min(config.token_prompts, n_jacobian_prompts) if token_layers else 0
     depth_results: list[DepthResult] = []
     token_results: list[TokenResult] = []
     trajectory_states: list[np.ndarray] = []
@@ -330,6 +331,8 @@ def measure_inputs(
             lengths.append(n)
             depth_positions.append(_resolve_position(config.depth_token, n, "depth_token"))
             trajectory_states.append(states(engine.full).double().cpu().numpy())
+            if i >= n_jacobian_prompts:  # forward-pass measures only
+                continue
             spectrum = config.spectra_prompts is None or i < config.spectra_prompts
             depth_results.append(_depth(engine, depth_positions[-1], config, n_layers, spectrum))
             if i < n_token_prompts:
@@ -343,9 +346,20 @@ def measure_inputs(
         "prompt_source": ("prompt", [p.source for p in items]),
         "n_tokens": ("prompt", lengths),
     }
+    jacobian_coords = {  # the prompts with Jacobians (the first ones)
+        key: value[:n_jacobian_prompts]
+        if isinstance(value, list)
+        else (value[0], value[1][:n_jacobian_prompts])
+        for key, value in prompt_coords.items()
+    }
+    depth_positions = depth_positions[:n_jacobian_prompts]
     return {
-        "depth": depth_dataset(depth_results, prompt_coords, depth_positions, config, common),
-        "spectra": spectra_dataset(depth_results, prompt_coords, common),
+        "depth": depth_dataset(depth_results, jacobian_coords, depth_positions, config, common)
+        if depth_results
+        else xr.Dataset(attrs=common),  # a shard of forward-only prompts (merge skips it)
+        "spectra": spectra_dataset(depth_results, jacobian_coords, common)
+        if depth_results
+        else xr.Dataset(attrs=common),
         "tokens": tokens_dataset(
             token_results,
             list(items[:n_token_prompts]),

@@ -42,6 +42,13 @@ def auto_chunk(n_tokens: int, d: int, cpu: bool = False) -> int:
     return min(largest, max(floor, AUTO_CHUNK_CPU_BYTES // tensor_bytes))
 
 
+def runs_on_gpu(device: str, gpu_mem_gb: float = 0) -> bool:
+    """Whether a job runs on a GPU, the one rule the planner, the memory check and the Slurm
+    requests follow: device ``cuda*``, or ``auto`` with GPU memory declared (``cpu``: never).
+    """
+    return device.startswith("cuda") or (device == "auto" and gpu_mem_gb > 0)
+
+
 # Keys of the ``extract`` section that change neither Jacobians nor statistics (prompt shards
 # are merged into the same files as one job's).
 RUN_ONLY_KEYS = ("prompt_set", "threads", "device", "chunk_size", "prompts_per_shard")
@@ -93,7 +100,10 @@ class MeasureConfig:
     full singular-value spectrum of every depth Jacobian (None: all); token_max_tokens: the token
     families cover the first this many tokens of a prompt (None: all; their cost grows as n^3);
     tf32: allow TensorFloat-32
-    matmuls on CUDA (off: Jacobians and SVDs in full float32).
+    matmuls on CUDA (off: Jacobians and SVDs in full float32); jacobian_prompts: how many prompts
+    (the first ones) get block Jacobians (depth-wise and token families, full spectra); the others
+    get only the forward-pass measures (trajectories), as the paper measured its Jacobian
+    alignment on a subset of its prompts (None: all).
     """
 
     k_max: int = 50
@@ -109,8 +119,13 @@ class MeasureConfig:
     spectra_prompts: int | None = None
     token_max_tokens: int | None = None
     tf32: bool = False
+    jacobian_prompts: int | None = None
 
     def __post_init__(self) -> None:
+        if self.jacobian_prompts is not None and self.jacobian_prompts < 0:
+            raise ValueError(
+                f"extract.jacobian_prompts must be >= 1 or null, got {self.jacobian_prompts}"
+            )
         if self.token_max_tokens is not None and self.token_max_tokens < 2:
             raise ValueError(f"extract.token_max_tokens must be >= 2, got {self.token_max_tokens}")
         if self.spectra_prompts is not None and self.spectra_prompts < 0:
@@ -136,9 +151,17 @@ class MeasureConfig:
         prompts of the whole set, so merged shards equal one job over every prompt.
         """
         spectra = None if self.spectra_prompts is None else max(0, self.spectra_prompts - first)
+        jacobians = None if self.jacobian_prompts is None else max(0, self.jacobian_prompts - first)
         return replace(
-            self, token_prompts=max(0, self.token_prompts - first), spectra_prompts=spectra
+            self,
+            token_prompts=max(0, self.token_prompts - first),
+            spectra_prompts=spectra,
+            jacobian_prompts=jacobians,
         )
+
+    def jacobian_count(self, n_prompts: int) -> int:
+        """How many of ``n_prompts`` prompts (the first ones) get block Jacobians."""
+        return n_prompts if self.jacobian_prompts is None else min(self.jacobian_prompts, n_prompts)
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> MeasureConfig:

@@ -27,6 +27,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -104,12 +105,30 @@ class SlurmSettings:
             return "squeue"
         return None
 
+    def runtime_cap(
+        self, minutes: int, nodes_of: Callable[[str], Nodes | None] | None = None
+    ) -> int:
+        """``minutes`` capped at the time limit of the (CPU) partition (the profile's default
+        runtime of the small rules); unchanged where sinfo cannot tell.
+        """
+        try:
+            nodes = (nodes_of or read_nodes)(self.partition)
+        except SlurmError:  # the workflow's check names the setting
+            return minutes
+        limit = nodes.time_limit if nodes is not None else None
+        return min(minutes, limit) if limit else minutes
+
     def max_threads(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> int | None:
         """The most CPUs of one node in both partitions (the profile's ``max-threads``); None
         where sinfo cannot tell (no Slurm here).
         """
         nodes_of = nodes_of or read_nodes
-        found = [nodes_of(p) for p in {self.partition, self.gpu_partition}]
+        found = []
+        for partition in {self.partition, self.gpu_partition}:
+            try:
+                found.append(nodes_of(partition))
+            except SlurmError:  # the workflow's check names the setting
+                continue
         cpus = [nodes.cpus for nodes in found if nodes is not None]
         return min(cpus) if cpus else None
 
@@ -172,17 +191,39 @@ def minutes(limit: str) -> int | None:
 
 def read_nodes(partition: str) -> Nodes | None:
     """What ``partition``'s nodes offer ('': the default partition), from ``sinfo``; None where
-    sinfo is missing or fails.
+    sinfo is missing or fails; ``SlurmError`` where sinfo answers but lists no such partition.
     """
-    command = ["sinfo", "-h", "-N", "-o", SINFO_FORMAT]
-    text = _run(command + (["-p", partition] if partition else []))
-    return parse_sinfo(text, partition) if text else None
+    text = _run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT])
+    if not text:
+        return None
+    nodes = parse_sinfo(text, partition)
+    if nodes is None:
+        names = sorted(
+            {line.split("|")[0].rstrip("*") for line in text.splitlines() if "|" in line}
+        )
+        what = f"no partition {partition!r}" if partition else "no default partition"
+        raise SlurmError(f"sinfo lists {what} (partitions: {', '.join(names) or 'none'})")
+    return nodes
+
+
+TIMEOUT_S = 10
 
 
 def _run(command: list[str]) -> str | None:
-    """A command's output, or None if it is missing, fails or hangs."""
+    """A command's output, or None if it is missing, fails or hangs (a hang is said in one line
+    on stderr: the Slurm controller does not answer).
+    """
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=TIMEOUT_S, check=True
+        )
+    except subprocess.TimeoutExpired:
+        print(
+            f"slurm: `{' '.join(command[:3])}` got no answer in {TIMEOUT_S} s: the Slurm "
+            "controller does not answer (is slurmctld up?); going on without what it would say",
+            file=sys.stderr,
+        )
+        return None
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout
@@ -250,7 +291,13 @@ def job_request(
     gpus = settings.gpu_count(needs.gpu_mem_gb)
     partition = settings.gpu_partition if gpus else settings.partition
     mem_mb, runtime = needs.mem_mb or defaults[0], needs.runtime or defaults[1]
-    nodes = nodes_of(partition)
+    try:
+        nodes = nodes_of(partition)
+    except SlurmError as error:
+        key = "GPU_PARTITION" if gpus else "PARTITION"
+        raise SlurmError(
+            f"{name}: {ENV}{key}={partition!r}, but {error}; set it to one of those"
+        ) from None
     if nodes is None:
         return Request(partition, mem_mb, runtime, gpus)
     where = f"partition {nodes.partition}"
@@ -284,3 +331,45 @@ def job_request(
         min(runtime, nodes.time_limit or runtime),
         gpus,
     )
+
+
+def job_needs(plan: Any, rule: str, model: str, threads: int) -> tuple[str, Needs]:
+    """The name (for errors) and the needs of a job of ``rule`` for ``model`` (``"vit"``: the
+    ViT sweep) of a ``workflow.Plan``: GPU memory only where the job runs on a GPU
+    (``Plan.on_gpu``, ``options.runs_on_gpu``), at least 1 GB there (one GPU).
+    """
+    from blockcoupling.options import runs_on_gpu
+
+    if model == "vit":
+        name, resources = f"vit ({rule})", {}
+        on_gpu = runs_on_gpu(str(plan.config["vit"]["device"]))
+    else:
+        name, resources = f"models.{model} ({rule})", plan.models[model].resources
+        on_gpu = plan.on_gpu(model)
+    gpu_mem_gb = max(1, int(resources.get("gpu_mem_gb", 0))) if on_gpu else 0
+    return name, Needs(threads, resources.get("mem_mb"), resources.get("runtime"), gpu_mem_gb)
+
+
+def plan_jobs(plan: Any) -> list[tuple[str, str]]:
+    """(rule, model) of every kind of job that asks Slurm for its own resources."""
+    evaluated = plan.evaluated(plan.models)
+    jobs = [
+        (rule, model)
+        for model in plan.models
+        for rule in ["extract"] + (["evaluate"] if model in evaluated else [])
+    ]
+    return jobs + ([("vit_train", "vit"), ("vit_extract", "vit")] if plan.vit else [])
+
+
+def check_plan(
+    plan: Any,
+    settings: SlurmSettings,
+    threads: int,
+    nodes_of: Callable[[str], Nodes | None] = read_nodes,
+) -> None:
+    """Raise ``SlurmError`` (one line naming the setting) for the first job of ``plan`` that
+    no node of its partition can run (``job_request``; defaults never raise).
+    """
+    for rule, model in plan_jobs(plan):
+        name, needs = job_needs(plan, rule, model, threads)
+        job_request(name, needs, (1, 1), settings, nodes_of)

@@ -12,13 +12,13 @@ import csv
 import hashlib
 import importlib.util
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from blockcoupling.combine import META_FIELDS
 from blockcoupling.models import LoadOptions
-from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig
+from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig, runs_on_gpu
 from blockcoupling.schedule import TrainConfig
 from blockcoupling.vit_config import ViTPlan
 
@@ -277,6 +277,7 @@ class Plan:
     token_model: str | None  # the model of the per-model figures
     n_prompts: int = 0  # prompts of the extraction set (hub sets: the most they can hold)
     vit: ViTPlan | None = None  # the ViT sweep, when enabled
+    measure: MeasureConfig = field(default_factory=MeasureConfig)  # the checked extract section
 
     @property
     def prompt_set(self) -> str:
@@ -296,6 +297,25 @@ class Plan:
         if not self.models[model].token_families:
             section["token_prompts"] = 0
         return section
+
+    def measure_options(self, model: str) -> MeasureConfig:
+        """The checked ``MeasureConfig`` as it applies to one model (the planner's and the
+        checks' options; jobs rebuild the same from ``extract_options``).
+        """
+        if self.models[model].token_families:
+            return self.measure
+        return replace(self.measure, token_prompts=0)
+
+    def device(self, model: str) -> str:
+        """A model's device: its ``load.device``, else ``extract.device``."""
+        return str(self.models[model].load.get("device", self.config["extract"]["device"]))
+
+    def on_gpu(self, model: str) -> bool:
+        """Whether a model's jobs run on a GPU (``options.runs_on_gpu`` of its device and
+        ``gpu_mem_gb``: a model with ``device: cpu`` never does, whatever it declares).
+        """
+        declared = float(self.models[model].resources.get("gpu_mem_gb", 0) or 0)
+        return runs_on_gpu(self.device(model), declared)
 
     def shards(self, model: str) -> list[tuple[int, int]]:
         """``(first prompt, prompt count)`` of each extraction job of a model: one job over every
@@ -597,6 +617,7 @@ def check_config(
         token_model or (cross[0] if cross else None),
         n_prompts,
         _vit_plan(config, selection),
+        measure,
     )
     if check_memory:
         from blockcoupling.cost import check_fits
