@@ -146,9 +146,10 @@ def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
     suite_bytes = sum(weights[e.name] * len(e.steps) for e in suites)
     other_bytes = sum(weights[e.name] for e in others)
     assert download == pytest.approx(suite_bytes + other_bytes + cost.VIT_DATA_BYTES)
-    assert peak == pytest.approx(download)  # no bound: every revision stays
+    largest = max(weights[e.name] for e in suites)
+    default = plan.config["hub"]["max_revisions"]  # the schema's bound
+    assert peak == pytest.approx(other_bytes + default * largest + cost.VIT_DATA_BYTES)
     config["hub"] = {"max_revisions": 2}
     plan = wf.check_config(config, REPO, check_memory=False)
     bounded = cost.hub_volume(plan)[1]
-    largest = max(weights[e.name] for e in suites)
     assert bounded == pytest.approx(other_bytes + 2 * largest + cost.VIT_DATA_BYTES)
