@@ -3,9 +3,9 @@ checkpoint; their correlations as repeated measures; the shape of each emergence
 
 import pandas as pd
 
-from blockcoupling import stats
 from blockcoupling.io import read_netcdf
 from blockcoupling.runner import run_script
+from blockcoupling.stats import checkpoints, core
 
 
 def main(sm):
@@ -18,7 +18,7 @@ def main(sm):
         if histories
         else pd.DataFrame(columns=["model", "step", "val_loss"])
     )
-    table = stats.checkpoint_table(
+    table = checkpoints.checkpoint_table(
         read_netcdf(sm.input.coupling),
         history,
         read_netcdf(sm.input.trajectories),
@@ -26,9 +26,9 @@ def main(sm):
         n_boot=sm.params.n_boot,
         seed=sm.params.seed,
     )
-    stats.write_table(table, sm.output.table)
-    stats.write_table(stats.checkpoint_correlations(table), sm.output.correlations)
-    stats.write_table(stats.emergence_summary(table), sm.output.emergence)
+    core.write_table(table, sm.output.table)
+    core.write_table(checkpoints.checkpoint_correlations(table), sm.output.correlations)
+    core.write_table(checkpoints.emergence_summary(table), sm.output.emergence)
 
 
 run_script(snakemake, main)

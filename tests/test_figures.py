@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from blockcoupling import figures, stats
+from blockcoupling import figures
+from blockcoupling.stats import checkpoints, core, crossmodel
 
 SEL = dict(reading="authors", variant="ujv", norm="p", k=10)
 TOKENS, LAYERS, PROMPTS, RANKS = 5, 4, 3, 6
@@ -130,18 +131,18 @@ def make_checkpoint_table(models: list[str], steps: list[int]) -> tuple[pd.DataF
         columns=["model", "step", "val_loss"],
     )
     traj = make_trajectories(models, "step", steps)
-    table = stats.checkpoint_table(ds, history, traj)
-    return table, stats.select(ds["depth_mis"], **SEL)
+    table = checkpoints.checkpoint_table(ds, history, traj)
+    return table, core.select(ds["depth_mis"], **SEL)
 
 
 def model_table(models: list[str], nan_score: bool = False) -> pd.DataFrame:
-    """stats.model_table from the synthetic coupling dataset (optionally one unknown score)."""
+    """crossmodel.model_table from the synthetic coupling dataset (optionally one unknown score)."""
     ds = make_coupling(models)
     if nan_score:
         ds = ds.assign_coords(
             score=("model", np.where(np.arange(len(models)) == 1, np.nan, ds["score"].values))
         )
-    return stats.model_table(stats.model_coupling(ds, n_boot=50))
+    return crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
 
 
 def assert_written(paths: list[Path]) -> None:
@@ -177,10 +178,10 @@ def test_model_level_figures(tmp_path, models):
     table = model_table(models, nan_score=len(models) > 1)
     assert_written(figures.coupling_vs_score(table, tmp_path / "fig1a.png"))
     assert_written(
-        figures.hyperparameter_correlations(stats.correlations(table), tmp_path / "corr")
+        figures.hyperparameter_correlations(crossmodel.correlations(table), tmp_path / "corr")
     )
-    assert_written(figures.k_sweep_curve(stats.k_sweep(ds, table), tmp_path / "ksweep"))
-    assert_written(figures.depth_heatmaps(stats.select(ds["depth_mis"], **SEL), tmp_path / "depth"))
+    assert_written(figures.k_sweep_curve(crossmodel.k_sweep(ds, table), tmp_path / "ksweep"))
+    assert_written(figures.depth_heatmaps(core.select(ds["depth_mis"], **SEL), tmp_path / "depth"))
     assert_written(figures.token_heatmaps(ds, tmp_path / "tokens", model=models[0]))
     assert_written(figures.lss_expodistance(traj, tmp_path / "lss"))
     assert_written(figures.pca_trajectories(traj, tmp_path / "pca", model=models[0]))

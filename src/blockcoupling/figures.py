@@ -21,7 +21,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
 from blockcoupling.io import read_netcdf
-from blockcoupling.stats import correlate, mixed_slope, require_columns, select
+from blockcoupling.stats.core import correlate, mixed_slope, require_columns, select
 
 matplotlib.use("Agg")
 
