@@ -1,8 +1,11 @@
-"""Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep."""
+"""Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep
+(exploratory, across models); the fixed-size design's run table and tests."""
+
+import pandas as pd
 
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.runner import run_script
-from blockcoupling.stats import core, crossmodel
+from blockcoupling.stats import core, crossmodel, fixed_size
 
 
 def main(sm):
@@ -14,13 +17,21 @@ def main(sm):
         coupling, k=k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
     )
     table = crossmodel.model_table(per_model, evaluation, score=sm.params.score)
-    subsets = crossmodel.table_subsets(table)  # all, base, and each family (e.g. the training grid)
+    subsets = crossmodel.table_subsets(table)  # all, base, and each family (e.g. a grid)
+    correlations = crossmodel.correlations(table, subsets=subsets)
+    history_of = dict(zip(sm.params.runs, sm.input.histories))
+    histories = {model: pd.read_csv(history_of[run]) for model, run in sm.params.models.items()}
+    runs = fixed_size.run_table(coupling, evaluation, histories, sm.params.selection)
+    primary = sm.params.primary
     frames = {
         "summary": table,
-        "correlations": crossmodel.with_holm(crossmodel.correlations(table, subsets=subsets)),
+        "correlations": crossmodel.with_holm(correlations),
         "ols": crossmodel.ols_fits(table, subsets=subsets),
         "partial": crossmodel.with_holm(crossmodel.partial_correlation(table, subsets=subsets)),
         "k_sweep": crossmodel.k_sweep(coupling, table, subsets=subsets, **at),
+        "crossmodel_analyses": crossmodel.analysis_rows(correlations, primary),
+        "fixed_size_runs": runs,
+        "fixed_size": fixed_size.analyses(runs, primary),
     }
     for name, frame in frames.items():
         core.write_table(frame, sm.output[name])

@@ -115,7 +115,8 @@ def correlate(
     """r, ci_low, ci_high, p, n, ci_method, reason for the pairs where both x and y are finite.
 
     Pearson: scipy r/p, Fisher-z CI (se 1/sqrt(n-3)). Spearman: scipy rho/p, Fisher-z CI with the
-    Bonett-Wright se sqrt((1 + rho^2/2)/(n-3)). n < 4 or constant input: NaN with a `reason`.
+    Bonett-Wright se sqrt((1 + rho^2/2)/(n-3)) (Spearman's own, never Pearson's). n < 4 or
+    constant input: NaN with a `reason`; |r| = 1: r and p, no interval.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -142,6 +143,9 @@ def correlate(
     else:
         r, p = sps.spearmanr(x, y)
         se = np.sqrt((1 + r**2 / 2) / (n - 3))
+    if abs(r) == 1:
+        # atanh(+-1) is infinite: no Fisher-z interval (never clipped into a finite z)
+        return row | dict(r=float(r), p=float(p), reason="|r| = 1: no Fisher-z interval")
     low, high = fisher_ci(float(r), n, ci, se)
     return row | dict(r=float(r), ci_low=low, ci_high=high, p=float(p))
 

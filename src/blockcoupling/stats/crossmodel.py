@@ -28,6 +28,7 @@ from blockcoupling.stats.core import (
     require_columns,
     select,
 )
+from blockcoupling.stats.inference import analysis_row, analysis_table
 
 SUBSETS = ("all", "base")
 SCORE_NAMES = {"score": "score", "bits_per_byte": "neg_bits_per_byte", "mc_accuracy": "mc_accuracy"}
@@ -353,3 +354,34 @@ def k_sweep(
             correlations(merged, target, ("coupling",), methods, subsets, ci).assign(k=int(k))
         )
     return pd.concat(frames, ignore_index=True)[["k", *frames[0].columns.drop("k")]]
+
+
+def analysis_rows(correlation_table: pd.DataFrame, primary: Sequence[str] = ()) -> pd.DataFrame:
+    """The cross-model test in the analysis-table format (``inference.ANALYSIS_COLUMNS``):
+    ``crossmodel_coupling_vs_score``, the Spearman rho of coupling and the score over every
+    model (unit model; exploratory: the models differ in data, size and training at once).
+    """
+    picked = correlation_table[
+        (correlation_table["subset"] == "all")
+        & (correlation_table["predictor"] == "coupling")
+        & (correlation_table["method"] == "spearman")
+    ]
+    method = "Spearman across models, Bonett-Wright interval"
+    if picked.empty:
+        rows = [analysis_row("crossmodel_coupling_vs_score", "model", 0, method, note="no row")]
+    else:
+        row = picked.iloc[0]
+        rows = [
+            analysis_row(
+                "crossmodel_coupling_vs_score",
+                "model",
+                row["n"],
+                method,
+                row["r"],
+                row["ci_low"],
+                row["ci_high"],
+                row["p"],
+                row["reason"] or f"target {row['target']}",
+            )
+        ]
+    return analysis_table(rows, primary)

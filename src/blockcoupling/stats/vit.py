@@ -22,6 +22,11 @@ from blockcoupling.stats.core import (
     require_columns,
     select,
 )
+from blockcoupling.stats.inference import (
+    MIN_CLUSTERS,
+    analysis_row,
+    analysis_table,
+)
 
 # --------------------------------------------------------------------------- ViT sweep
 VIT_NOTE_HOLM = "p_holm: Holm-adjusted over the {n} per-rate tests of this method"
@@ -113,7 +118,9 @@ def vit_coupling_by_rate(
 ) -> pd.DataFrame:
     """Coupling per stochastic-depth rate: the mean over weight decays, seeds and images
     (``wd = "all"``) and per weight decay, each with a percentile CI from
-    ``crossed_bootstrap_means`` (seeds and images resampled). Columns: sd, wd, coupling,
+    ``crossed_bootstrap_means`` (seeds and images resampled) from at least
+    ``inference.MIN_CLUSTERS`` seeds, else the range of the seed means (``ci_method`` says
+    which: a bootstrap over 2 seeds is no interval). Columns: sd, wd, coupling,
     ci_low, ci_high, n_models, n_images, ci_method.
     """
     values = vit_coupling_values(combined, k, reading, variant, norm)
@@ -126,12 +133,14 @@ def vit_coupling_by_rate(
         ]
         for wd, cube in groups:
             rng = _cell_seed(seed, "vit_rate", sd, wd)
-            means = crossed_bootstrap_means(cube, n_boot, rng)
-            low, high = (
-                np.nanquantile(means, [alpha, 1 - alpha])
-                if cube.shape[1] * cube.shape[2] > 1
-                else (np.nan, np.nan)
-            )
+            if cube.shape[1] >= MIN_CLUSTERS:
+                means = crossed_bootstrap_means(cube, n_boot, rng)
+                low, high = np.nanquantile(means, [alpha, 1 - alpha])
+                method = "percentile bootstrap, seeds and images resampled (crossed)"
+            else:
+                seed_means = np.nanmean(cube, axis=(0, 2))
+                low, high = np.nanmin(seed_means), np.nanmax(seed_means)
+                method = f"range of the seed means ({cube.shape[1]} seeds < {MIN_CLUSTERS})"
             rows.append(
                 dict(
                     sd=float(sd),
@@ -141,7 +150,7 @@ def vit_coupling_by_rate(
                     ci_high=float(high),
                     n_models=int(cube.shape[0] * cube.shape[1]),
                     n_images=int(cube.shape[2]),
-                    ci_method="percentile bootstrap, seeds and images resampled (crossed)",
+                    ci_method=method,
                 )
             )
     return pd.DataFrame(rows)
@@ -305,3 +314,76 @@ def _vit_pooled_within_rate(table: pd.DataFrame, ci: float) -> list[dict]:
         }
     )
     return rows
+
+
+def vit_run_table(combined: xr.Dataset, selection: dict) -> pd.DataFrame:
+    """One row per trained ViT (sd, wd, seed): ``test_accuracy`` and the mean over images of
+    ``coupling`` and, when measured, ``coupling_excess`` and ``overlap_u``.
+    """
+    accuracy = combined["test_accuracy"].transpose("sd", "wd", "seed")
+    grid = list(itertools.product(*(accuracy[d].values for d in ("sd", "wd", "seed"))))
+    rows = pd.DataFrame(grid, columns=["sd", "wd", "seed"])
+    rows["test_accuracy"] = accuracy.values.ravel()
+    for variable in ("coupling", "coupling_excess", "overlap_u"):
+        if variable in combined:
+            values = vit_coupling_values(combined, variable=variable, **selection)
+            rows[variable] = values.mean("image", skipna=True).values.ravel()
+    return rows
+
+
+def vit_analyses(runs: pd.DataFrame, primary: Sequence[str] = (), ci: float = 0.95) -> pd.DataFrame:
+    """The sweep's designed tests, one trained ViT per unit (each its own training run).
+
+    - ``vit_sd_effect[_{measure}]``: slope of the measure per unit drop-path rate, OLS with seed
+      as a block (``y ~ sd + C(seed)``, + ``C(wd)`` when several weight decays), t(n - p);
+    - ``vit_sd_effect_accuracy``: the same for test accuracy;
+    - ``vit_accuracy_within_rate[_{measure}]``: test accuracy per sd of the measure, pooled
+      within rates (``test_accuracy ~ z + C(sd)``, + seed and wd blocks).
+    The measure is ``coupling_excess`` (no suffix); raw ``coupling`` and ``overlap_u`` are
+    secondary. A missing measure gives a row saying so.
+    """
+    rows = []
+    for measure in ("coupling_excess", "coupling", "overlap_u", "test_accuracy"):
+        suffix = "" if measure == "coupling_excess" else f"_{measure.replace('test_', '')}"
+        if measure not in runs or runs[measure].isna().all():
+            note = f"not measured: {measure} absent"
+            rows.append(analysis_row(f"vit_sd_effect{suffix}", "run", 0, "", note=note))
+            if measure != "test_accuracy":
+                name = f"vit_accuracy_within_rate{suffix}"
+                rows.append(analysis_row(name, "run", 0, "", note=note))
+            continue
+        rows.append(_ols_row(runs, f"vit_sd_effect{suffix}", measure, "sd", ["seed", "wd"], ci))
+        if measure != "test_accuracy":
+            data = runs.assign(z=(runs[measure] - runs[measure].mean()) / runs[measure].std())
+            name = f"vit_accuracy_within_rate{suffix}"
+            rows.append(_ols_row(data, name, "test_accuracy", "z", ["sd", "seed", "wd"], ci))
+    return analysis_table(rows, primary)
+
+
+def _ols_row(
+    data: pd.DataFrame, name: str, response: str, term: str, blocks: list[str], ci: float
+) -> dict:
+    """OLS ``response ~ term + C(block)...`` (blocks with one level left out): the term's row."""
+    import statsmodels.formula.api as smf
+
+    data = data[[response, term, *blocks]].dropna()
+    used = [b for b in blocks if data[b].nunique() > 1]
+    formula = f"{response} ~ {term}" + "".join(f" + C({b})" for b in used)
+    n_params = 2 + sum(data[b].nunique() - 1 for b in used)
+    method = "OLS, classical SE, t(n - parameters)"
+    if len(data) <= n_params + 1 or data[term].nunique() < 2:
+        note = f"{formula}: n={len(data)} too small for {n_params} parameters"
+        return analysis_row(name, "run", len(data), method, note=note)
+    fit = smf.ols(formula, data=data).fit()
+    low, high = fit.conf_int(alpha=1 - ci).loc[term]
+    return analysis_row(
+        name,
+        "run",
+        len(data),
+        method,
+        fit.params[term],
+        low,
+        high,
+        fit.pvalues[term],
+        f"{formula}; df={int(fit.df_resid)}",
+    )
