@@ -99,9 +99,9 @@ def test_coupling_by_rate_by_hand(combined) -> None:
         pooled = frame[(frame.sd == sd) & (frame.wd == "all")].iloc[0]
         cube = values.sel(sd=sd).values
         assert pooled.coupling == pytest.approx(cube.mean())
-        means = vit.crossed_bootstrap_means(cube, 300, core._cell_seed(4, "vit_rate", sd, "all"))
+        seed_means = cube.mean(axis=(0, 2))  # 3 seeds: too few for a bootstrap, their range
         assert (pooled.ci_low, pooled.ci_high) == pytest.approx(
-            tuple(np.quantile(means, [0.025, 0.975]))
+            (seed_means.min(), seed_means.max())
         )
         one = frame[(frame.sd == sd) & (frame.wd == "0.05")].iloc[0]
         assert one.coupling == pytest.approx(values.sel(sd=sd, wd=0.05).values.mean())

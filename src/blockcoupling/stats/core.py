@@ -143,7 +143,7 @@ def correlate(
     else:
         r, p = sps.spearmanr(x, y)
         se = np.sqrt((1 + r**2 / 2) / (n - 3))
-    if abs(r) == 1:
+    if abs(r) > 1 - 1e-12:
         # atanh(+-1) is infinite: no Fisher-z interval (never clipped into a finite z)
         return row | dict(r=float(r), p=float(p), reason="|r| = 1: no Fisher-z interval")
     low, high = fisher_ci(float(r), n, ci, se)

@@ -75,7 +75,8 @@ def combine_analyses(frames: Sequence[pd.DataFrame], primary: Sequence[str]) -> 
     """Every family's analysis rows in one table: ``primary`` = the row's analysis is declared,
     ``p_holm`` = Holm over the declared rows' finite p values (other rows: NaN, exploratory).
     """
-    frame = pd.concat([f for f in frames if len(f)], ignore_index=True)
+    frames = [f for f in frames if len(f)]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     frame = frame.reindex(columns=list(ANALYSIS_COLUMNS))
     text = ["analysis", "unit", "method", "note"]
     frame[text] = frame[text].fillna("").astype(str)
