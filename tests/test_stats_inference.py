@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
-from blockcoupling.stats import checkpoints, claims, core, fixed_size, inference, vit
+from blockcoupling.stats import checkpoints, claims, core, crossmodel, fixed_size, inference, vit
 from blockcoupling.stats.hypotheses import HYPOTHESES
 
 
@@ -344,3 +344,23 @@ def test_stats_primary_defaults_and_unknown_ids_are_one_line_errors():
     with pytest.raises(wf.ConfigError, match=r"stats.primary .*'coupling_is_great'") as error:
         wf.check_config(bad, repo)
     assert "\n" not in str(error.value)
+
+
+def test_cross_model_correlations_average_the_seeds_of_a_configuration():
+    rng = np.random.default_rng(11)
+    groups = np.repeat([f"g{i}" for i in range(6)], 2)
+    table = pd.DataFrame(
+        {
+            "model": [f"{g}-s{i % 2}" for i, g in enumerate(groups)],
+            "group": groups,
+            "family": "grid",
+            "base": False,
+            "coupling": rng.normal(size=12),
+            "score": rng.normal(size=12),
+        }
+    )
+    got = crossmodel.correlations(table, predictors=("coupling",), subsets=("all",))
+    row = got[got["method"] == "pearson"].iloc[0]
+    means = table.groupby("group")[["coupling", "score"]].mean()
+    assert row["n"] == 6 and row["unit"] == "configuration (seeds averaged)"
+    assert row["r"] == pytest.approx(np.corrcoef(means["coupling"], means["score"])[0, 1])

@@ -122,6 +122,7 @@ def model_table(
         {
             "model": models.astype(str),
             "family": coord("family"),
+            "group": [g if isinstance(g, str) and g else m for g, m in zip(coord("group"), models)],
             "base": pd.Series(coord("base")).fillna(False).astype(bool).values,
             "coupling": trained["coupling"].values,
             "coupling_low": trained["coupling_low"].values,
@@ -150,17 +151,35 @@ def subset_frames(
     table: pd.DataFrame, subsets: Sequence[str] = SUBSETS
 ) -> Iterator[tuple[str, pd.DataFrame]]:
     """Yield (name, rows) for `all` (every row), `base` (rows with base == True) and
-    `family:<name>` (the rows of one family, e.g. a training grid).
+    `family:<name>` (the rows of one family, e.g. a training grid). Models that share a `group`
+    (seeds of one configuration) are averaged into one row: configurations are the units.
     """
     for name in subsets:
         if name == "all":
-            yield name, table
+            rows = table
         elif name == "base":
-            yield name, table[table["base"].astype(bool)]
+            rows = table[table["base"].astype(bool)]
         elif name.startswith("family:"):
-            yield name, table[table["family"].astype(str) == name.split(":", 1)[1]]
+            rows = table[table["family"].astype(str) == name.split(":", 1)[1]]
         else:
             raise ValueError(f"subset must be one of {SUBSETS} or family:<name>, got {name!r}")
+        yield name, by_configuration(rows)
+
+
+def by_configuration(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per ``group`` (numeric columns averaged over its seeds, others from the first
+    model); ``rows`` unchanged when it has no group column or every group has one model.
+    ``attrs["unit"]`` says which.
+    """
+    if "group" not in rows or not rows["group"].duplicated().any():
+        rows = rows.copy()
+        rows.attrs["unit"] = "model"
+        return rows
+    numeric = rows.select_dtypes("number").columns
+    agg = {c: ("mean" if c in numeric else "first") for c in rows.columns if c != "group"}
+    merged = rows.groupby("group", sort=False, as_index=False).agg(agg)
+    merged.attrs["unit"] = "configuration (seeds averaged)"
+    return merged
 
 
 def table_subsets(table: pd.DataFrame) -> tuple[str, ...]:
@@ -190,11 +209,12 @@ def correlations(
 ) -> pd.DataFrame:
     """Correlation of each predictor with `target`, per subset and method (see `correlate`).
 
-    Columns: subset, target, predictor, method, r, ci_low, ci_high, p, n, ci_method, reason.
+    Columns: subset, target, predictor, method, unit, r, ci_low, ci_high, p, n, ci_method,
+    reason (n counts units: configurations when seeds were averaged).
     """
     require_columns(table, [target, *predictors])
     rows = [
-        dict(subset=name, target=target, predictor=pred, method=m)
+        dict(subset=name, target=target, predictor=pred, method=m, unit=rows.attrs["unit"])
         | correlate(rows[pred], rows[target], m, ci)
         for name, rows in subset_frames(table, subsets)
         for pred in predictors
@@ -346,9 +366,7 @@ def k_sweep(
         at_k = pd.DataFrame(
             {"model": means["model"].values.astype(str), "coupling": means.sel(k=k).values}
         )
-        keep = (
-            ["model", "base", "family", target] if "family" in table else ["model", "base", target]
-        )
+        keep = [c for c in ("model", "base", "family", "group", target) if c in table]
         merged = table[keep].merge(at_k, on="model", how="left")
         frames.append(
             correlations(merged, target, ("coupling",), methods, subsets, ci).assign(k=int(k))
