@@ -186,10 +186,11 @@ def checkpoint_correlations(
 
 
 def emergence_summary(table: pd.DataFrame, column: str = "coupling") -> pd.DataFrame:
-    """The shape of ``column`` over training per model: value at the first step, the peak
-    (step and value), the last value, ``rise`` = peak - first, ``decline`` = peak - last, and
-    ``shape`` ("rise, peak, decline" when both exceed the peak's bootstrap half-width, else
-    "rise" / "flat or falling"); one row per model, with its group (seeds share a group).
+    """The shape of ``column`` over training per model, descriptive only: value at the first
+    step, the peak (step and value of the argmax), the last value, ``rise`` = peak - first and
+    ``decline`` = peak - last; one row per model, with its group (seeds share a group). The
+    argmax is biased towards a peak, so no test is made here: ``emergence_analyses`` chooses
+    the peak on one half of the prompts and tests it on the other.
     """
     require_columns(table, ["model", "step", column])
     rows = []
@@ -197,18 +198,6 @@ def emergence_summary(table: pd.DataFrame, column: str = "coupling") -> pd.DataF
         part = part.sort_values("step")
         peak = part.loc[part[column].idxmax()]
         first, last = part.iloc[0], part.iloc[-1]
-        width = (
-            (peak[f"{column}_high"] - peak[f"{column}_low"]) / 2
-            if f"{column}_high" in part.columns
-            else 0.0
-        )
-        rise, decline = peak[column] - first[column], peak[column] - last[column]
-        if rise > width and decline > width:
-            shape = "rise, peak, decline"
-        elif rise > width:
-            shape = "rise"
-        else:
-            shape = "flat or falling"
         rows.append(
             dict(
                 model=str(model),
@@ -219,10 +208,8 @@ def emergence_summary(table: pd.DataFrame, column: str = "coupling") -> pd.DataF
                 peak=float(peak[column]),
                 last_step=int(last["step"]),
                 last=float(last[column]),
-                rise=float(rise),
-                decline=float(decline),
-                peak_ci_half_width=float(width),
-                shape=shape,
+                rise=float(peak[column] - first[column]),
+                decline=float(peak[column] - last[column]),
             )
         )
     return pd.DataFrame(rows)
@@ -251,7 +238,7 @@ def emergence_analyses(
       of the prompts, the differences peak - first and peak - last measured on the other half;
       combined by a t test over runs; per run (``...:<model>``) a paired percentile bootstrap
       over the held-out half's prompts (exploratory).
-    Runs: the models of family ``emergence`` (every suite when the coord is absent). Ids get the
+    Runs: the models of family ``emergence`` (every suite when none is of that family). Ids get the
     suffix ``_coupling`` when ``variable`` is the raw coupling.
     """
     suffix = "" if variable == "coupling_excess" else f"_{variable}"
@@ -342,11 +329,15 @@ def _split_half_peak(values: xr.DataArray, n_boot: int, seed: int, model: str, c
     """``values (step, prompt)`` of one run: prompts split at random (seeded by the model) into
     halves A and B; the peak = argmax over steps of A's means; on B, peak - first step and
     peak - last step with a paired percentile bootstrap over B's prompts:
-    {"init": (estimate, low, high, n), "final": (...), "peak_step": int}.
+    {"init": (estimate, low, high, n), "final": (...), "peak_step": int}; NaN (n 0, peak -1)
+    for fewer than 2 steps or 4 prompts.
     """
     values = values.dropna("step", how="all").transpose("step", "prompt")
     steps = values["step"].values
     data = values.values
+    if len(steps) < 2 or data.shape[1] < 4:
+        empty = (np.nan, np.nan, np.nan, 0)
+        return {"init": empty, "final": empty, "peak_step": -1}
     rng = _cell_seed(seed, "emergence_split", model)
     order = rng.permutation(data.shape[1])
     half_a, half_b = order[: data.shape[1] // 2], order[data.shape[1] // 2 :]
