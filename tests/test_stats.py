@@ -480,8 +480,9 @@ def test_mixed_slope_falls_back_to_group_clustered_ols_at_zero_group_variance():
     assert "clustered" in got["reason"]
     z = (data["x"] - data["x"].mean()) / data["x"].std(ddof=1)
     ols = sm.OLS(data["y"], sm.add_constant(z)).fit(
-        cov_type="cluster", cov_kwds={"groups": data["g"]}
+        cov_type="cluster", cov_kwds={"groups": data["g"]}, use_t=True
     )
+    assert "t(7)" in got["reason"]  # 8 runs: t with G - 1 = 7 df, not the normal
     assert got["coef"] == pytest.approx(ols.params["x"], rel=1e-9)
     low, high = ols.conf_int().loc["x"]
     assert (got["ci_low"], got["ci_high"]) == pytest.approx((low, high), rel=1e-9)

@@ -201,10 +201,13 @@ def mixed_slope(
         # the mixed model's Hessian is singular; it reduces to OLS, whose standard errors are
         # then made robust to the grouping (cluster-robust by group)
         fit = sm.OLS(data[target], design).fit(
-            cov_type="cluster", cov_kwds={"groups": pd.factorize(data[group])[0]}
+            cov_type="cluster", cov_kwds={"groups": pd.factorize(data[group])[0]}, use_t=True
         )
         bounds = fit.conf_int(alpha=1 - ci)
-        reason = "random-intercept variance at 0: OLS with group-clustered standard errors"
+        reason = (
+            "random-intercept variance at 0: OLS with group-clustered standard errors, "
+            f"t({n_groups - 1})"
+        )
     return row | dict(
         coef=float(fit.params[predictor]),
         ci_low=float(bounds.loc[predictor, 0]),
