@@ -364,3 +364,11 @@ def test_cross_model_correlations_average_the_seeds_of_a_configuration():
     means = table.groupby("group")[["coupling", "score"]].mean()
     assert row["n"] == 6 and row["unit"] == "configuration (seeds averaged)"
     assert row["r"] == pytest.approx(np.corrcoef(means["coupling"], means["score"])[0, 1])
+
+
+def test_fixed_size_without_such_runs_says_so():
+    ds, evaluation, histories = fixed_size_data(np.random.default_rng(12), 3, 2, 0.5)
+    ds = ds.assign_coords(family=("model", ["grid"] * ds.sizes["model"]))
+    out = fixed_size.analyses(fixed_size.run_table(ds, evaluation, histories, {}))
+    assert out["estimate"].isna().all() and (out["n"] == 0).all()
+    assert out["note"].str.contains("no runs of family fixed_size").all()

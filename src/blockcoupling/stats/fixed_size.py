@@ -91,8 +91,12 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
     missing = [c for c in (column, outcome) if c not in table or table[c].isna().all()]
     method = "OLS per sd of predictor, CR1 by configuration, t(G-1)"
     spearman = "Spearman of configuration means, Bonett-Wright interval"
-    if missing:
-        note = f"not measured: {', '.join(missing)} absent"
+    if table.empty or missing:
+        note = (
+            f"not testable: no runs of family {FAMILY} in this design"
+            if table.empty
+            else f"not measured: {', '.join(missing)} absent"
+        )
         return [
             analysis_row(name, "run", 0, method, note=note),
             analysis_row(f"{name}_config_spearman", "configuration", 0, spearman, note=note),
