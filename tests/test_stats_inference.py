@@ -187,6 +187,13 @@ def test_fixed_size_recovers_a_known_effect_with_runs_as_units():
     config = out.loc["fixed_size_excess_vs_bpb_config_spearman"]
     assert config["n"] == 6 and config["unit"] == "configuration" and not config["primary"]
     assert set(out.index) <= set(HYPOTHESES)
+    twin = out.loc["fixed_size_trained_vs_random"]  # both inits share the level: ~0
+    assert (
+        twin["n"] == 6 and twin["unit"] == "configuration" and twin["ci_low"] < 0 < twin["ci_high"]
+    )
+    diff = ds["coupling_excess"].isel(prompt=slice(0, 3)).mean("prompt")
+    diff = (diff.sel(init="trained") - diff.sel(init="random")).values[:18]
+    assert twin["estimate"] == pytest.approx(diff.mean())
 
 
 def test_fixed_size_reports_missing_measures_and_too_few_configurations():

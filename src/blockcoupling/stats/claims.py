@@ -48,6 +48,13 @@ class Claim:
 
 CLAIMS = (
     Claim(
+        "Training couples the blocks: trained models are more coupled than random-init twins",
+        "fixed_size_trained_vs_random",
+        "coupling_excess, trained - twin, on held-out prompts",
+        +1,
+        "the fixed-size runs; configurations as units",
+    ),
+    Claim(
         "More coupled models generalize better (held-out bits per byte)",
         "fixed_size_excess_vs_bpb",
         "coupling_excess on held-out Shakespeare prompts; -bits per byte per sd",

@@ -18,7 +18,12 @@ import pandas as pd
 import xarray as xr
 
 from blockcoupling.stats.core import correlate, select
-from blockcoupling.stats.inference import analysis_row, analysis_table, cluster_slope
+from blockcoupling.stats.inference import (
+    analysis_row,
+    analysis_table,
+    cluster_slope,
+    run_level_test,
+)
 
 FAMILY = "fixed_size"
 HELD_OUT_SOURCE = "shakespeare"
@@ -54,12 +59,28 @@ def run_table(
                 continue
             da = select(coupling[variable], init="trained", **selection).sel(model=chosen)
             table[column] = da.isel(prompt=mask).mean("prompt", skipna=True).values
+    table["twin_difference"] = _twin_difference(coupling, chosen, masks["held_out"], selection)
     bpb = np.full(len(chosen), np.nan)
     if evaluation is not None and "bits_per_byte" in evaluation:
         bpb = select(evaluation["bits_per_byte"], init="trained").reindex(model=chosen).values
     table["neg_bpb"] = -np.asarray(bpb, dtype=float)
     table["gap"] = [generalization_gap(histories.get(m)) for m in chosen]
     return table
+
+
+def _twin_difference(
+    coupling: xr.Dataset, models: np.ndarray, mask: np.ndarray, selection: Mapping[str, object]
+) -> np.ndarray:
+    """Trained minus random-twin ``coupling_excess`` per model (mean over the held-out prompts);
+    NaN without the excess, the twins or such prompts.
+    """
+    if "coupling_excess" not in coupling or not mask.any():
+        return np.full(len(models), np.nan)
+    if "init" not in coupling.dims or "random" not in coupling["init"].values:
+        return np.full(len(models), np.nan)
+    da = select(coupling["coupling_excess"], **selection).sel(model=models).isel(prompt=mask)
+    means = da.mean("prompt", skipna=True)
+    return (means.sel(init="trained") - means.sel(init="random")).values
 
 
 def generalization_gap(history: pd.DataFrame | None) -> float:
@@ -74,9 +95,11 @@ def analyses(table: pd.DataFrame, primary: tuple[str, ...] = (), ci: float = 0.9
     """Per predictor, outcome and prompt set: the slope of the outcome per sd of the predictor
     across runs (OLS, CR1 by configuration, t(G-1)) — ids ``fixed_size_{excess|overlap_u|
     coupling}_vs_{bpb|gap}[_leaderboard]`` — and the Spearman correlation of the configuration
-    means (``..._config_spearman``, unit configuration, Bonett-Wright interval).
+    means (``..._config_spearman``, unit configuration, Bonett-Wright interval); and
+    ``fixed_size_trained_vs_random``, trained minus random-twin excess on the held-out prompts,
+    a t test over configuration means.
     """
-    rows = []
+    rows = [_twin_row(table, ci)]
     for variable, short in PREDICTORS.items():
         for prompts, suffix in PROMPT_SETS.items():
             column = f"{variable}_{prompts}"
@@ -131,3 +154,28 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             res["reason"],
         ),
     ]
+
+
+def _twin_row(table: pd.DataFrame, ci: float) -> dict:
+    """``fixed_size_trained_vs_random``: t test of the configuration means of the trained minus
+    twin excess (seeds of a configuration averaged first).
+    """
+    name, method = "fixed_size_trained_vs_random", "trained - twin excess; t over configurations"
+    if table.empty:
+        note = f"not testable: no runs of family {FAMILY} in this design"
+        return analysis_row(name, "configuration", 0, method, note=note)
+    if "twin_difference" not in table or table["twin_difference"].isna().all():
+        return analysis_row(name, "configuration", 0, method, note="not measured: no twin excess")
+    means = table.groupby("group")["twin_difference"].mean()
+    test = run_level_test(means.to_numpy(), ci)
+    return analysis_row(
+        name,
+        "configuration",
+        test["n"],
+        method,
+        test["estimate"],
+        test["ci_low"],
+        test["ci_high"],
+        test["p"],
+        test["note"],
+    )

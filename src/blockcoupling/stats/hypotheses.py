@@ -33,7 +33,8 @@ def _ids() -> tuple[str, ...]:
     ]
     vit = [f"vit_sd_effect{s}" for s in ("", "_coupling", "_overlap_u", "_accuracy")]
     vit += [f"vit_accuracy_within_rate{s}" for s in ("", "_coupling", "_overlap_u")]
-    return (*fixed, *emergence, *vit, "crossmodel_coupling_vs_score")
+    extra = ("fixed_size_trained_vs_random", "crossmodel_coupling_vs_score")
+    return (*fixed, *emergence, *vit, *extra)
 
 
 HYPOTHESES = _ids()
