@@ -108,7 +108,8 @@ def cluster_slope(
     formula = f"{response} ~ {term}" + "".join(f" + C({f})" for f in fixed if data[f].nunique() > 1)
     if n < 3 or data[term].nunique() < 2:
         return out | {"note": f"{formula}: n={n}, too few rows or a constant {term}"}
-    fit = smf.ols(formula, data=data).fit()
+    model = smf.ols(formula, data=data)
+    fit = model.fit()
     if not np.isfinite(fit.params[term]):
         return out | {"note": f"{formula}: {term} not estimable"}
     out["estimate"] = float(fit.params[term])
@@ -116,7 +117,7 @@ def cluster_slope(
         return out | {
             "note": f"{formula}: {groups} clusters < {MIN_CLUSTERS}, estimate only, no interval"
         }
-    fit = smf.ols(formula, data=data).fit(
+    fit = model.fit(
         cov_type="cluster", cov_kwds={"groups": pd.factorize(data[cluster])[0]}, use_t=True
     )
     low, high = fit.conf_int(alpha=1 - ci).loc[term]
