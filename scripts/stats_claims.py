@@ -11,7 +11,7 @@ from blockcoupling.stats import claims, core, inference
 def main(sm):
     frames = [pd.read_csv(path) for path in sm.input]
     analyses = inference.combine_analyses(frames, sm.params.primary)
-    table = claims.claims_table(analyses)
+    table = claims.claims_table(analyses, sm.params.primary)
     core.write_table(analyses, sm.output.analyses)
     core.write_table(table, sm.output.claims)
     write_text(sm.output.markdown, claims.claims_markdown(table, git_commit()))

@@ -11,6 +11,7 @@ excludes 0 on the other side). Exploratory rows are judged on their own p and sa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,8 +122,10 @@ def verdict(row: pd.Series | None, sign: int) -> str:
     return "reproduced" if (low > 0) == (sign > 0) else "refuted"
 
 
-def claims_table(analyses: pd.DataFrame) -> pd.DataFrame:
-    """One row per ``CLAIMS`` entry from the combined analysis table (``CLAIM_COLUMNS``)."""
+def claims_table(analyses: pd.DataFrame, primary: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per ``CLAIMS`` entry from the combined analysis table (``CLAIM_COLUMNS``);
+    ``primary``: the declared ids (a declared test the design lacks stays marked primary).
+    """
     by_id = {row["analysis"]: row for _, row in analyses.iterrows()}
     rows = []
     for claim in CLAIMS:
@@ -130,7 +133,7 @@ def claims_table(analyses: pd.DataFrame) -> pd.DataFrame:
         limits = claim.limits
         if row is not None and row["note"]:
             limits += f"; {row['note']}"
-        if row is not None and not bool(row["primary"]):
+        if claim.analysis not in primary:
             limits += "; exploratory (not a declared primary test)"
         values = {
             key: (row[key] if row is not None else np.nan)
@@ -140,7 +143,7 @@ def claims_table(analyses: pd.DataFrame) -> pd.DataFrame:
             dict(claim=claim.text, measure=claim.measure)
             | values
             | dict(
-                primary=bool(row["primary"]) if row is not None else False,
+                primary=claim.analysis in primary,
                 verdict=verdict(row, claim.sign),
                 limits=limits if row is not None else f"{limits}; not run with this design",
             )
