@@ -249,9 +249,10 @@ def test_bootstrap_ci_is_percentile_of_resampled_means():
     assert n == 8 and mean == pytest.approx(finite.mean())
     assert low == pytest.approx(lo, abs=0.05) and high == pytest.approx(hi, abs=0.1)
     assert abs(high - (2 * mean - lo)) > 0.3  # the "basic" interval would fail the check above
-    assert core.bootstrap_mean(np.array([2.0, np.nan]), 100, 0.95, np.random.default_rng(0))[
-        1:
-    ] == pytest.approx((np.nan, np.nan, 1), nan_ok=True)
+    few = np.array([2.0, 1.0, 3.0, 2.0, np.nan])  # 4 finite values: no bootstrap interval
+    assert core.bootstrap_mean(few, 100, 0.95, np.random.default_rng(0)) == pytest.approx(
+        (2.0, np.nan, np.nan, 4), nan_ok=True
+    )
 
 
 def test_model_coupling_rejects_unknown_k():
@@ -358,7 +359,7 @@ def test_checkpoint_table_and_correlations():
     got = row(table, model="m1", step=10)
     cell = ds["coupling"].sel(model="m1", step=10, reading="authors", variant="ujv", norm="p", k=10)
     assert got["coupling"] == pytest.approx(float(cell.mean()))
-    assert got["coupling_low"] < got["coupling"] < got["coupling_high"]
+    assert np.isnan(got["coupling_low"]) and np.isnan(got["coupling_high"])  # 4 prompts < 5
     assert got["adjacent_coupling"] == pytest.approx(float(cell.mean()) / 2)
     assert got["lss"] == pytest.approx(float(traj["lss"].sel(model="m1", step=10).mean()))
     assert got["neg_val_loss"] == -5.0 and got["group"] == "m1" and got["n_prompts"] == 4

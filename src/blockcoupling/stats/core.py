@@ -20,6 +20,7 @@ from statsmodels.stats.multitest import multipletests
 from blockcoupling.io import atomic_write
 
 MIN_N_CORRELATION = 4
+MIN_BOOTSTRAP = 5  # fewer resampling units: no bootstrap interval
 METHODS = ("pearson", "spearman")
 CI_METHODS = {"pearson": "fisher_z", "spearman": "fisher_z_bonett_wright"}
 
@@ -46,12 +47,13 @@ def bootstrap_mean(
 ) -> tuple[float, float, float, int]:
     """Mean of the finite `values` (1-D) with a percentile bootstrap CI: (mean, low, high, n).
 
-    The CI is NaN for fewer than 2 finite values, and (mean, mean) when they are all equal.
+    The CI is NaN for fewer than ``MIN_BOOTSTRAP`` finite values (a bootstrap over so few is a
+    range, not an interval), and (mean, mean) when they are all equal.
     """
     finite = np.asarray(values, dtype=float)
     finite = finite[np.isfinite(finite)]
-    if finite.size < 2:
-        return (float(finite[0]) if finite.size else np.nan), np.nan, np.nan, finite.size
+    if finite.size < MIN_BOOTSTRAP:
+        return (float(finite.mean()) if finite.size else np.nan), np.nan, np.nan, finite.size
     mean = float(finite.mean())
     if np.ptp(finite) == 0:
         return mean, mean, mean, finite.size

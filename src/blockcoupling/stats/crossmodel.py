@@ -58,7 +58,8 @@ def model_coupling(
     `coupling[variable]` has dims (model, init|step, reading, variant, norm, k, prompt) and coord
     `prompt_source`. Returns `{variable}`, `{variable}_low/_high`, `n_prompts` (model, init|step)
     and the same per prompt source: `{variable}_by_source*` (model, init|step, source). NaN prompts
-    are dropped; a CI needs >= 2 prompts. Seeds are per cell (seed + hash of its labels).
+    are dropped; a CI needs >= 5 prompts (core.MIN_BOOTSTRAP). Seeds are per cell (seed + hash
+    of its labels).
     """
     if variable not in coupling:
         raise ValueError(f"variable {variable!r} not in dataset {list(coupling.data_vars)}")
