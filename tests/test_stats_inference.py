@@ -379,3 +379,19 @@ def test_fixed_size_without_such_runs_says_so():
     out = fixed_size.analyses(fixed_size.run_table(ds, evaluation, histories, {}))
     assert out["estimate"].isna().all() and (out["n"] == 0).all()
     assert out["note"].str.contains("no runs of family fixed_size").all()
+
+
+def test_cli_claims_renders_a_runs_table_into_the_readme(tmp_path, capsys):
+    from blockcoupling import cli
+
+    (tmp_path / "results" / "stats").mkdir(parents=True)
+    (tmp_path / "results" / "stats" / "claims.md").write_text("| table from commit `abc` |\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{claims.START}\nstale\n{claims.END}\nend\n")
+    assert cli.main(["claims", str(tmp_path / "results"), "--readme", str(readme)]) == 0
+    assert (
+        readme.read_text()
+        == f"top\n{claims.START}\n| table from commit `abc` |\n{claims.END}\nend\n"
+    )
+    assert cli.main(["claims", str(tmp_path / "none"), "--readme", str(readme)]) == 2
+    assert "stats_claims" in capsys.readouterr().err
