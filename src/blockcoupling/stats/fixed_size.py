@@ -30,6 +30,7 @@ HELD_OUT_SOURCE = "shakespeare"
 PREDICTORS = {"coupling_excess": "excess", "overlap_u": "overlap_u", "coupling": "coupling"}
 OUTCOMES = {"neg_bpb": "bpb", "gap": "gap"}
 PROMPT_SETS = {"held_out": "", "leaderboard": "_leaderboard"}
+DESIGN_COORDS = ("data_fraction", "weight_decay", "learning_rate", "seed")
 
 
 def run_table(
@@ -38,9 +39,11 @@ def run_table(
     histories: Mapping[str, pd.DataFrame],
     selection: Mapping[str, object],
 ) -> pd.DataFrame:
-    """One row per trained model of the ``fixed_size`` family: model, group, and per predictor
-    and prompt set ``{predictor}_{held_out|leaderboard}`` (mean over those prompts; NaN when the
-    variable or the prompts are absent), neg_bpb, gap. ``histories``: model -> history.csv.
+    """One row per trained model of the ``fixed_size`` family: model, group, the design coords
+    present (``DESIGN_COORDS``), per predictor and prompt set ``{predictor}_{held_out|leaderboard}``
+    (mean over those prompts; NaN when the variable or the prompts are absent),
+    ``twin_difference`` (trained - random-twin excess, held-out prompts), neg_bpb, gap.
+    ``histories``: model -> history.csv.
     """
     models = coupling["model"]
     family = models["family"].values.astype(str) if "family" in models.coords else None
@@ -49,6 +52,9 @@ def run_table(
     chosen = models.values[family == FAMILY].astype(str)
     group = models["group"] if "group" in models.coords else models
     table = pd.DataFrame({"model": chosen, "group": group.sel(model=chosen).values.astype(str)})
+    for name in DESIGN_COORDS:
+        if name in models.coords:
+            table[name] = models[name].sel(model=chosen).values
     source = coupling["prompt_source"].values.astype(str)
     masks = {"held_out": source == HELD_OUT_SOURCE, "leaderboard": source != HELD_OUT_SOURCE}
     for variable in PREDICTORS:
