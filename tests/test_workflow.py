@@ -199,6 +199,7 @@ def test_n_boot_reruns_statistics_and_only_the_figures_of_its_tables(
     assert set(jobs) == {
         "stats",
         "stats_checkpoints",
+        "stats_claims",
         "figure_coupling_vs_score",
         "figure_hyperparameter_correlations",
         "figure_k_sweep_curve",
@@ -292,11 +293,15 @@ def test_editing_each_module_reruns_exactly_the_rules_that_import_it(
     folder = variant(done, tmp_path, lambda c, f: None)
     site = tmp_path / "site"
     env = {**os.environ, "PYTHONPATH": str(site)}
-    modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    modules = sorted(
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
+        for p in PACKAGE.rglob("*.py")
+        if p.stem != "__init__"
+    )  # subpackages too (blockcoupling.stats.core, ...)
     for module in modules:
         shutil.rmtree(site, ignore_errors=True)
         shutil.copytree(PACKAGE, site / "blockcoupling")
-        with open(site / "blockcoupling" / f"{module}.py", "a") as handle:
+        with open(site / "blockcoupling" / f"{module.replace('.', '/')}.py", "a") as handle:
             handle.write("\n# an edit\n")
         importers = {rule for rule in ANCESTORS if f"blockcoupling.{module}" in imports[rule]}
         frontier = {rule for rule in importers if not ANCESTORS[rule] & importers}
