@@ -7,6 +7,7 @@ if PLAN.cross_model:
             evaluation=(
                 ["results/combined/evaluation.nc"] if PLAN.evaluated(PLAN.cross_model) else []
             ),
+            histories=[f"results/train/{run}/history.csv" for run in PLAN.train_runs],
         output:
             **{name: f"results/stats/{name}.csv" for name in STATS_TABLES},
             model_coupling="results/stats/model_coupling.nc",
@@ -18,9 +19,16 @@ if PLAN.cross_model:
             "../envs/analysis.yaml"
         params:
             selection=PLAN.selection,
+            runs=list(PLAN.train_runs),
+            models={
+                name: entry.source["train"]
+                for name, entry in PLAN.cross_model.items()
+                if entry.is_trained_here
+            },
             n_boot=config["stats"]["n_boot"],
             seed=config["stats"]["seed"],
             score=config["evaluate"]["score"],
+            primary=config["stats"]["primary"],
             code=script_hash("stats"),
         script:
             "../scripts/stats.py"
@@ -37,6 +45,7 @@ if PLAN.checkpoint_models:
             table="results/stats/checkpoint_table.csv",
             correlations="results/stats/checkpoint_correlations.csv",
             emergence="results/stats/checkpoint_emergence.csv",
+            analyses="results/stats/emergence.csv",
         log:
             "logs/stats/checkpoints.log",
         benchmark:
@@ -53,6 +62,29 @@ if PLAN.checkpoint_models:
             },
             n_boot=config["stats"]["n_boot"],
             seed=config["stats"]["seed"],
+            primary=config["stats"]["primary"],
             code=script_hash("stats_checkpoints"),
         script:
             "../scripts/stats_checkpoints.py"
+
+
+if PLAN.analysis_tables():
+
+    rule stats_claims:
+        input:
+            PLAN.analysis_tables(),
+        output:
+            analyses="results/stats/analyses.csv",
+            claims="results/stats/claims.csv",
+            markdown="results/stats/claims.md",
+        log:
+            "logs/stats/claims.log",
+        benchmark:
+            "benchmarks/stats/claims.tsv"
+        conda:
+            "../envs/analysis.yaml"
+        params:
+            primary=config["stats"]["primary"],
+            code=script_hash("stats_claims"),
+        script:
+            "../scripts/stats_claims.py"

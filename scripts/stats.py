@@ -1,8 +1,11 @@
-"""Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep."""
+"""Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep
+(exploratory, across models); the fixed-size design's run table and tests."""
 
-from blockcoupling import stats
+import pandas as pd
+
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.runner import run_script
+from blockcoupling.stats import core, crossmodel, fixed_size
 
 
 def main(sm):
@@ -10,20 +13,28 @@ def main(sm):
     k = at.pop("k")
     coupling = read_netcdf(sm.input.coupling)
     evaluation = read_netcdf(sm.input.evaluation[0]) if sm.input.evaluation else None
-    per_model = stats.model_coupling(
+    per_model = crossmodel.model_coupling(
         coupling, k=k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
     )
-    table = stats.model_table(per_model, evaluation, score=sm.params.score)
-    subsets = stats.table_subsets(table)  # all, base, and each family (e.g. the training grid)
+    table = crossmodel.model_table(per_model, evaluation, score=sm.params.score)
+    subsets = crossmodel.table_subsets(table)  # all, base, and each family (e.g. a grid)
+    correlations = crossmodel.correlations(table, subsets=subsets)
+    history_of = dict(zip(sm.params.runs, sm.input.histories))
+    histories = {model: pd.read_csv(history_of[run]) for model, run in sm.params.models.items()}
+    runs = fixed_size.run_table(coupling, evaluation, histories, sm.params.selection)
+    primary = sm.params.primary
     frames = {
         "summary": table,
-        "correlations": stats.with_holm(stats.correlations(table, subsets=subsets)),
-        "ols": stats.ols_fits(table, subsets=subsets),
-        "partial": stats.with_holm(stats.partial_correlation(table, subsets=subsets)),
-        "k_sweep": stats.k_sweep(coupling, table, subsets=subsets, **at),
+        "correlations": crossmodel.with_holm(correlations),
+        "ols": crossmodel.ols_fits(table, subsets=subsets),
+        "partial": crossmodel.with_holm(crossmodel.partial_correlation(table, subsets=subsets)),
+        "k_sweep": crossmodel.k_sweep(coupling, table, subsets=subsets, **at),
+        "crossmodel_analyses": crossmodel.analysis_rows(correlations, primary),
+        "fixed_size_runs": runs,
+        "fixed_size": fixed_size.analyses(runs, primary),
     }
     for name, frame in frames.items():
-        stats.write_table(frame, sm.output[name])
+        core.write_table(frame, sm.output[name])
     write_netcdf(per_model, sm.output.model_coupling)
 
 

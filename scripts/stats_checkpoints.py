@@ -1,11 +1,12 @@
 """Rule stats_checkpoints: coupling (with CIs), LSS, expodistance and validation loss per
-checkpoint; their correlations as repeated measures; the shape of each emergence curve."""
+checkpoint; their correlations with runs as units; the shape of each emergence curve; the
+emergence design's tests."""
 
 import pandas as pd
 
-from blockcoupling import stats
 from blockcoupling.io import read_netcdf
 from blockcoupling.runner import run_script
+from blockcoupling.stats import checkpoints, core
 
 
 def main(sm):
@@ -18,17 +19,21 @@ def main(sm):
         if histories
         else pd.DataFrame(columns=["model", "step", "val_loss"])
     )
-    table = stats.checkpoint_table(
-        read_netcdf(sm.input.coupling),
-        history,
-        read_netcdf(sm.input.trajectories),
-        **sm.params.selection,
-        n_boot=sm.params.n_boot,
-        seed=sm.params.seed,
+    coupling = read_netcdf(sm.input.coupling)
+    boot = dict(n_boot=sm.params.n_boot, seed=sm.params.seed)
+    table = checkpoints.checkpoint_table(
+        coupling, history, read_netcdf(sm.input.trajectories), **sm.params.selection, **boot
     )
-    stats.write_table(table, sm.output.table)
-    stats.write_table(stats.checkpoint_correlations(table), sm.output.correlations)
-    stats.write_table(stats.emergence_summary(table), sm.output.emergence)
+    emergence = [
+        checkpoints.emergence_analyses(
+            coupling, table, sm.params.selection, variable, primary=sm.params.primary, **boot
+        )
+        for variable in ("coupling_excess", "coupling")
+    ]
+    core.write_table(table, sm.output.table)
+    core.write_table(checkpoints.checkpoint_correlations(table), sm.output.correlations)
+    core.write_table(checkpoints.emergence_summary(table), sm.output.emergence)
+    core.write_table(pd.concat(emergence, ignore_index=True), sm.output.analyses)
 
 
 run_script(snakemake, main)

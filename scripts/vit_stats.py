@@ -1,23 +1,27 @@
 """Rule vit_stats: per-model coupling and accuracy, coupling vs stochastic depth, coupling vs
-accuracy at a fixed rate (tidy CSVs under results/stats/vit_*.csv)."""
+accuracy at a fixed rate, and the sweep's designed tests (tidy CSVs under
+results/stats/vit_*.csv)."""
 
-from blockcoupling import stats
 from blockcoupling.io import read_netcdf
 from blockcoupling.runner import run_script
+from blockcoupling.stats import core, vit
 
 
 def main(sm):
     combined = read_netcdf(sm.input[0])
     boot = dict(n_boot=sm.params.n_boot, seed=sm.params.seed)
-    models = stats.vit_model_table(combined, **sm.params.selection, **boot)
+    models = vit.vit_model_table(combined, **sm.params.selection, **boot)
+    runs = vit.vit_run_table(combined, sm.params.selection)
     frames = {
         "vit_models": models,
-        "vit_coupling_vs_sd": stats.vit_coupling_by_rate(combined, **sm.params.selection, **boot),
-        "vit_sd_trend": stats.vit_sd_trend(models),
-        "vit_coupling_vs_accuracy": stats.vit_coupling_accuracy(models),
+        "vit_coupling_vs_sd": vit.vit_coupling_by_rate(combined, **sm.params.selection, **boot),
+        "vit_sd_trend": vit.vit_sd_trend(models),
+        "vit_coupling_vs_accuracy": vit.vit_coupling_accuracy(models),
+        "vit_runs": runs,
+        "vit_analyses": vit.vit_analyses(runs, sm.params.primary),
     }
     for name, frame in frames.items():
-        stats.write_table(frame, sm.output[name])
+        core.write_table(frame, sm.output[name])
 
 
 run_script(snakemake, main)

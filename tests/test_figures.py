@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from blockcoupling import figures, stats
-from blockcoupling.figures import common, crossmodel
+from blockcoupling import figures
+from blockcoupling.figures import common
+from blockcoupling.figures import crossmodel as figure_crossmodel
+from blockcoupling.stats import checkpoints, core, crossmodel
 
 SEL = dict(reading="authors", variant="ujv", norm="p", k=10)
 TOKENS, LAYERS, PROMPTS, RANKS = 5, 4, 3, 6
@@ -131,18 +133,18 @@ def make_checkpoint_table(models: list[str], steps: list[int]) -> tuple[pd.DataF
         columns=["model", "step", "val_loss"],
     )
     traj = make_trajectories(models, "step", steps)
-    table = stats.checkpoint_table(ds, history, traj)
-    return table, stats.select(ds["depth_mis"], **SEL)
+    table = checkpoints.checkpoint_table(ds, history, traj)
+    return table, core.select(ds["depth_mis"], **SEL)
 
 
 def model_table(models: list[str], nan_score: bool = False) -> pd.DataFrame:
-    """stats.model_table from the synthetic coupling dataset (optionally one unknown score)."""
+    """crossmodel.model_table from the synthetic coupling dataset (optionally one unknown score)."""
     ds = make_coupling(models)
     if nan_score:
         ds = ds.assign_coords(
             score=("model", np.where(np.arange(len(models)) == 1, np.nan, ds["score"].values))
         )
-    return stats.model_table(stats.model_coupling(ds, n_boot=50))
+    return crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
 
 
 def with_calibration(table: pd.DataFrame, k: int = 10) -> pd.DataFrame:
@@ -191,7 +193,7 @@ def test_model_level_figures(tmp_path, models):
     if len(models) > 1:
         with_nan_padding(ds, traj)
     table = model_table(models, nan_score=len(models) > 1)
-    correlations = stats.correlations(table)
+    correlations = crossmodel.correlations(table)
     assert_written(figures.coupling_vs_score(table, tmp_path / "fig1a.png"))
     assert_written(
         figures.coupling_vs_score(
@@ -199,8 +201,8 @@ def test_model_level_figures(tmp_path, models):
         )
     )
     assert_written(figures.hyperparameter_correlations(correlations, tmp_path / "corr"))
-    assert_written(figures.k_sweep_curve(stats.k_sweep(ds, table), tmp_path / "ksweep"))
-    assert_written(figures.depth_heatmaps(stats.select(ds["depth_mis"], **SEL), tmp_path / "depth"))
+    assert_written(figures.k_sweep_curve(crossmodel.k_sweep(ds, table), tmp_path / "ksweep"))
+    assert_written(figures.depth_heatmaps(core.select(ds["depth_mis"], **SEL), tmp_path / "depth"))
     assert_written(figures.token_heatmaps(ds, tmp_path / "tokens", model=models[0]))
     assert_written(figures.lss_expodistance(traj, tmp_path / "lss"))
     assert_written(figures.pca_trajectories(traj, tmp_path / "pca", model=models[0]))
@@ -224,7 +226,7 @@ def test_checkpoint_figures(tmp_path, models):
     assert_written(figures.coupling_vs_step(table, tmp_path / "fig1b"))
     calibrated = with_calibration(table)
     assert_written(figures.coupling_vs_step(calibrated, tmp_path / "fig1b-calibrated"))
-    correlations = stats.checkpoint_correlations(table)
+    correlations = checkpoints.checkpoint_correlations(table)
     assert_written(
         figures.coupling_vs_validation_loss(
             calibrated, tmp_path / "val-calibrated", correlations=correlations
@@ -284,11 +286,13 @@ def test_designs_keep_pretrained_models_beside_the_grid_never_pooled():
             "score": [1.0, 2.0, 3.0, 4.0, 50.0, 60.0, np.nan],
         }
     )
-    groups = crossmodel.designs(table)
-    assert [name for name, _ in groups] == ["grid", crossmodel.OTHER]
+    groups = figure_crossmodel.designs(table)
+    assert [name for name, _ in groups] == ["grid", figure_crossmodel.OTHER]
     assert list(groups[0][1]["model"]) == ["g1", "g2", "g3", "g4", "g5"]
     assert list(groups[1][1]["model"]) == ["smol", "gemma"]
-    one = crossmodel.designs(table.assign(family=np.nan))  # no family: one design, all models
+    one = figure_crossmodel.designs(
+        table.assign(family=np.nan)
+    )  # no family: one design, all models
     assert [name for name, _ in one] == ["all models"] and len(one[0][1]) == len(table)
 
 
@@ -317,7 +321,7 @@ def test_render_reads_the_tables_the_registry_names(tmp_path):
     table = with_calibration(model_table(MANY))
     summary, correlations = tmp_path / "summary.csv", tmp_path / "correlations.csv"
     table.to_csv(summary, index=False)
-    stats.correlations(table).to_csv(correlations, index=False)
+    crossmodel.correlations(table).to_csv(correlations, index=False)
     assert figures.FIGURES["coupling_vs_score"][3] == ("results/stats/correlations.csv",)
     assert_written(
         figures.render("coupling_vs_score", summary, tmp_path / "fig", tables=[correlations])

@@ -9,7 +9,8 @@ import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
 
-from blockcoupling import io, stats
+from blockcoupling import io
+from blockcoupling.stats import checkpoints, core, crossmodel
 
 Z95 = 1.959963984540054  # standard normal 97.5% quantile
 
@@ -85,7 +86,7 @@ def test_pearson_r_p_ci_match_hand_formula():
     )
     t = r * np.sqrt((n - 2) / (1 - r**2))
     p = 2 * sps.t.sf(abs(t), n - 2)
-    out = row(stats.correlations(table), subset="all", predictor="coupling", method="pearson")
+    out = row(crossmodel.correlations(table), subset="all", predictor="coupling", method="pearson")
     assert out["r"] == pytest.approx(r, abs=1e-12)
     assert out["p"] == pytest.approx(p, rel=1e-6)
     assert (out["ci_low"], out["ci_high"]) == pytest.approx(
@@ -101,7 +102,7 @@ def test_spearman_is_pearson_of_ranks_with_bonett_wright_ci():
     rho = np.corrcoef(ranks[:, 0], ranks[:, 1])[0, 1]
     n = len(table)
     out = row(
-        stats.correlations(table, target="log10_params", predictors=("coupling",)),
+        crossmodel.correlations(table, target="log10_params", predictors=("coupling",)),
         subset="all",
         method="spearman",
     )
@@ -113,7 +114,7 @@ def test_spearman_is_pearson_of_ranks_with_bonett_wright_ci():
 
 def test_small_n_gives_nan_and_reason_not_a_number():
     table = make_table(n=3)
-    out = stats.correlations(table, predictors=("coupling",), subsets=("all",))
+    out = crossmodel.correlations(table, predictors=("coupling",), subsets=("all",))
     assert out["r"].isna().all() and out["p"].isna().all() and out["ci_low"].isna().all()
     assert set(out["reason"]) == {"n=3 < 4"}
 
@@ -122,7 +123,9 @@ def test_missing_scores_are_dropped_not_zeroed():
     table = make_table(n=9)
     table.loc[[2, 5], "score"] = np.nan
     kept = table.dropna(subset=["score"])
-    out = row(stats.correlations(table, predictors=("coupling",)), subset="all", method="pearson")
+    out = row(
+        crossmodel.correlations(table, predictors=("coupling",)), subset="all", method="pearson"
+    )
     assert out["n"] == 7
     assert out["r"] == pytest.approx(np.corrcoef(kept["coupling"], kept["score"])[0, 1], abs=1e-12)
     zeroed = table.fillna({"score": 0.0})
@@ -133,7 +136,7 @@ def test_missing_scores_are_dropped_not_zeroed():
 
 def test_base_subset_uses_base_rows_only():
     table = make_table(n=10)
-    out = stats.correlations(table, predictors=("coupling",), methods=("pearson",))
+    out = crossmodel.correlations(table, predictors=("coupling",), methods=("pearson",))
     base = table[table["base"]]
     got = row(out, subset="base")
     assert got["n"] == int(table["base"].sum()) == 5
@@ -144,16 +147,16 @@ def test_base_subset_uses_base_rows_only():
 def test_bad_method_and_column_raise():
     table = make_table()
     with pytest.raises(ValueError, match="method"):
-        stats.correlations(table, methods=("kendall",))
+        crossmodel.correlations(table, methods=("kendall",))
     with pytest.raises(ValueError, match="lacks columns"):
-        stats.correlations(table, predictors=("nope",))
+        crossmodel.correlations(table, predictors=("nope",))
 
 
 # --------------------------------------------------------------------------- OLS
 def test_ols_r2_and_coefficients_match_lstsq():
     table = make_table(n=12, seed=4)
     preds = ["coupling", "log10_params"]
-    out = stats.ols_fits(table, "score", {"both": preds}, subsets=("all",))
+    out = crossmodel.ols_fits(table, "score", {"both": preds}, subsets=("all",))
     X = table[preds].to_numpy()
     Xz = (X - X.mean(0)) / X.std(0, ddof=1)
     A = np.column_stack([np.ones(len(X)), Xz])
@@ -178,7 +181,9 @@ def test_ols_r2_and_coefficients_match_lstsq():
 
 def test_ols_too_few_rows_is_nan_with_reason():
     table = make_table(n=4)
-    out = stats.ols_fits(table, "score", {"both": ["coupling", "log10_params"]}, subsets=("all",))
+    out = crossmodel.ols_fits(
+        table, "score", {"both": ["coupling", "log10_params"]}, subsets=("all",)
+    )
     assert out["coef"].isna().all() and out["r2"].isna().all()
     assert set(out["reason"]) == {"n=4 <= 4 (parameters + 1)"}
 
@@ -195,7 +200,7 @@ def test_partial_correlation_matches_numpy_residuals():
     r = np.corrcoef(resid(table["coupling"].to_numpy()), resid(table["score"].to_numpy()))[0, 1]
     n, df = len(table), len(table) - 2 - len(cov)
     p = 2 * sps.t.sf(abs(r * np.sqrt(df / (1 - r**2))), df)
-    out = row(stats.partial_correlation(table, covariates=cov), subset="all")
+    out = row(crossmodel.partial_correlation(table, covariates=cov), subset="all")
     assert out["r"] == pytest.approx(r, abs=1e-10)
     assert out["df"] == df == 7
     assert out["p"] == pytest.approx(p, rel=1e-8)
@@ -206,7 +211,7 @@ def test_partial_correlation_matches_numpy_residuals():
 
 def test_partial_correlation_small_base_subset_reason():
     table = make_table(n=8)
-    out = row(stats.partial_correlation(table, covariates=("log10_params",)), subset="base")
+    out = row(crossmodel.partial_correlation(table, covariates=("log10_params",)), subset="base")
     assert out["n"] == 4 and np.isnan(out["r"]) and out["reason"] == "n=4 < 5 (4 + covariates)"
 
 
@@ -214,9 +219,9 @@ def test_partial_correlation_small_base_subset_reason():
 def test_model_coupling_mean_ci_and_seed():
     ds = make_coupling()
     ds["coupling"][0, 0, 0, 0, 0, 2, :3] = np.nan  # model m0, trained, authors, ujv, p, k=10
-    a = stats.model_coupling(ds, n_boot=500, seed=7)
-    b = stats.model_coupling(ds, n_boot=500, seed=7)
-    c = stats.model_coupling(ds, n_boot=500, seed=8)
+    a = crossmodel.model_coupling(ds, n_boot=500, seed=7)
+    b = crossmodel.model_coupling(ds, n_boot=500, seed=7)
+    c = crossmodel.model_coupling(ds, n_boot=500, seed=8)
     raw = ds["coupling"].sel(reading="authors", variant="ujv", norm="p", k=10)
     expect = raw.sel(model="m0", init="trained").values
     assert float(a["coupling"].sel(model="m0", init="trained")) == pytest.approx(np.nanmean(expect))
@@ -237,47 +242,48 @@ def test_bootstrap_ci_is_percentile_of_resampled_means():
     values = np.array(
         [0.1, 0.2, 0.2, 0.3, 0.4, 0.5, 3.0, 6.0, np.nan]
     )  # skewed: percentile != basic CI
-    mean, low, high, n = stats.bootstrap_mean(values, 4000, 0.95, np.random.default_rng(0))
+    mean, low, high, n = core.bootstrap_mean(values, 4000, 0.95, np.random.default_rng(0))
     finite = values[:-1]
     means = finite[np.random.default_rng(1).integers(0, 8, (20000, 8))].mean(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     assert n == 8 and mean == pytest.approx(finite.mean())
     assert low == pytest.approx(lo, abs=0.05) and high == pytest.approx(hi, abs=0.1)
     assert abs(high - (2 * mean - lo)) > 0.3  # the "basic" interval would fail the check above
-    assert stats.bootstrap_mean(np.array([2.0, np.nan]), 100, 0.95, np.random.default_rng(0))[
-        1:
-    ] == pytest.approx((np.nan, np.nan, 1), nan_ok=True)
+    few = np.array([2.0, 1.0, 3.0, 2.0, np.nan])  # 4 finite values: no bootstrap interval
+    assert core.bootstrap_mean(few, 100, 0.95, np.random.default_rng(0)) == pytest.approx(
+        (2.0, np.nan, np.nan, 4), nan_ok=True
+    )
 
 
 def test_model_coupling_rejects_unknown_k():
     with pytest.raises(ValueError, match="k=7"):
-        stats.model_coupling(make_coupling(), k=7)
+        crossmodel.model_coupling(make_coupling(), k=7)
 
 
 # --------------------------------------------------------------------------- model table
 def test_model_table_scores_and_metadata():
     ds = make_coupling()
-    mc = stats.model_coupling(ds, n_boot=100)
+    mc = crossmodel.model_coupling(ds, n_boot=100)
     evaluation = xr.Dataset(
         {"bits_per_byte": (("model", "init"), [[1.0, 3.0], [0.9, 3.1], [0.8, 3.0], [0.7, 3.2]])},
         coords={"model": ["m0", "m1", "m2", "m3"], "init": ["trained", "random"]},
     )
-    leaderboard = stats.model_table(mc)
+    leaderboard = crossmodel.model_table(mc)
     assert leaderboard["score"].tolist()[:1] == [40.0] and np.isnan(leaderboard["score"].iloc[1])
     assert leaderboard["log10_params"].tolist() == pytest.approx([8, 9, 10, 11])
     assert np.isnan(leaderboard["log10_train_tokens"].iloc[0])
     assert leaderboard["base"].tolist() == [True, False, True, False]
-    bpb = stats.model_table(mc, evaluation.isel(model=[3, 2, 1, 0]), score="bits_per_byte")
+    bpb = crossmodel.model_table(mc, evaluation.isel(model=[3, 2, 1, 0]), score="bits_per_byte")
     assert bpb["score"].tolist() == pytest.approx([-1.0, -0.9, -0.8, -0.7])
     assert set(bpb["score_name"]) == {"neg_bits_per_byte"}
     with pytest.raises(ValueError, match="score must be"):
-        stats.model_table(mc, evaluation, score="accuracy")
+        crossmodel.model_table(mc, evaluation, score="accuracy")
 
 
 def test_k_sweep_matches_correlation_at_each_k():
     ds = make_coupling(n_models=6)
-    table = stats.model_table(stats.model_coupling(ds, n_boot=50))
-    out = stats.k_sweep(ds, table, methods=("pearson",), subsets=("all",))
+    table = crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
+    out = crossmodel.k_sweep(ds, table, methods=("pearson",), subsets=("all",))
     assert out["k"].tolist() == [1, 5, 10]
     for k in (1, 5, 10):
         x = (
@@ -296,11 +302,11 @@ def test_family_subsets_reach_every_table_analysis():
     """A family of >= 4 models gets its own subset in correlations, OLS, partial r and the K
     sweep, computed on that family's rows only."""
     ds = make_coupling(n_models=6)
-    table = stats.model_table(stats.model_coupling(ds, n_boot=50))
+    table = crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
     table["family"] = ["grid"] * 5 + ["other"]
-    subsets = stats.table_subsets(table)
+    subsets = crossmodel.table_subsets(table)
     assert subsets == ("all", "base", "family:grid")
-    sweep = stats.k_sweep(ds, table, methods=("pearson",), subsets=subsets)
+    sweep = crossmodel.k_sweep(ds, table, methods=("pearson",), subsets=subsets)
     grid = table[table["family"] == "grid"].dropna(subset=["score"])
     x = ds["coupling"].sel(init="trained", reading="authors", variant="ujv", norm="p", k=5)
     x = x.mean("prompt").to_series().reindex(grid["model"]).to_numpy()
@@ -308,9 +314,9 @@ def test_family_subsets_reach_every_table_analysis():
     assert got["n"] == len(grid)
     assert got["r"] == pytest.approx(np.corrcoef(x, grid["score"])[0, 1], abs=1e-12)
     for frame in (
-        stats.correlations(table, subsets=subsets),
-        stats.ols_fits(table, subsets=subsets),
-        stats.partial_correlation(table, subsets=subsets),
+        crossmodel.correlations(table, subsets=subsets),
+        crossmodel.ols_fits(table, subsets=subsets),
+        crossmodel.partial_correlation(table, subsets=subsets),
     ):
         assert "family:grid" in set(frame["subset"])
 
@@ -348,21 +354,21 @@ def make_checkpoints() -> tuple[xr.Dataset, pd.DataFrame, xr.Dataset]:
 
 def test_checkpoint_table_and_correlations():
     ds, history, traj = make_checkpoints()
-    table = stats.checkpoint_table(ds, history, traj, n_boot=200)
+    table = checkpoints.checkpoint_table(ds, history, traj, n_boot=200)
     assert len(table) == 6 and list(table["step"][:3]) == [0, 10, 100]
     got = row(table, model="m1", step=10)
     cell = ds["coupling"].sel(model="m1", step=10, reading="authors", variant="ujv", norm="p", k=10)
     assert got["coupling"] == pytest.approx(float(cell.mean()))
-    assert got["coupling_low"] < got["coupling"] < got["coupling_high"]
+    assert np.isnan(got["coupling_low"]) and np.isnan(got["coupling_high"])  # 4 prompts < 5
     assert got["adjacent_coupling"] == pytest.approx(float(cell.mean()) / 2)
     assert got["lss"] == pytest.approx(float(traj["lss"].sel(model="m1", step=10).mean()))
     assert got["neg_val_loss"] == -5.0 and got["group"] == "m1" and got["n_prompts"] == 4
     assert np.isnan(row(table, model="m1", step=0)["val_loss"])
-    corr = stats.checkpoint_correlations(table, methods=("pearson",))
+    corr = checkpoints.checkpoint_correlations(table, methods=("pearson",))
     assert set(corr["design"]) == {
         "within run",
-        "runs combined (Fisher z)",
-        "mixed model (run as group)",
+        "runs combined (t over runs)",
+        "step fixed effects, clustered by run",
     }
     assert row(corr, subset="m0", predictor="coupling")["reason"] == "n=3 < 4"
     assert "all" not in set(corr["subset"])  # never one pooled correlation of all checkpoints
@@ -378,7 +384,7 @@ def test_mixed_slope_recovers_the_within_group_slope():
     x = rng.normal(size=groups.size) + 3 * groups  # x drifts with the group...
     y = 0.5 * x - 4.0 * groups + rng.normal(scale=0.1, size=groups.size)  # ...intercepts fall
     data = pd.DataFrame({"x": x, "y": y, "g": groups})
-    got = stats.mixed_slope(data, "y", "x", "g")
+    got = core.mixed_slope(data, "y", "x", "g")
     dummies = pd.get_dummies(data["g"], prefix="g", dtype=float)
     fixed = sm.OLS(data["y"], pd.concat([data[["x"]], dummies], axis=1)).fit()
     per_sd = fixed.params["x"] * data["x"].std(ddof=1)
@@ -386,27 +392,15 @@ def test_mixed_slope_recovers_the_within_group_slope():
     assert got["ci_low"] < got["coef"] < got["ci_high"] and got["n_groups"] == 6
     pooled = np.polyfit(data["x"], data["y"], 1)[0] * data["x"].std(ddof=1)
     assert abs(pooled - per_sd) > 0.5 * abs(per_sd)
-    assert "too few" in stats.mixed_slope(data[data["g"] == 0], "y", "x", "g")["reason"]
+    assert "too few" in core.mixed_slope(data[data["g"] == 0], "y", "x", "g")["reason"]
 
 
-def test_combined_correlation_and_holm_by_hand():
-    runs = pd.DataFrame({"r": [0.5, 0.8, np.nan], "n": [7, 13, 3]})
-    got = stats.combined_correlation(runs)
-    z = (4 * np.arctanh(0.5) + 10 * np.arctanh(0.8)) / 14
-    assert got["r"] == pytest.approx(np.tanh(z)) and got["n_groups"] == 2 and got["n"] == 20
-    assert got["ci_low"] == pytest.approx(np.tanh(z - 1.959963984540054 / np.sqrt(14)))
-    assert got["p"] == pytest.approx(2 * sps_norm_sf(z * np.sqrt(14)))
+def test_holm_by_hand():
     p = np.array([0.01, 0.04, np.nan, 0.03])
-    np.testing.assert_allclose(stats.holm(p), [0.03, 0.06, np.nan, 0.06])
+    np.testing.assert_allclose(core.holm(p), [0.03, 0.06, np.nan, 0.06])
 
 
-def sps_norm_sf(x: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.sf(x))
-
-
-def test_emergence_summary_reads_the_shape_of_each_curve():
+def test_emergence_summary_describes_each_curve():
     table = pd.DataFrame(
         {
             "model": ["a"] * 4 + ["b"] * 4,
@@ -417,11 +411,11 @@ def test_emergence_summary_reads_the_shape_of_each_curve():
             "coupling_high": [np.nan, -0.45, np.nan, np.nan, np.nan, np.nan, np.nan, -0.55],
         }
     )
-    out = stats.emergence_summary(table).set_index("model")
+    out = checkpoints.emergence_summary(table).set_index("model")
     assert out.loc["a", "peak_step"] == 10 and out.loc["a", "rise"] == pytest.approx(0.5)
     assert out.loc["a", "decline"] == pytest.approx(0.3)
-    assert out.loc["a", "shape"] == "rise, peak, decline"
-    assert out.loc["b", "peak_step"] == 400 and out.loc["b", "shape"] == "rise"
+    assert out.loc["b", "peak_step"] == 400 and out.loc["b", "decline"] == 0
+    assert "shape" not in out  # no verdict from an argmax judged against its own interval
 
 
 def test_checkpoint_table_drops_steps_a_model_never_had():
@@ -429,7 +423,7 @@ def test_checkpoint_table_drops_steps_a_model_never_had():
     ds, history, traj = make_checkpoints()
     for name in ("coupling", "adjacent_coupling"):
         ds[name] = ds[name].where(~((ds["model"] == "m1") & (ds["step"] == 0)))
-    table = stats.checkpoint_table(ds, history, traj, n_boot=50)
+    table = checkpoints.checkpoint_table(ds, history, traj, n_boot=50)
     assert len(table) == 5
     assert [(m, s) for m, s in zip(table["model"], table["step"])] == [
         ("m0", 0),
@@ -444,12 +438,12 @@ def test_checkpoint_table_drops_steps_a_model_never_had():
 def test_atomic_writers_round_trip(tmp_path):
     table = make_table()
     paths = [
-        stats.write_table(stats.correlations(table), tmp_path / "csv" / "corr.csv"),
-        stats.write_table(table, tmp_path / "csv" / "table.csv"),
+        core.write_table(crossmodel.correlations(table), tmp_path / "csv" / "corr.csv"),
+        core.write_table(table, tmp_path / "csv" / "table.csv"),
     ]
     assert [p.name for p in paths] == ["corr.csv", "table.csv"]
     pd.testing.assert_frame_equal(pd.read_csv(paths[1]), table, check_dtype=False)
-    mc = stats.model_coupling(make_coupling(), n_boot=50)
+    mc = crossmodel.model_coupling(make_coupling(), n_boot=50)
     nc = io.write_netcdf(mc, tmp_path / "nc" / "model_coupling.nc")
     with xr.open_dataset(nc) as back:
         np.testing.assert_allclose(back["coupling"], mc["coupling"])
@@ -483,12 +477,13 @@ def test_mixed_slope_falls_back_to_group_clustered_ols_at_zero_group_variance():
     """MixedLM leaves the CI undefined at a zero random-intercept variance; the slope then comes
     from OLS with run-clustered standard errors (the same point estimate a zero variance gives)."""
     data = pd.DataFrame({"x": RUN_COUPLING, "y": RUN_NEG_LOSS, "g": np.repeat(np.arange(8), 5)})
-    got = stats.mixed_slope(data, "y", "x", "g")
+    got = core.mixed_slope(data, "y", "x", "g")
     assert "clustered" in got["reason"]
     z = (data["x"] - data["x"].mean()) / data["x"].std(ddof=1)
     ols = sm.OLS(data["y"], sm.add_constant(z)).fit(
-        cov_type="cluster", cov_kwds={"groups": data["g"]}
+        cov_type="cluster", cov_kwds={"groups": data["g"]}, use_t=True
     )
+    assert "t(7)" in got["reason"]  # 8 runs: t with G - 1 = 7 df, not the normal
     assert got["coef"] == pytest.approx(ols.params["x"], rel=1e-9)
     low, high = ols.conf_int().loc["x"]
     assert (got["ci_low"], got["ci_high"]) == pytest.approx((low, high), rel=1e-9)

@@ -199,6 +199,7 @@ def test_n_boot_reruns_statistics_and_only_the_figures_of_its_tables(
     assert set(jobs) == {
         "stats",
         "stats_checkpoints",
+        "stats_claims",
         "figure_coupling_vs_score",
         "figure_hyperparameter_correlations",
         "figure_k_sweep_curve",

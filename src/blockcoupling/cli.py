@@ -4,6 +4,7 @@ blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one m
 blockcoupling check-config FILE [--profile slurm]       validate a config as the workflow does
 blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
 blockcoupling verify results/                            every result against its recorded hash
+blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
 """
 
 from __future__ import annotations
@@ -115,7 +116,29 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     verify.add_argument("folder", metavar="FOLDER", type=Path, help="a results folder")
+    claims = commands.add_parser(
+        "claims",
+        help="render a run's claims table into the README",
+        description=(
+            "Replace the README's block between <!-- claims:start --> and <!-- claims:end --> "
+            "with RESULTS/stats/claims.md, as the run wrote it (stamped with its commit)."
+        ),
+    )
+    claims.add_argument("results", type=Path, metavar="RESULTS", help="a run's results folder")
+    claims.add_argument("--readme", type=Path, required=True, metavar="FILE", help="README")
     return parser
+
+
+def render_claims(results: Path, readme: Path) -> str:
+    """Write ``results``/stats/claims.md into ``readme`` between the claims markers."""
+    from blockcoupling.io import write_text
+    from blockcoupling.stats.claims import render_readme
+
+    source = results / "stats" / "claims.md"
+    if not source.is_file():
+        raise ValueError(f"{source} not found: run the workflow's stats_claims rule first")
+    write_text(readme, render_readme(readme, source.read_text(encoding="utf-8")))
+    return f"{readme}: claims table from {source}"
 
 
 def _workflow_dir(given: Path | None) -> Path:
@@ -325,6 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             print(check_config_file(args.file, args.workflow_dir, args.profile))
+        elif args.command == "claims":
+            print(render_claims(args.results, args.readme))
         elif args.command == "plan":
             report, fits = plan_report(args)
             print(report)

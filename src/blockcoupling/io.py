@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import tempfile
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -14,9 +15,28 @@ from typing import Any
 import xarray as xr
 
 
+def git_commit() -> str:
+    """The commit of the checkout this package runs from (``-dirty`` when tracked files differ
+    from it), or "unknown" outside a git checkout.
+    """
+    try:
+        result = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=40"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return result.stdout.strip() or "unknown"
+
+
 def versions() -> dict[str, str]:
-    """Versions of blockcoupling, torch and transformers (attrs of every file)."""
-    found = {}
+    """Versions of blockcoupling, torch and transformers and the git commit (attrs of every
+    file).
+    """
+    found = {"git_commit": git_commit()}
     for package in ("blockcoupling", "torch", "transformers"):
         try:
             found[f"{package}_version"] = version(package)

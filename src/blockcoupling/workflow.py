@@ -262,8 +262,25 @@ COMBINE_SOURCES = {
     "evaluation": "results/evaluate/{model}/{step}.nc",
 }
 EXTRACTED = ("depth", "spectra", "tokens", "trajectories")
-STATS_TABLES = ("summary", "correlations", "ols", "partial", "k_sweep")
-VIT_STATS_TABLES = ("vit_models", "vit_coupling_vs_sd", "vit_sd_trend", "vit_coupling_vs_accuracy")
+STATS_TABLES = (
+    "summary",
+    "correlations",
+    "ols",
+    "partial",
+    "k_sweep",
+    "crossmodel_analyses",
+    "fixed_size_runs",
+    "fixed_size",
+)
+VIT_STATS_TABLES = (
+    "vit_models",
+    "vit_coupling_vs_sd",
+    "vit_sd_trend",
+    "vit_coupling_vs_accuracy",
+    "vit_runs",
+    "vit_analyses",
+)
+CLAIMS_OUTPUTS = ("analyses.csv", "claims.csv", "claims.md")
 
 
 @dataclass(frozen=True)
@@ -437,8 +454,24 @@ class Plan:
                 "results/stats/checkpoint_table.csv",
                 "results/stats/checkpoint_correlations.csv",
                 "results/stats/checkpoint_emergence.csv",
+                "results/stats/emergence.csv",
             ]
+        if self.analysis_tables():
+            out += [f"results/stats/{name}" for name in CLAIMS_OUTPUTS]
         return out + self.vit_targets()
+
+    def analysis_tables(self) -> list[str]:
+        """The analysis tables (``stats.inference.ANALYSIS_COLUMNS``) this plan writes, the
+        inputs of the claims rule.
+        """
+        out = []
+        if self.cross_model:
+            out += ["results/stats/crossmodel_analyses.csv", "results/stats/fixed_size.csv"]
+        if self.checkpoint_models:
+            out.append("results/stats/emergence.csv")
+        if self.vit is not None:
+            out.append("results/stats/vit_analyses.csv")
+        return out
 
     def vit_targets(self) -> list[str]:
         """Every output of the ViT sweep (none when it is off)."""
@@ -599,6 +632,7 @@ def check_config(
         ),
         "norm": _choice("stats", "norm", stats.get("norm"), list(metric.norms), "metrics.norms"),
     }
+    _check_primary(stats.get("primary", []))
     n_prompts = _prompt_count(config, prompt_files)
     plan = Plan(config, models, prompt_files, selection, None, n_prompts)
     _check_score(config["evaluate"], plan.cross_model)
@@ -683,6 +717,18 @@ def _check_score(section: dict[str, Any], cross_model: dict[str, ModelEntry]) ->
         raise ConfigError(
             "evaluate.score=score reads the models' meta.score, which no cross-model model "
             f"has ({', '.join(cross_model)}); give meta.score or use evaluate.score: bits_per_byte"
+        )
+
+
+def _check_primary(primary: list[str]) -> None:
+    """Every id of ``stats.primary`` is a test the analysis tables report."""
+    from blockcoupling.stats.hypotheses import HYPOTHESES
+
+    unknown = [h for h in primary if h not in HYPOTHESES]
+    if unknown:
+        raise ConfigError(
+            f"stats.primary has unknown test id(s) {unknown}; known ids are listed in "
+            "blockcoupling/stats/hypotheses.py (e.g. fixed_size_excess_vs_bpb, emergence_trend)"
         )
 
 

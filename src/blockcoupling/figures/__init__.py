@@ -36,7 +36,7 @@ from blockcoupling.figures.trajectories import (
 )
 from blockcoupling.figures.vit import vit_coupling_vs_accuracy, vit_coupling_vs_sd
 from blockcoupling.io import read_netcdf
-from blockcoupling.stats import select
+from blockcoupling.stats.core import select
 
 __all__ = [
     "FIGURES",

@@ -30,7 +30,7 @@ from blockcoupling.figures.common import (
     style,
 )
 from blockcoupling.figures.heatmaps import heatmap_grid, matrix, require_dims
-from blockcoupling.stats import select
+from blockcoupling.stats.core import select
 
 
 def _model_order(table: pd.DataFrame) -> list[str]:

@@ -15,7 +15,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
 from blockcoupling.figures.common import MIS_LABEL, no_data, save, style
-from blockcoupling.stats import select
+from blockcoupling.stats.core import select
 
 HEATMAP_CMAP = "viridis"
 

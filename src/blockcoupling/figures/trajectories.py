@@ -15,7 +15,7 @@ from matplotlib.colors import Normalize
 
 from blockcoupling.figures.common import label, no_data, save, seeded_numpy, style
 from blockcoupling.figures.heatmaps import init_order
-from blockcoupling.stats import select
+from blockcoupling.stats.core import select
 
 
 def lss_expodistance(trajectories: xr.Dataset, path: str | Path) -> list[Path]:

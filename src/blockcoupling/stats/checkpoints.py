@@ -1,0 +1,349 @@
+"""Checkpoint analyses: coupling, LSS, expodistance and validation loss per checkpoint, and
+their relation over training (checkpoints of one run are repeated measures, never pooled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from blockcoupling.stats.core import (
+    METHODS,
+    MIN_N_CORRELATION,
+    _bootstrap_cells,
+    _cell_seed,
+    _log10,
+    bootstrap_mean,
+    correlate,
+    holm,
+    require_columns,
+    select,
+)
+from blockcoupling.stats.inference import (
+    analysis_row,
+    analysis_table,
+    cluster_slope,
+    run_level_test,
+)
+
+CALIBRATED = ("coupling_excess", "overlap_u")  # tabulated beside coupling when measured
+EMERGENCE_FAMILY = "emergence"
+
+
+def checkpoint_table(
+    coupling_checkpoints: xr.Dataset,
+    history: pd.DataFrame,
+    trajectories: xr.Dataset | None = None,
+    k: int = 10,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """One row per (model, step): coupling and adjacent_coupling (means over prompts, with
+    percentile bootstrap CIs over prompts: ``*_low``, ``*_high``; also ``coupling_excess`` and
+    ``overlap_u`` when the dataset has them), val_loss, ...
+
+    `coupling_checkpoints`: dims (model, step, ..., prompt); `history`: columns model, step,
+    val_loss (+ val_accuracy); `trajectories` (optional): lss, expodistance (model, step, prompt,
+    token), averaged over prompts and tokens. Adds neg_val_loss (higher = better), log10_params,
+    n_layers, d_model and group (models that differ only by seed share it).
+    """
+    require_columns(history, ["model", "step", "val_loss"])
+    sel = dict(k=k, reading=reading, variant=variant, norm=norm)
+    variables = ["coupling", "adjacent_coupling"]
+    variables += [v for v in CALIBRATED if v in coupling_checkpoints]
+    parts = [
+        _bootstrap_cells(
+            select(coupling_checkpoints[v], **sel), n_boot, seed, ci, v, f"n_prompts_{v}", v
+        )
+        for v in variables
+    ]
+    ds = xr.merge(parts, compat="override").drop_vars(
+        [f"n_prompts_{v}" for v in variables[1:]], errors="ignore"
+    )
+    ds = ds.rename({"n_prompts_coupling": "n_prompts"})
+    if trajectories is not None:
+        ds = ds.assign(
+            {
+                v: trajectories[v].mean(["prompt", "token"], skipna=True)
+                for v in ("lss", "expodistance")
+            }
+        )
+    table = (
+        ds.drop_vars([c for c in ds.coords if c not in ("model", "step")])
+        .to_dataframe()
+        .reset_index()
+    )
+    table["model"] = table["model"].astype(str)
+    table["step"] = table["step"].astype(int)
+    meta = coupling_checkpoints["model"]
+
+    def coord(name: str) -> np.ndarray:
+        return meta[name].values if name in meta.coords else np.full(meta.size, np.nan)
+
+    groups = np.asarray(coord("group"), dtype=object)
+    table = table.merge(
+        pd.DataFrame(
+            {
+                "model": meta.values.astype(str),
+                "group": [
+                    g if isinstance(g, str) and g else m for g, m in zip(groups, meta.values)
+                ],
+                "log10_params": _log10(coord("params")),
+                "n_layers": coord("n_layers"),
+                "d_model": coord("d_model"),
+            }
+        ),
+        on="model",
+    )
+    hist = history.assign(model=history["model"].astype(str), step=history["step"].astype(int))
+    hist = hist[[c for c in ("model", "step", "val_loss", "val_accuracy") if c in hist.columns]]
+    table = table.merge(
+        hist.drop_duplicates(["model", "step"], keep="last"), on=["model", "step"], how="left"
+    )
+    table["neg_val_loss"] = -table["val_loss"]
+    # the combined file is the union of every model's steps: drop (model, step) pairs never measured
+    table = table.dropna(subset=["coupling", "adjacent_coupling"], how="all")
+    return table.sort_values(["model", "step"], ignore_index=True)
+
+
+def combined_correlation(rows: pd.DataFrame, ci: float = 0.95) -> dict:
+    """Per-run correlations (columns r, n) combined with the run as the unit: r (mean of the runs'
+    r), ci_low, ci_high and p of a one-sample t test over runs (t(R-1); none from fewer than
+    ``inference.MIN_CLUSTERS`` runs), n (rows in all), n_groups (runs), reason (method, sign test).
+    """
+    usable = rows[np.isfinite(rows["r"]) & (rows["n"] >= MIN_N_CORRELATION)]
+    test = run_level_test(usable["r"], ci)
+    return dict(
+        r=test["estimate"],
+        ci_low=test["ci_low"],
+        ci_high=test["ci_high"],
+        p=test["p"],
+        n=int(usable["n"].sum()),
+        n_groups=len(usable),
+        reason=test["note"],
+    )
+
+
+def checkpoint_correlations(
+    table: pd.DataFrame,
+    target: str = "neg_val_loss",
+    predictors: Sequence[str] = ("coupling", "adjacent_coupling"),
+    methods: Sequence[str] = METHODS,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """Coupling vs ``target`` over training; checkpoints of one run are repeated measures.
+
+    They are never pooled as independent samples:
+
+    - ``design="within run"``: each model's own correlation over its checkpoints (``subset`` =
+      the model; descriptive, its checkpoints form one time series);
+    - ``design="runs combined (t over runs)"``: those correlations, one per run, by a one-sample
+      t test over runs (``combined_correlation``);
+    - ``design="step fixed effects, clustered by run"``: OLS slope of target per sd of the
+      predictor with one intercept per step (the common training trend removed), CR1 standard
+      errors by run and t(R-1) (``coef``; ``r`` is NaN).
+
+    ``p_holm``: Holm-adjusted over every test of the table (``note`` says so).
+    """
+    require_columns(table, ["model", target, *predictors])
+    rows = []
+    for name, part in table.groupby("model", sort=True):
+        for pred in predictors:
+            for method in methods:
+                rows.append(
+                    dict(subset=str(name), design="within run", target=target, predictor=pred)
+                    | {"method": method}
+                    | correlate(part[pred], part[target], method, ci)
+                )
+    within = pd.DataFrame(rows)
+    for pred in predictors:
+        for method in methods:
+            runs = within[(within["predictor"] == pred) & (within["method"] == method)]
+            rows.append(
+                dict(subset="all runs", design="runs combined (t over runs)", target=target)
+                | dict(predictor=pred, method=method, ci_method="t over run-level r")
+                | combined_correlation(runs, ci)
+            )
+        data = table.assign(x=_z(table[pred]))
+        fit = cluster_slope(data, target, "x", "model", fixed=("step",), ci=ci)
+        rows.append(
+            dict(subset="all runs", design="step fixed effects, clustered by run", target=target)
+            | dict(predictor=pred, method="ols", ci_method="CR1 by run, t(R-1)")
+            | dict(coef=fit["estimate"], ci_low=fit["ci_low"], ci_high=fit["ci_high"])
+            | dict(p=fit["p"], n=fit["n"], n_groups=fit["n_clusters"], reason=fit["note"])
+        )
+    out = pd.DataFrame(rows)
+    out["p_holm"] = holm(out["p"])
+    out["note"] = f"p_holm: Holm over the {int(np.isfinite(out['p']).sum())} tests of this table"
+    return out
+
+
+def emergence_summary(table: pd.DataFrame, column: str = "coupling") -> pd.DataFrame:
+    """The shape of ``column`` over training per model, descriptive only: value at the first
+    step, the peak (step and value of the argmax), the last value, ``rise`` = peak - first and
+    ``decline`` = peak - last; one row per model, with its group (seeds share a group). The
+    argmax is biased towards a peak, so no test is made here: ``emergence_analyses`` chooses
+    the peak on one half of the prompts and tests it on the other.
+    """
+    require_columns(table, ["model", "step", column])
+    rows = []
+    for model, part in table.dropna(subset=[column]).groupby("model", sort=True):
+        part = part.sort_values("step")
+        peak = part.loc[part[column].idxmax()]
+        first, last = part.iloc[0], part.iloc[-1]
+        rows.append(
+            dict(
+                model=str(model),
+                group=str(part["group"].iloc[0]) if "group" in part.columns else str(model),
+                first_step=int(first["step"]),
+                first=float(first[column]),
+                peak_step=int(peak["step"]),
+                peak=float(peak[column]),
+                last_step=int(last["step"]),
+                last=float(last[column]),
+                rise=float(peak[column] - first[column]),
+                decline=float(peak[column] - last[column]),
+            )
+        )
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- emergence design
+
+
+def emergence_analyses(
+    coupling_checkpoints: xr.Dataset,
+    table: pd.DataFrame,
+    selection: dict,
+    variable: str = "coupling_excess",
+    n_boot: int = 1000,
+    seed: int = 0,
+    primary: Sequence[str] = (),
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """Emergence over training, runs as units (checkpoints of a run are one time series).
+
+    - ``emergence_trend``: each run's Spearman rho of ``variable`` (mean over prompts) vs log
+      step, combined by a one-sample t test over runs (t(R-1)) and an exact sign test (note);
+    - ``emergence_loss_slope``: minus val_loss per sd of ``variable`` with step fixed effects
+      (the common training trend removed), CR1 by run, t(R-1);
+    - ``emergence_peak_vs_init`` / ``_vs_final``: per run, the peak step chosen on a random half
+      of the prompts, the differences peak - first and peak - last measured on the other half;
+      combined by a t test over runs; per run (``...:<model>``) a paired percentile bootstrap
+      over the held-out half's prompts (exploratory).
+    Runs: the models of family ``emergence`` (every suite when none is of that family). Ids get the
+    suffix ``_coupling`` when ``variable`` is the raw coupling.
+    """
+    suffix = "" if variable == "coupling_excess" else f"_{variable}"
+    names = [f"emergence_{n}{suffix}" for n in ("trend", "loss_slope")]
+    names += [f"emergence_peak_vs_{n}{suffix}" for n in ("init", "final")]
+    if variable not in coupling_checkpoints or variable not in table:
+        note = f"not measured: {variable} absent"
+        return analysis_table([analysis_row(n, "run", 0, "", note=note) for n in names], primary)
+    meta = coupling_checkpoints["model"]
+    models = meta.values.astype(str)
+    if "family" in meta.coords and (meta["family"].values.astype(str) == EMERGENCE_FAMILY).any():
+        models = models[meta["family"].values.astype(str) == EMERGENCE_FAMILY]
+    part = table[table["model"].isin(models)].dropna(subset=[variable])
+    rhos = [
+        correlate(np.log1p(rows["step"]), rows[variable], "spearman", ci)["r"]
+        for _, rows in part.groupby("model", sort=True)
+    ]
+    trend = run_level_test(rhos, ci)
+    rows = [
+        analysis_row(
+            names[0],
+            "run",
+            trend["n"],
+            "Spearman rho vs log step per run; one-sample t over runs",
+            trend["estimate"],
+            trend["ci_low"],
+            trend["ci_high"],
+            trend["p"],
+            trend["note"],
+        )
+    ]
+    data = part.assign(x=_z(part[variable]))
+    fit = cluster_slope(data, "neg_val_loss", "x", "model", fixed=("step",), ci=ci)
+    rows.append(
+        analysis_row(
+            names[1],
+            "run",
+            fit["n_clusters"],
+            "OLS per sd, step fixed effects, CR1 by run, t(R-1)",
+            fit["estimate"],
+            fit["ci_low"],
+            fit["ci_high"],
+            fit["p"],
+            f"{fit['n']} checkpoints; {fit['note']}",
+        )
+    )
+    values = select(coupling_checkpoints[variable], **selection)
+    per_run = [_split_half_peak(values.sel(model=m), n_boot, seed, m, ci) for m in models]
+    for key, name in zip(("init", "final"), names[2:]):
+        test = run_level_test([r[key][0] for r in per_run], ci)
+        rows.append(
+            analysis_row(
+                name,
+                "run",
+                test["n"],
+                "peak chosen on half the prompts, tested on the other; t over runs",
+                test["estimate"],
+                test["ci_low"],
+                test["ci_high"],
+                test["p"],
+                test["note"],
+            )
+        )
+        for model, res in zip(models, per_run):
+            estimate, low, high, n = res[key]
+            rows.append(
+                analysis_row(
+                    f"{name}:{model}",
+                    "prompt (held-out half)",
+                    n,
+                    "paired percentile bootstrap over prompts",
+                    estimate,
+                    low,
+                    high,
+                    note=f"peak step {res['peak_step']} chosen on the other half",
+                )
+            )
+    return analysis_table(rows, primary)
+
+
+def _z(values: pd.Series) -> pd.Series:
+    """z-scores (NaN when constant)."""
+    sd = values.std(ddof=1)
+    return (values - values.mean()) / sd if sd > 0 else values * np.nan
+
+
+def _split_half_peak(values: xr.DataArray, n_boot: int, seed: int, model: str, ci: float) -> dict:
+    """``values (step, prompt)`` of one run: prompts split at random (seeded by the model) into
+    halves A and B; the peak = argmax over steps of A's means; on B, peak - first step and
+    peak - last step with a paired percentile bootstrap over B's prompts:
+    {"init": (estimate, low, high, n), "final": (...), "peak_step": int}; NaN (n 0, peak -1)
+    for fewer than 2 steps or 4 prompts.
+    """
+    values = values.dropna("step", how="all").transpose("step", "prompt")
+    steps = values["step"].values
+    data = values.values
+    if len(steps) < 2 or data.shape[1] < 4:
+        empty = (np.nan, np.nan, np.nan, 0)
+        return {"init": empty, "final": empty, "peak_step": -1}
+    rng = _cell_seed(seed, "emergence_split", model)
+    order = rng.permutation(data.shape[1])
+    half_a, half_b = order[: data.shape[1] // 2], order[data.shape[1] // 2 :]
+    peak = int(np.nanargmax(np.nanmean(data[:, half_a], axis=1)))
+    out = {"peak_step": int(steps[peak])}
+    for key, other in (("init", 0), ("final", len(steps) - 1)):
+        diff = data[peak, half_b] - data[other, half_b]
+        out[key] = bootstrap_mean(diff, n_boot, ci, rng)
+    return out

@@ -1,0 +1,163 @@
+"""Inference at the level the design varies: cluster-robust slopes with t(G-1) references,
+run-level one-sample tests, and the analysis table every family writes.
+
+Every analysis row has the columns of ``ANALYSIS_COLUMNS``: ``analysis`` (the hypothesis id),
+``estimate`` and its ``ci_low``/``ci_high``, the ``unit`` of replication and their number ``n``,
+``p``, ``p_holm`` (Holm over the declared primary hypotheses only), ``primary`` (declared in config
+``stats.primary``), the ``method`` and a ``note`` (why a value is missing, the design's limits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import statsmodels.formula.api as smf
+from scipy import stats as sps
+
+from blockcoupling.stats.core import holm
+
+ANALYSIS_COLUMNS = (
+    "analysis",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "unit",
+    "n",
+    "p",
+    "p_holm",
+    "primary",
+    "method",
+    "note",
+)
+MIN_CLUSTERS = 5  # fewer clusters: no interval or p (a range at most)
+
+
+def analysis_row(
+    analysis: str,
+    unit: str,
+    n: int,
+    method: str,
+    estimate: float = np.nan,
+    ci_low: float = np.nan,
+    ci_high: float = np.nan,
+    p: float = np.nan,
+    note: str = "",
+) -> dict:
+    """One row of an analysis table (``primary`` and ``p_holm`` are set by ``mark_primary``)."""
+    return dict(
+        analysis=analysis,
+        estimate=float(estimate),
+        ci_low=float(ci_low),
+        ci_high=float(ci_high),
+        unit=unit,
+        n=int(n),
+        p=float(p),
+        p_holm=np.nan,
+        primary=False,
+        method=method,
+        note=note,
+    )
+
+
+def analysis_table(rows: Sequence[dict], primary: Sequence[str] = ()) -> pd.DataFrame:
+    """Rows as a table with ``ANALYSIS_COLUMNS``; ``primary`` marks the declared hypotheses.
+    ``p_holm`` stays NaN here: Holm runs over every family's primaries at once
+    (``combine_analyses``).
+    """
+    frame = pd.DataFrame(list(rows), columns=list(ANALYSIS_COLUMNS))
+    frame["primary"] = frame["analysis"].isin(list(primary))
+    return frame
+
+
+def combine_analyses(frames: Sequence[pd.DataFrame], primary: Sequence[str]) -> pd.DataFrame:
+    """Every family's analysis rows in one table: ``primary`` = the row's analysis is declared,
+    ``p_holm`` = Holm over the declared rows' finite p values (other rows: NaN, exploratory).
+    """
+    frames = [f for f in frames if len(f)]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    frame = frame.reindex(columns=list(ANALYSIS_COLUMNS))
+    text = ["analysis", "unit", "method", "note"]
+    frame[text] = frame[text].fillna("").astype(str)
+    frame["primary"] = frame["analysis"].isin(list(primary))
+    frame["p_holm"] = np.nan
+    chosen = frame["primary"].to_numpy()
+    frame.loc[chosen, "p_holm"] = holm(frame.loc[chosen, "p"].astype(float))
+    return frame
+
+
+def cluster_slope(
+    data: pd.DataFrame,
+    response: str,
+    term: str,
+    cluster: str,
+    fixed: Sequence[str] = (),
+    ci: float = 0.95,
+) -> dict:
+    """OLS ``response ~ term + C(fixed)...`` with cluster-robust (CR1) standard errors by
+    ``cluster`` and a t reference with G - 1 degrees of freedom (statsmodels ``use_t``):
+    estimate (response units per unit of ``term``), ci_low, ci_high, p, n (rows), n_clusters,
+    note. Fewer than ``MIN_CLUSTERS`` clusters: the estimate only, with a note (a cluster-robust
+    variance from so few clusters gives no interval).
+    """
+    data = data[list(dict.fromkeys([response, term, cluster, *fixed]))].dropna()
+    n = len(data)
+    groups = int(data[cluster].nunique())
+    out = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, n_clusters=groups)
+    formula = f"{response} ~ {term}" + "".join(f" + C({f})" for f in fixed if data[f].nunique() > 1)
+    if n < 3 or data[term].nunique() < 2:
+        return out | {"note": f"{formula}: n={n}, too few rows or a constant {term}"}
+    model = smf.ols(formula, data=data)
+    fit = model.fit()
+    if not np.isfinite(fit.params[term]):
+        return out | {"note": f"{formula}: {term} not estimable"}
+    out["estimate"] = float(fit.params[term])
+    if groups < MIN_CLUSTERS:
+        return out | {
+            "note": f"{formula}: {groups} clusters < {MIN_CLUSTERS}, estimate only, no interval"
+        }
+    fit = model.fit(
+        cov_type="cluster", cov_kwds={"groups": pd.factorize(data[cluster])[0]}, use_t=True
+    )
+    low, high = fit.conf_int(alpha=1 - ci).loc[term]
+    return out | dict(
+        ci_low=float(low),
+        ci_high=float(high),
+        p=float(fit.pvalues[term]),
+        note=f"{formula}; CR1 by {cluster}, t({groups - 1})",
+    )
+
+
+def run_level_test(values: Sequence[float], ci: float = 0.95) -> dict:
+    """One-sample t test of run-level statistics against 0 (one value per run): estimate (their
+    mean), ci_low, ci_high (t with n - 1 df), p, n (finite values), p_sign (exact two-sided sign
+    test of the nonzero values), note. Fewer than ``MIN_CLUSTERS`` runs: mean and range only.
+    """
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    n = values.size
+    out = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, p_sign=np.nan)
+    if n == 0:
+        return out | {"note": "no run-level values"}
+    out["estimate"] = float(values.mean())
+    nonzero = values[values != 0]
+    if nonzero.size:
+        positive = int((nonzero > 0).sum())
+        out["p_sign"] = float(sps.binomtest(positive, nonzero.size).pvalue)
+    if n < MIN_CLUSTERS:
+        return out | {
+            "note": f"{n} runs < {MIN_CLUSTERS}: range [{values.min():.4g}, {values.max():.4g}], "
+            "no interval"
+        }
+    sd = float(values.std(ddof=1))
+    if sd == 0:
+        return out | {"note": "every run gives the same value: no interval"}
+    half = sps.t.ppf((1 + ci) / 2, n - 1) * sd / np.sqrt(n)
+    t = out["estimate"] / (sd / np.sqrt(n))
+    return out | dict(
+        ci_low=out["estimate"] - half,
+        ci_high=out["estimate"] + half,
+        p=float(2 * sps.t.sf(abs(t), n - 1)),
+        note=f"one-sample t({n - 1}) over runs; sign test p={out['p_sign']:.3g}",
+    )

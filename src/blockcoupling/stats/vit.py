@@ -1,0 +1,390 @@
+"""ViT stochastic-depth sweep: per-model coupling and accuracy, coupling vs rate, and coupling
+vs accuracy at a fixed rate.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from blockcoupling.stats.core import (
+    METHODS,
+    _cell_seed,
+    bootstrap_mean,
+    correlate,
+    fisher_ci,
+    holm,
+    mixed_slope,
+    require_columns,
+    select,
+)
+from blockcoupling.stats.inference import (
+    MIN_CLUSTERS,
+    analysis_row,
+    analysis_table,
+)
+
+# --------------------------------------------------------------------------- ViT sweep
+VIT_NOTE_HOLM = "p_holm: Holm-adjusted over the {n} per-rate tests of this method"
+
+
+def vit_coupling_values(
+    combined: xr.Dataset,
+    k: int,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    variable: str = "coupling",
+) -> xr.DataArray:
+    """``combined[variable]`` (a ``vit_results.grid_dataset``) at one K, reading, variant and
+    norm: dims ``(sd, wd, seed, image)``.
+    """
+    if variable not in combined:
+        raise ValueError(f"variable {variable!r} not in dataset {list(combined.data_vars)}")
+    da = select(combined[variable], k=k, reading=reading, variant=variant, norm=norm)
+    return da.transpose("sd", "wd", "seed", "image")
+
+
+def vit_model_table(
+    combined: xr.Dataset,
+    k: int,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """One row per trained ViT (sd, wd, seed): ``coupling`` (mean over images) with a percentile
+    bootstrap CI over images, ``adjacent_coupling``, ``test_accuracy``, ``test_loss``,
+    ``n_images``. Each model's generator is seeded by ``seed`` and its grid point.
+    """
+    values = vit_coupling_values(combined, k, reading, variant, norm)
+    adjacent = vit_coupling_values(combined, k, reading, variant, norm, "adjacent_coupling")
+    rows = []
+    for sd, wd, s in itertools.product(*(values[d].values for d in ("sd", "wd", "seed"))):
+        cell = values.sel(sd=sd, wd=wd, seed=s).values
+        mean, low, high, n = bootstrap_mean(cell, n_boot, ci, _cell_seed(seed, "vit", sd, wd, s))
+        rows.append(
+            dict(
+                sd=float(sd),
+                wd=float(wd),
+                seed=int(s),
+                coupling=mean,
+                coupling_low=low,
+                coupling_high=high,
+                adjacent_coupling=float(np.nanmean(adjacent.sel(sd=sd, wd=wd, seed=s).values)),
+                test_accuracy=float(combined["test_accuracy"].sel(sd=sd, wd=wd, seed=s)),
+                test_loss=float(combined["test_loss"].sel(sd=sd, wd=wd, seed=s)),
+                n_images=n,
+            )
+        )
+    return pd.DataFrame(rows)
+
+
+def crossed_bootstrap_means(
+    values: np.ndarray, n_boot: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Bootstrap means of ``values (group, seed, image)`` resampling seeds and images (each with
+    replacement, the same draw for every group: seeds and images are crossed random factors,
+    groups fixed). Non-finite entries are left out of each resampled mean. Returns ``(n_boot,)``.
+    """
+    values = np.asarray(values, dtype=float)
+    _, n_seed, n_image = values.shape
+    seeds = rng.integers(0, n_seed, size=(n_boot, n_seed))
+    images = rng.integers(0, n_image, size=(n_boot, n_image))
+    seed_counts = np.stack([np.bincount(row, minlength=n_seed) for row in seeds])
+    image_counts = np.stack([np.bincount(row, minlength=n_image) for row in images])
+    finite = np.isfinite(values)
+    total = np.einsum("gsi,bs,bi->b", np.where(finite, values, 0.0), seed_counts, image_counts)
+    count = np.einsum("gsi,bs,bi->b", finite.astype(float), seed_counts, image_counts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / count
+
+
+def vit_coupling_by_rate(
+    combined: xr.Dataset,
+    k: int,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> pd.DataFrame:
+    """Coupling per stochastic-depth rate: the mean over weight decays, seeds and images
+    (``wd = "all"``) and per weight decay, each with a percentile CI from
+    ``crossed_bootstrap_means`` (seeds and images resampled) from at least
+    ``inference.MIN_CLUSTERS`` seeds, else the range of the seed means (``ci_method`` says
+    which: a bootstrap over 2 seeds is no interval). Columns: sd, wd, coupling,
+    ci_low, ci_high, n_models, n_images, ci_method.
+    """
+    values = vit_coupling_values(combined, k, reading, variant, norm)
+    rows = []
+    alpha = (1 - ci) / 2
+    for sd in values["sd"].values:
+        at_rate = values.sel(sd=sd)
+        groups = [("all", at_rate.values)] + [
+            (format(float(wd), "g"), at_rate.sel(wd=[wd]).values) for wd in values["wd"].values
+        ]
+        for wd, cube in groups:
+            rng = _cell_seed(seed, "vit_rate", sd, wd)
+            if cube.shape[1] >= MIN_CLUSTERS:
+                means = crossed_bootstrap_means(cube, n_boot, rng)
+                low, high = np.nanquantile(means, [alpha, 1 - alpha])
+                method = "percentile bootstrap, seeds and images resampled (crossed)"
+            else:
+                seed_means = np.nanmean(cube, axis=(0, 2))
+                low, high = np.nanmin(seed_means), np.nanmax(seed_means)
+                method = f"range of the seed means ({cube.shape[1]} seeds < {MIN_CLUSTERS})"
+            rows.append(
+                dict(
+                    sd=float(sd),
+                    wd=wd,
+                    coupling=float(np.nanmean(cube)),
+                    ci_low=float(low),
+                    ci_high=float(high),
+                    n_models=int(cube.shape[0] * cube.shape[1]),
+                    n_images=int(cube.shape[2]),
+                    ci_method=method,
+                )
+            )
+    return pd.DataFrame(rows)
+
+
+def vit_sd_trend(table: pd.DataFrame, ci: float = 0.95) -> pd.DataFrame:
+    """Does stochastic depth change coupling (and accuracy)? Per response (``coupling``,
+    ``test_accuracy``): OLS of the per-model values on ``sd`` with weight decay as a categorical
+    covariate (``y ~ sd + C(wd)``; the slope is per unit drop-path rate), and the Spearman
+    correlation of the values with ``sd`` (Fisher-z CI). Columns: response, method, term,
+    estimate, ci_low, ci_high, p, n, note.
+    """
+    import statsmodels.formula.api as smf
+
+    require_columns(table, ["sd", "wd", "coupling", "test_accuracy"])
+    rows = []
+    for response in ("coupling", "test_accuracy"):
+        data = table[["sd", "wd", response]].dropna()
+        n = len(data)
+        base = dict(response=response, n=n)
+        n_params = 2 + data["wd"].nunique() - 1
+        if n <= n_params + 1 or data["sd"].nunique() < 2:
+            rows.append(
+                base
+                | dict(
+                    method="ols",
+                    term="sd",
+                    estimate=np.nan,
+                    ci_low=np.nan,
+                    ci_high=np.nan,
+                    p=np.nan,
+                    note=f"n={n} too small or one rate only",
+                )
+            )
+        else:
+            formula = f"{response} ~ sd" + (" + C(wd)" if data["wd"].nunique() > 1 else "")
+            fit = smf.ols(formula, data=data).fit()
+            low, high = fit.conf_int(alpha=1 - ci).loc["sd"]
+            rows.append(
+                base
+                | dict(
+                    method="ols",
+                    term="sd",
+                    estimate=float(fit.params["sd"]),
+                    ci_low=float(low),
+                    ci_high=float(high),
+                    p=float(fit.pvalues["sd"]),
+                    note=f"{formula}; r2={fit.rsquared:.3f}",
+                )
+            )
+        res = correlate(data["sd"], data[response], "spearman", ci)
+        rows.append(
+            base
+            | dict(
+                method="spearman",
+                term="sd",
+                estimate=res["r"],
+                ci_low=res["ci_low"],
+                ci_high=res["ci_high"],
+                p=res["p"],
+                note=res["reason"] or res["ci_method"],
+            )
+        )
+    columns = ["response", "method", "term", "estimate", "ci_low", "ci_high", "p", "n", "note"]
+    return pd.DataFrame(rows)[columns]
+
+
+def vit_coupling_accuracy(
+    table: pd.DataFrame, methods: Sequence[str] = METHODS, ci: float = 0.95
+) -> pd.DataFrame:
+    """Coupling vs test accuracy at a fixed stochastic-depth rate.
+
+    Per rate and method: r of per-model coupling and accuracy across weight decays and seeds
+    (``correlate``: Fisher-z CIs), with Holm-adjusted p-values over the rates (``p_holm``).
+    Pooled over rates (``sd = "pooled"``): ``within_ols``, the slope of accuracy on coupling
+    with one intercept per rate (``test_accuracy ~ coupling + C(sd)``; accuracy per unit
+    coupling) and the within-rate partial correlation it implies (``within_r``, Fisher z with
+    se ``1/sqrt(n - 2 - n_rates)``); ``mixedlm``, statsmodels MixedLM with a random intercept
+    per rate. Columns: sd, method, estimate, ci_low, ci_high, p, p_holm, n, note.
+    """
+    require_columns(table, ["sd", "coupling", "test_accuracy"])
+    rows = []
+    for method in methods:
+        per_rate = []
+        for sd, part in table.groupby("sd", sort=True):
+            res = correlate(part["coupling"], part["test_accuracy"], method, ci)
+            per_rate.append(
+                dict(
+                    sd=format(float(sd), "g"),
+                    method=method,
+                    estimate=res["r"],
+                    ci_low=res["ci_low"],
+                    ci_high=res["ci_high"],
+                    p=res["p"],
+                    n=res["n"],
+                    note=res["reason"] or res["ci_method"],
+                )
+            )
+        adjusted = holm([row["p"] for row in per_rate])
+        for row, p in zip(per_rate, adjusted):
+            row["p_holm"] = float(p)
+            row["note"] += "; " + VIT_NOTE_HOLM.format(n=int(np.isfinite(adjusted).sum()))
+        rows += per_rate
+    rows += _vit_pooled_within_rate(table, ci)
+    columns = ["sd", "method", "estimate", "ci_low", "ci_high", "p", "p_holm", "n", "note"]
+    return pd.DataFrame(rows)[columns]
+
+
+def _vit_pooled_within_rate(table: pd.DataFrame, ci: float) -> list[dict]:
+    """The pooled within-rate rows of ``vit_coupling_accuracy``."""
+    import statsmodels.formula.api as smf
+
+    data = table[["sd", "coupling", "test_accuracy"]].dropna()
+    n, groups = len(data), data["sd"].nunique()
+    nan = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, p_holm=np.nan, n=n)
+    df = n - 2 - (groups - 1)
+    if df < 2 or data.groupby("sd")["coupling"].nunique().max() < 2:
+        note = f"n={n} with {groups} rates: too few models per rate"
+        return [
+            dict(sd="pooled", method=m) | nan | {"note": note}
+            for m in ("within_ols", "within_r", "mixedlm")
+        ]
+    formula = "test_accuracy ~ coupling" + (" + C(sd)" if groups > 1 else "")
+    fit = smf.ols(formula, data=data).fit()
+    low, high = fit.conf_int(alpha=1 - ci).loc["coupling"]
+    t = float(fit.tvalues["coupling"])
+    r = t / np.sqrt(t**2 + fit.df_resid)
+    r_low, r_high = fisher_ci(r, n, ci, se=1 / np.sqrt(n - 2 - groups))
+    rows = [
+        dict(
+            sd="pooled",
+            method="within_ols",
+            estimate=float(fit.params["coupling"]),
+            ci_low=float(low),
+            ci_high=float(high),
+            p=float(fit.pvalues["coupling"]),
+            p_holm=np.nan,
+            n=n,
+            note=f"{formula}: accuracy per unit coupling",
+        ),
+        dict(
+            sd="pooled",
+            method="within_r",
+            estimate=float(r),
+            ci_low=r_low,
+            ci_high=r_high,
+            p=float(fit.pvalues["coupling"]),
+            p_holm=np.nan,
+            n=n,
+            note=f"partial r given the rate (t/sqrt(t^2+df), df={int(fit.df_resid)})",
+        ),
+    ]
+    mixed = mixed_slope(data, "test_accuracy", "coupling", "sd", ci, standardize=False)
+    note = "MixedLM test_accuracy ~ coupling, random intercept per rate"
+    rows.append(
+        dict(sd="pooled", method="mixedlm", p_holm=np.nan, n=n)
+        | {key: mixed[key] for key in ("ci_low", "ci_high", "p")}
+        | {
+            "estimate": mixed["coef"],
+            "note": note + (f"; {mixed['reason']}" if mixed["reason"] else ""),
+        }
+    )
+    return rows
+
+
+def vit_run_table(combined: xr.Dataset, selection: dict) -> pd.DataFrame:
+    """One row per trained ViT (sd, wd, seed): ``test_accuracy`` and the mean over images of
+    ``coupling`` and, when measured, ``coupling_excess`` and ``overlap_u``.
+    """
+    accuracy = combined["test_accuracy"].transpose("sd", "wd", "seed")
+    grid = list(itertools.product(*(accuracy[d].values for d in ("sd", "wd", "seed"))))
+    rows = pd.DataFrame(grid, columns=["sd", "wd", "seed"])
+    rows["test_accuracy"] = accuracy.values.ravel()
+    for variable in ("coupling", "coupling_excess", "overlap_u"):
+        if variable in combined:
+            values = vit_coupling_values(combined, variable=variable, **selection)
+            rows[variable] = values.mean("image", skipna=True).values.ravel()
+    return rows
+
+
+def vit_analyses(runs: pd.DataFrame, primary: Sequence[str] = (), ci: float = 0.95) -> pd.DataFrame:
+    """The sweep's designed tests, one trained ViT per unit (each its own training run).
+
+    - ``vit_sd_effect[_{measure}]``: slope of the measure per unit drop-path rate, OLS with seed
+      as a block (``y ~ sd + C(seed)``, + ``C(wd)`` when several weight decays), t(n - p);
+    - ``vit_sd_effect_accuracy``: the same for test accuracy;
+    - ``vit_accuracy_within_rate[_{measure}]``: test accuracy per sd of the measure, pooled
+      within rates (``test_accuracy ~ z + C(sd)``, + ``C(wd)`` when several; seeds are the
+      within-rate variation, so no seed block).
+    The measure is ``coupling_excess`` (no suffix); raw ``coupling`` and ``overlap_u`` are
+    secondary. A missing measure gives a row saying so.
+    """
+    rows = []
+    for measure in ("coupling_excess", "coupling", "overlap_u", "test_accuracy"):
+        suffix = "" if measure == "coupling_excess" else f"_{measure.replace('test_', '')}"
+        if measure not in runs or runs[measure].isna().all():
+            note = f"not measured: {measure} absent"
+            rows.append(analysis_row(f"vit_sd_effect{suffix}", "run", 0, "", note=note))
+            if measure != "test_accuracy":
+                name = f"vit_accuracy_within_rate{suffix}"
+                rows.append(analysis_row(name, "run", 0, "", note=note))
+            continue
+        rows.append(_ols_row(runs, f"vit_sd_effect{suffix}", measure, "sd", ["seed", "wd"], ci))
+        if measure != "test_accuracy":
+            data = runs.assign(z=(runs[measure] - runs[measure].mean()) / runs[measure].std())
+            name = f"vit_accuracy_within_rate{suffix}"
+            rows.append(_ols_row(data, name, "test_accuracy", "z", ["sd", "wd"], ci))
+    return analysis_table(rows, primary)
+
+
+def _ols_row(
+    data: pd.DataFrame, name: str, response: str, term: str, blocks: list[str], ci: float
+) -> dict:
+    """OLS ``response ~ term + C(block)...`` (blocks with one level left out): the term's row."""
+    import statsmodels.formula.api as smf
+
+    data = data[[response, term, *blocks]].dropna()
+    used = [b for b in blocks if data[b].nunique() > 1]
+    formula = f"{response} ~ {term}" + "".join(f" + C({b})" for b in used)
+    n_params = 2 + sum(data[b].nunique() - 1 for b in used)
+    method = "OLS, classical SE, t(n - parameters)"
+    if len(data) <= n_params + 1 or data[term].nunique() < 2:
+        note = f"{formula}: n={len(data)} too small for {n_params} parameters"
+        return analysis_row(name, "run", len(data), method, note=note)
+    fit = smf.ols(formula, data=data).fit()
+    low, high = fit.conf_int(alpha=1 - ci).loc[term]
+    return analysis_row(
+        name,
+        "run",
+        len(data),
+        method,
+        fit.params[term],
+        low,
+        high,
+        fit.pvalues[term],
+        f"{formula}; df={int(fit.df_resid)}",
+    )

@@ -1,0 +1,397 @@
+"""Run-level inference: cluster-robust slopes with t(G-1), t over runs, sign tests, Holm over
+primaries, claims; simulated data with known effects and nulls, few clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from scipy import stats as sps
+
+from blockcoupling.stats import checkpoints, claims, core, crossmodel, fixed_size, inference, vit
+from blockcoupling.stats.hypotheses import HYPOTHESES
+
+
+def clustered(rng: np.random.Generator, slope: float, groups: int = 8, per: int = 4):
+    """Rows of (g, x, y) with cluster effects in both x and y (so rows are not independent)."""
+    g = np.repeat(np.arange(groups), per)
+    x = rng.normal(size=groups)[g] + rng.normal(size=g.size)
+    y = slope * x + 2 * rng.normal(size=groups)[g] + rng.normal(size=g.size)
+    return pd.DataFrame({"g": g, "x": x, "y": y})
+
+
+def test_cluster_slope_is_cr1_with_t_of_g_minus_1_by_hand():
+    data = clustered(np.random.default_rng(0), 0.5, groups=7, per=5)
+    got = inference.cluster_slope(data, "y", "x", "g")
+    X = np.column_stack([np.ones(len(data)), data["x"]])
+    beta, *_ = np.linalg.lstsq(X, data["y"], rcond=None)
+    u = data["y"] - X @ beta
+    bread = np.linalg.inv(X.T @ X)
+    meat = sum(np.outer(X[m].T @ u[m], X[m].T @ u[m]) for m in (data["g"] == k for k in range(7)))
+    n, k, G = len(data), 2, 7
+    cov = G / (G - 1) * (n - 1) / (n - k) * bread @ meat @ bread
+    se = np.sqrt(cov[1, 1])
+    half = sps.t.ppf(0.975, G - 1) * se
+    assert got["estimate"] == pytest.approx(beta[1])
+    assert got["ci_low"] == pytest.approx(beta[1] - half)
+    assert got["ci_high"] == pytest.approx(beta[1] + half)
+    assert got["p"] == pytest.approx(2 * sps.t.sf(abs(beta[1] / se), G - 1))
+    assert got["n"] == 35 and got["n_clusters"] == 7 and "t(6)" in got["note"]
+
+
+def test_cluster_slope_gives_no_interval_below_five_clusters():
+    data = clustered(np.random.default_rng(1), 0.5, groups=4, per=6)
+    got = inference.cluster_slope(data, "y", "x", "g")
+    assert np.isfinite(got["estimate"])
+    assert np.isnan(got["ci_low"]) and np.isnan(got["p"]) and "4 clusters < 5" in got["note"]
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.7])
+def test_cluster_slope_intervals_cover_at_their_nominal_rate(slope):
+    """8 clusters of 4 rows with cluster effects: the 95% interval covers the true slope in
+    about 95% of 200 seeded simulations (naive OLS covers far less); under the null it rejects
+    in about 5%."""
+    rng = np.random.default_rng(2)
+    cover = naive = 0
+    for _ in range(200):
+        data = clustered(rng, slope)
+        got = inference.cluster_slope(data, "y", "x", "g")
+        cover += got["ci_low"] <= slope <= got["ci_high"]
+        fit = sps.linregress(data["x"], data["y"])
+        half = sps.t.ppf(0.975, len(data) - 2) * fit.stderr
+        naive += fit.slope - half <= slope <= fit.slope + half
+    assert 0.89 <= cover / 200 <= 0.99
+    assert naive / 200 < cover / 200 - 0.05  # the design's clustering matters
+
+
+def test_run_level_test_matches_scipy_t_and_sign_tests():
+    values = np.array([0.3, 0.5, -0.1, 0.6, 0.2, 0.4, np.nan])
+    got = inference.run_level_test(values)
+    finite = values[np.isfinite(values)]
+    ref = sps.ttest_1samp(finite, 0.0)
+    low, high = ref.confidence_interval(0.95)
+    assert got["n"] == 6 and got["estimate"] == pytest.approx(finite.mean())
+    assert got["p"] == pytest.approx(ref.pvalue)
+    assert (got["ci_low"], got["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert got["p_sign"] == pytest.approx(sps.binomtest(5, 6).pvalue)
+    few = inference.run_level_test([0.2, 0.9, 0.4])
+    assert np.isnan(few["ci_low"]) and np.isnan(few["p"]) and "[0.2, 0.9]" in few["note"]
+
+
+def test_spearman_of_plus_minus_one_has_no_clipped_interval():
+    got = core.correlate([1, 2, 3, 4, 5], [2, 4, 6, 8, 10], "spearman")
+    assert (
+        got["r"] == pytest.approx(1) and np.isnan(got["ci_low"]) and "no Fisher-z" in got["reason"]
+    )
+
+
+def test_combined_correlation_uses_runs_as_units():
+    runs = pd.DataFrame({"r": [0.5, 0.8, -0.2, 0.4, 0.6, np.nan], "n": [7, 13, 6, 6, 6, 3]})
+    got = checkpoints.combined_correlation(runs)
+    ref = sps.ttest_1samp([0.5, 0.8, -0.2, 0.4, 0.6], 0.0)
+    assert got["r"] == pytest.approx(0.42) and got["p"] == pytest.approx(ref.pvalue)
+    assert got["n_groups"] == 5 and got["n"] == 38
+
+
+def test_holm_runs_over_the_declared_primaries_alone():
+    rows = [
+        inference.analysis_row(name, "run", 10, "m", 1.0, 0.5, 1.5, p)
+        for name, p in [("a", 0.01), ("b", 0.04), ("c", 0.001), ("d", 0.03)]
+    ]
+    frames = [inference.analysis_table(rows[:2]), inference.analysis_table(rows[2:])]
+    got = inference.combine_analyses(frames, ["a", "b", "d"]).set_index("analysis")
+    assert list(got.columns) == list(inference.ANALYSIS_COLUMNS)[1:]
+    np.testing.assert_allclose(got.loc[["a", "b", "d"], "p_holm"], [0.03, 0.06, 0.06])
+    assert np.isnan(got.loc["c", "p_holm"]) and not got.loc["c", "primary"]
+
+
+@pytest.mark.parametrize(
+    ("row", "sign", "expected"),
+    [
+        (None, 1, "not testable with this design"),
+        (dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.02), 1, "reproduced"),
+        (dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.02), -1, "refuted"),
+        (dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.08), 1, "inconclusive"),
+        (dict(estimate=0.1, ci_low=-0.2, ci_high=0.4, p=0.4, p_holm=0.8), 1, "inconclusive"),
+        (
+            dict(estimate=0.1, ci_low=np.nan, ci_high=np.nan, p=np.nan, p_holm=np.nan),
+            1,
+            "inconclusive",
+        ),
+    ],
+)
+def test_claim_verdicts(row, sign, expected):
+    series = None if row is None else pd.Series(row | {"primary": True})
+    assert claims.verdict(series, sign) == expected
+
+
+def test_claims_markdown_goes_between_the_readme_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{claims.START}\nold\n{claims.END}\nrest\n")
+    table = claims.claims_table(inference.combine_analyses([], []))
+    text = claims.render_readme(readme, claims.claims_markdown(table, "abc123"))
+    assert "old" not in text and "`abc123`" in text and text.endswith("rest\n")
+    assert text.count("not testable with this design") == len(claims.CLAIMS)
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="claims:start"):
+        claims.render_readme(readme, "x")
+
+
+# --------------------------------------------------------------------------- fixed size
+def fixed_size_data(rng, configs: int, seeds: int, slope: float, excess: bool = True):
+    """Synthetic combined coupling (model, init, prompt) of a fixed-size grid: -bpb rises with
+    the held-out excess by ``slope`` per unit; two pretrained models outside the family."""
+    runs = [(c, s) for c in range(configs) for s in range(seeds)]
+    names = [f"c{c}-s{s}-final" for c, s in runs] + ["pre-a", "pre-b"]
+    level = rng.normal(size=len(names))
+    prompts = 6
+    source = np.array(["shakespeare"] * 3 + ["tasks"] * 3)
+    values = level[:, None, None] + 0.1 * rng.normal(size=(len(names), 2, prompts))
+    coords = dict(
+        model=names,
+        init=["trained", "random"],
+        prompt=np.arange(prompts),
+        family=("model", ["fixed_size"] * len(runs) + ["hub", "hub"]),
+        group=("model", [f"c{c}" for c, _ in runs] + ["pre-a", "pre-b"]),
+        prompt_source=("prompt", source),
+    )
+    dims = ("model", "init", "prompt")
+    data = {"coupling": (dims, values - 1)}
+    if excess:
+        data["coupling_excess"] = (dims, values)
+    ds = xr.Dataset(data, coords=coords)
+    held = values[:, 0, :3].mean(axis=1)
+    bpb = -(slope * held + 0.05 * rng.normal(size=len(names)))
+    evaluation = xr.Dataset(
+        {"bits_per_byte": (("model", "init"), np.column_stack([bpb, bpb + 3]))},
+        coords=dict(model=names, init=["trained", "random"]),
+    )
+    histories = {
+        name: pd.DataFrame({"step": [0, 10], "train_loss": [5, 2], "val_loss": [5, 2.5 + i]})
+        for i, name in enumerate(names)
+    }
+    return ds, evaluation, histories
+
+
+def test_fixed_size_recovers_a_known_effect_with_runs_as_units():
+    ds, evaluation, histories = fixed_size_data(np.random.default_rng(3), 6, 3, 0.8)
+    runs = fixed_size.run_table(ds, evaluation, histories, {})
+    assert len(runs) == 18 and not runs["model"].str.startswith("pre").any()  # never pooled
+    assert runs["gap"].iloc[1] == pytest.approx(1.5)
+    out = fixed_size.analyses(runs, ("fixed_size_excess_vs_bpb",)).set_index("analysis")
+    main = out.loc["fixed_size_excess_vs_bpb"]
+    sd = runs["coupling_excess_held_out"].std(ddof=1)
+    assert main["primary"] and main["n"] == 18 and main["unit"] == "run (6 configurations)"
+    assert main["ci_low"] < 0.8 * sd < main["ci_high"] and main["p"] < 0.01
+    config = out.loc["fixed_size_excess_vs_bpb_config_spearman"]
+    assert config["n"] == 6 and config["unit"] == "configuration" and not config["primary"]
+    assert set(out.index) <= set(HYPOTHESES)
+    twin = out.loc["fixed_size_trained_vs_random"]  # both inits share the level: ~0
+    assert (
+        twin["n"] == 6 and twin["unit"] == "configuration" and twin["ci_low"] < 0 < twin["ci_high"]
+    )
+    diff = ds["coupling_excess"].isel(prompt=slice(0, 3)).mean("prompt")
+    diff = (diff.sel(init="trained") - diff.sel(init="random")).values[:18]
+    assert twin["estimate"] == pytest.approx(diff.mean())
+
+
+def test_fixed_size_reports_missing_measures_and_too_few_configurations():
+    ds, evaluation, histories = fixed_size_data(np.random.default_rng(4), 4, 2, 0.8, False)
+    runs = fixed_size.run_table(ds, evaluation, histories, {})
+    out = fixed_size.analyses(runs).set_index("analysis")
+    assert (
+        "not measured: coupling_excess_held_out absent"
+        in out.loc["fixed_size_excess_vs_bpb", "note"]
+    )
+    raw = out.loc["fixed_size_coupling_vs_bpb"]
+    assert np.isfinite(raw["estimate"]) and np.isnan(raw["ci_low"]) and np.isnan(raw["p"])
+    assert "4 clusters < 5" in raw["note"]
+
+
+def test_no_analysis_reports_a_p_from_fewer_units_than_it_claims():
+    """Every finite p or interval of every family's table comes with n >= 5 units of its kind."""
+    rng = np.random.default_rng(5)
+    ds, evaluation, histories = fixed_size_data(rng, 5, 2, 0.5)
+    tables = [fixed_size.analyses(fixed_size.run_table(ds, evaluation, histories, {}))]
+    for n_runs in (3, 6):
+        cube, table = emergence_data(rng, n_runs, trend=0.3)
+        tables.append(checkpoints.emergence_analyses(cube, table, {}, n_boot=50))
+    tables.append(vit.vit_analyses(vit_runs(rng, seeds=4, effect=0.1)))
+    frame = inference.combine_analyses(tables, [])
+    finite = frame[np.isfinite(frame["p"]) | np.isfinite(frame["ci_low"])]
+    assert len(finite) > 20
+    clusters = finite["unit"].str.extract(r"\((\d+) configurations\)")[0].astype(float)
+    units = clusters.fillna(finite["n"])
+    assert (units >= inference.MIN_CLUSTERS).all(), finite[units < 5]
+
+
+# --------------------------------------------------------------------------- emergence
+def emergence_data(rng, n_runs: int, trend: float, prompts: int = 10):
+    """Checkpoint suites (model, step, prompt) whose excess rises by ``trend`` per log step."""
+    steps = np.array([0, 3, 10, 30, 100, 300])
+    models = [f"r{i}" for i in range(n_runs)]
+    base = trend * np.log1p(steps)[None, :, None]
+    values = base + rng.normal(size=(n_runs, 1, prompts)) + rng.normal(size=(n_runs, 6, prompts))
+    cube = xr.Dataset(
+        {"coupling_excess": (("model", "step", "prompt"), values)},
+        coords=dict(model=models, step=steps, family=("model", ["emergence"] * n_runs)),
+    )
+    means = values.mean(axis=2)
+    table = pd.DataFrame(
+        [
+            dict(model=m, step=s, coupling_excess=means[i, j], neg_val_loss=means[i, j] + j)
+            for i, m in enumerate(models)
+            for j, s in enumerate(steps)
+        ]
+    )
+    return cube, table
+
+
+def test_emergence_trend_and_step_fixed_effects_slope():
+    cube, table = emergence_data(np.random.default_rng(6), 6, trend=0.5)
+    out = checkpoints.emergence_analyses(cube, table, {}, n_boot=50).set_index("analysis")
+    trend = out.loc["emergence_trend"]
+    assert trend["n"] == 6 and trend["unit"] == "run" and trend["ci_low"] > 0
+    slope = out.loc["emergence_loss_slope"]  # neg_val_loss = excess + step effect: slope 1/sd
+    sd = table["coupling_excess"].std(ddof=1)
+    assert slope["estimate"] == pytest.approx(sd, rel=1e-6) and slope["n"] == 6
+    per_run = [i for i in out.index if i.startswith("emergence_peak_vs_init:")]
+    assert len(per_run) == 6 and (out.loc[per_run, "n"] == 5).all()
+
+
+def test_split_half_peak_has_no_selection_bias_under_the_null():
+    """Flat curves (pure noise): the argmax of all prompts' means is biased above the first
+    step; the peak chosen on one half and measured on the other is not."""
+    rng = np.random.default_rng(7)
+    split, naive = [], []
+    for i in range(200):
+        values = xr.DataArray(
+            rng.normal(size=(6, 10)), dims=("step", "prompt"), coords={"step": np.arange(6)}
+        )
+        split.append(checkpoints._split_half_peak(values, 10, i, "m", 0.95)["init"][0])
+        means = values.mean("prompt").values
+        naive.append(means.max() - means[0])
+    assert abs(np.mean(split)) < 3 * np.std(split) / np.sqrt(200)
+    assert np.mean(naive) > 10 * np.std(naive) / np.sqrt(200)
+
+
+# --------------------------------------------------------------------------- ViT
+def vit_runs(rng, seeds: int, effect: float) -> pd.DataFrame:
+    """Per-run table of a sweep: 5 rates x ``seeds`` seeds at one weight decay."""
+    rows = [dict(sd=sd, wd=0.05, seed=s) for sd in (0.0, 0.1, 0.2, 0.3, 0.4) for s in range(seeds)]
+    runs = pd.DataFrame(rows)
+    block = rng.normal(size=seeds)[runs["seed"]]
+    runs["coupling_excess"] = effect * runs["sd"] + block + 0.01 * rng.normal(size=len(runs))
+    runs["coupling"] = runs["coupling_excess"] - 1
+    runs["test_accuracy"] = (
+        0.9 + 0.05 * (runs["coupling_excess"] - runs["sd"]) + 0.01 * rng.normal(size=len(runs))
+    )
+    return runs
+
+
+def test_vit_sd_effect_has_seed_as_a_block_and_accuracy_a_within_rate_slope():
+    runs = vit_runs(np.random.default_rng(8), seeds=4, effect=0.5)
+    out = vit.vit_analyses(runs, ("vit_sd_effect",)).set_index("analysis")
+    X = np.column_stack([np.ones(20), runs["sd"], *(runs["seed"] == s for s in (1, 2, 3))])
+    beta = np.linalg.lstsq(X, runs["coupling_excess"], rcond=None)[0]
+    effect = out.loc["vit_sd_effect"]
+    assert effect["estimate"] == pytest.approx(beta[1]) and effect["n"] == 20
+    assert effect["primary"] and "C(seed)" in effect["note"] and "df=15" in effect["note"]
+    within = out.loc["vit_accuracy_within_rate"]
+    assert within["ci_low"] > 0 and "C(sd)" in within["note"]
+    assert "not measured" in out.loc["vit_sd_effect_overlap_u", "note"]
+
+
+def test_vit_rate_intervals_need_five_seeds():
+    seeds = 2
+    values = np.random.default_rng(9).normal(size=(2, 1, seeds, 3))
+    combined = xr.Dataset(
+        {"coupling": (("sd", "wd", "seed", "image"), values)},
+        coords=dict(sd=[0.0, 0.2], wd=[0.1], seed=np.arange(seeds), image=np.arange(3)),
+    )
+    out = vit.vit_coupling_by_rate(combined, k=None, n_boot=20)
+    row = out[(out["sd"] == 0.0) & (out["wd"] == "all")].iloc[0]
+    seed_means = values[0].mean(axis=(0, 2))
+    assert row["ci_low"] == pytest.approx(seed_means.min())
+    assert row["ci_high"] == pytest.approx(seed_means.max())
+    assert "range of the seed means" in row["ci_method"]
+    five = combined.reindex(seed=np.arange(5))
+    five["coupling"].values[:] = np.random.default_rng(10).normal(size=(2, 1, 5, 3))
+    row = vit.vit_coupling_by_rate(five, k=None, n_boot=30, seed=1).iloc[0]
+    means = vit.crossed_bootstrap_means(
+        five["coupling"].sel(sd=0.0).values, 30, core._cell_seed(1, "vit_rate", 0.0, "all")
+    )
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(
+        tuple(np.quantile(means, [0.025, 0.975]))
+    )
+    assert "bootstrap" in row["ci_method"]
+
+
+# --------------------------------------------------------------------------- config
+def test_stats_primary_defaults_and_unknown_ids_are_one_line_errors():
+    import copy
+    from pathlib import Path
+
+    import yaml
+    from snakemake.utils import validate
+
+    from blockcoupling import workflow as wf
+    from blockcoupling.stats.hypotheses import DEFAULT_PRIMARY
+
+    repo = Path(__file__).resolve().parents[1]
+    schema = str(repo / "schemas" / "config.schema.yaml")
+    config = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
+    config["stats"].pop("primary", None)
+    validate(config, schema)
+    assert tuple(config["stats"]["primary"]) == DEFAULT_PRIMARY
+    assert set(DEFAULT_PRIMARY) <= set(HYPOTHESES)
+    bad = copy.deepcopy(config)
+    bad["stats"]["primary"] = ["emergence_trend", "coupling_is_great"]
+    with pytest.raises(wf.ConfigError, match=r"stats.primary .*'coupling_is_great'") as error:
+        wf.check_config(bad, repo)
+    assert "\n" not in str(error.value)
+
+
+def test_cross_model_correlations_average_the_seeds_of_a_configuration():
+    rng = np.random.default_rng(11)
+    groups = np.repeat([f"g{i}" for i in range(6)], 2)
+    table = pd.DataFrame(
+        {
+            "model": [f"{g}-s{i % 2}" for i, g in enumerate(groups)],
+            "group": groups,
+            "family": "grid",
+            "base": False,
+            "coupling": rng.normal(size=12),
+            "score": rng.normal(size=12),
+        }
+    )
+    got = crossmodel.correlations(table, predictors=("coupling",), subsets=("all",))
+    row = got[got["method"] == "pearson"].iloc[0]
+    means = table.groupby("group")[["coupling", "score"]].mean()
+    assert row["n"] == 6 and row["unit"] == "configuration (seeds averaged)"
+    assert row["r"] == pytest.approx(np.corrcoef(means["coupling"], means["score"])[0, 1])
+
+
+def test_fixed_size_without_such_runs_says_so():
+    ds, evaluation, histories = fixed_size_data(np.random.default_rng(12), 3, 2, 0.5)
+    ds = ds.assign_coords(family=("model", ["grid"] * ds.sizes["model"]))
+    out = fixed_size.analyses(fixed_size.run_table(ds, evaluation, histories, {}))
+    assert out["estimate"].isna().all() and (out["n"] == 0).all()
+    assert out["note"].str.contains("no runs of family fixed_size").all()
+
+
+def test_cli_claims_renders_a_runs_table_into_the_readme(tmp_path, capsys):
+    from blockcoupling import cli
+
+    (tmp_path / "results" / "stats").mkdir(parents=True)
+    (tmp_path / "results" / "stats" / "claims.md").write_text("| table from commit `abc` |\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{claims.START}\nstale\n{claims.END}\nend\n")
+    assert cli.main(["claims", str(tmp_path / "results"), "--readme", str(readme)]) == 0
+    assert (
+        readme.read_text()
+        == f"top\n{claims.START}\n| table from commit `abc` |\n{claims.END}\nend\n"
+    )
+    assert cli.main(["claims", str(tmp_path / "none"), "--readme", str(readme)]) == 2
+    assert "stats_claims" in capsys.readouterr().err
