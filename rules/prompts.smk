@@ -1,4 +1,5 @@
-# A seeded, source-stratified prompt set from a local file or the datasets hub.
+# A seeded, source-stratified prompt set from a local file or the datasets hub (and, when the
+# set asks, passages of the held-out Shakespeare plays).
 rule sample_prompts:
     input:
         lambda wildcards: (
@@ -14,6 +15,14 @@ rule sample_prompts:
         "../envs/analysis.yaml"
     params:
         hub=lambda wildcards: config["prompts"]["sets"][wildcards.set].get("hub", []),
+        shakespeare=lambda wildcards: (
+            {
+                "skip_chars": config["evaluate"]["heldout_chars"],
+                "chars": config["prompts"]["passage_chars"],
+            }
+            if config["prompts"]["sets"][wildcards.set].get("shakespeare")
+            else None
+        ),
         n_per_source=config["prompts"]["n_per_source"],
         seed=config["prompts"]["seed"],
         code=script_hash("sample_prompts"),

@@ -1,4 +1,5 @@
-"""Rule sample_prompts: a seeded, source-stratified prompt set (local file or the datasets hub)."""
+"""Rule sample_prompts: a seeded, source-stratified prompt set (local file or the datasets hub,
+plus held-out Shakespeare passages when the set asks)."""
 
 from blockcoupling import prompts
 from blockcoupling.runner import run_script
@@ -10,6 +11,8 @@ def main(sm):
         pool = prompts.load_prompt_file(sm.input[0])
     else:
         pool = [p for source in sm.params.hub for p in prompts.load_hub_prompts(source, n, seed)]
+    if sm.params.shakespeare:
+        pool += prompts.heldout_prompts(**sm.params.shakespeare)
     prompts.write_jsonl(prompts.sample_prompts(pool, n, seed), sm.output[0])
 
 

