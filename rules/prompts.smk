@@ -17,6 +17,7 @@ rule sample_prompts:
         hub=lambda wildcards: config["prompts"]["sets"][wildcards.set].get("hub", []),
         shakespeare=lambda wildcards: (
             {
+                "n": config["prompts"]["sets"][wildcards.set]["shakespeare"],
                 "skip_chars": config["evaluate"]["heldout_chars"],
                 "chars": config["prompts"]["passage_chars"],
             }

@@ -11,9 +11,12 @@ def main(sm):
         pool = prompts.load_prompt_file(sm.input[0])
     else:
         pool = [p for source in sm.params.hub for p in prompts.load_hub_prompts(source, n, seed)]
+    chosen = prompts.sample_prompts(pool, n, seed)
     if sm.params.shakespeare:
-        pool += prompts.heldout_prompts(**sm.params.shakespeare)
-    prompts.write_jsonl(prompts.sample_prompts(pool, n, seed), sm.output[0])
+        heldout = dict(sm.params.shakespeare)
+        passages = prompts.heldout_prompts(heldout["skip_chars"], heldout["chars"])
+        chosen = prompts.merge_sources(chosen, prompts.sample_prompts(passages, heldout["n"], seed))
+    prompts.write_jsonl(chosen, sm.output[0])
 
 
 run_script(snakemake, main)

@@ -225,17 +225,19 @@ def test_heldout_prompts_are_held_out_text_after_the_scored_part():
     assert heldout_prompts(len(text) + 5) == []
 
 
-def test_heldout_passages_are_sampled_like_any_source(default_prompts):
-    from blockcoupling.prompts import heldout_prompts
+def test_heldout_passages_are_sampled_seeded_and_merged_in_source_order(default_prompts):
+    from blockcoupling.prompts import heldout_prompts, merge_sources
 
-    pool = default_prompts + heldout_prompts(10_000)
-    sample = sample_prompts(pool, 4, seed=0)
-    counts = Counter(p.source for p in sample)
-    assert counts["shakespeare"] == 4 and len(counts) == 7
-    assert [p for p in sample if p.source != "shakespeare"] == sample_prompts(
-        default_prompts, 4, seed=0
-    )  # adding the source changes no other source's draw
-    assert sample != sample_prompts(pool, 4, seed=1)
+    passages = heldout_prompts(10_000)
+    leaderboard = sample_prompts(default_prompts, 2, seed=0)
+    chosen = merge_sources(leaderboard, sample_prompts(passages, 6, seed=0))
+    counts = Counter(p.source for p in chosen)
+    assert counts["shakespeare"] == 6 and len(counts) == 7 and len(chosen) == 18
+    assert [p for p in chosen if p.source != "shakespeare"] == leaderboard
+    assert chosen == sorted(chosen, key=lambda p: (p.source, p.id))
+    assert sample_prompts(passages, 6, seed=0) != sample_prompts(passages, 6, seed=1)
+    with pytest.raises(ValueError, match="more than one sample"):
+        merge_sources(leaderboard, leaderboard[:1])
 
 
 def test_a_shakespeare_set_counts_its_passages_and_refuses_another_split():
@@ -248,12 +250,16 @@ def test_a_shakespeare_set_counts_its_passages_and_refuses_another_split():
 
     repo = Path(__file__).resolve().parents[1]
     config = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
-    config["prompts"]["sets"]["default"]["shakespeare"] = False
+    config["prompts"]["sets"]["default"]["shakespeare"] = 0
     validate(config, str(repo / "schemas" / "config.schema.yaml"))
     without = wf.check_config(copy.deepcopy(config), repo, check_memory=False).n_prompts
-    config["prompts"]["sets"]["default"]["shakespeare"] = True
+    config["prompts"]["sets"]["default"]["shakespeare"] = 5
     with_heldout = wf.check_config(copy.deepcopy(config), repo, check_memory=False).n_prompts
-    assert with_heldout == without + config["prompts"]["n_per_source"]
+    assert with_heldout == without + 5
+    config["prompts"]["sets"]["default"]["shakespeare"] = 10**6
+    with pytest.raises(wf.ConfigError, match=r"shakespeare=1000000 exceeds the \d+ held-out"):
+        wf.check_config(copy.deepcopy(config), repo, check_memory=False)
+    config["prompts"]["sets"]["default"]["shakespeare"] = 5
     config["train"]["runs"]["other"] = {"split_seed": 3}
     with pytest.raises(wf.ConfigError, match=r"prompts\.sets\.default\.shakespeare: .*split_seed"):
         wf.check_config(config, repo, check_memory=False)

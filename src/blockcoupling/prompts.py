@@ -300,6 +300,16 @@ def sample_prompts(prompts: Iterable[Prompt], n_per_source: int, seed: int) -> l
     return out
 
 
+def merge_sources(*samples: list[Prompt]) -> list[Prompt]:
+    """Samples of disjoint sources as one list, ordered by source, then id (as
+    ``sample_prompts`` orders); a source in two samples is refused.
+    """
+    sources = [{p.source for p in sample} for sample in samples]
+    if sum(map(len, sources)) != len(set().union(*sources)):
+        raise ValueError("merge_sources: a source appears in more than one sample")
+    return sorted((p for sample in samples for p in sample), key=lambda p: (p.source, p.id))
+
+
 def write_jsonl(prompts: Iterable[Prompt], path: str | os.PathLike) -> None:
     """Write prompts as JSON lines, atomically (``io.write_text``)."""
     write_text(path, "".join(json.dumps(p.to_dict(), ensure_ascii=False) + "\n" for p in prompts))

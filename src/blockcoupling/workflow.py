@@ -622,7 +622,16 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
 
     name = config["extract"]["prompt_set"]
     n, seed = config["prompts"]["n_per_source"], config["prompts"]["seed"]
-    heldout = n if config["prompts"]["sets"][name].get("shakespeare") else 0  # passages >> n
+    heldout = config["prompts"]["sets"][name].get("shakespeare", 0)
+    if heldout:
+        passages = prompts.heldout_prompts(
+            config["evaluate"]["heldout_chars"], config["prompts"]["passage_chars"]
+        )
+        if heldout > len(passages):
+            raise ConfigError(
+                f"prompts.sets.{name}.shakespeare={heldout} exceeds the {len(passages)} held-out "
+                "passages; lower it"
+            )
     if not prompt_files[name]:
         return n * len(config["prompts"]["sets"][name]["hub"]) + heldout
     try:
@@ -635,7 +644,7 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
     if heldout and prompts.HELDOUT_SOURCE in {p.source for p in pool}:
         raise ConfigError(
             f"prompts.sets.{name}: its file already has source {prompts.HELDOUT_SOURCE!r}; "
-            "rename that source or set shakespeare: false"
+            "rename that source or set shakespeare: 0"
         )
     return count + heldout
 
