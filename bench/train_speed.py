@@ -18,6 +18,7 @@ from transformers import GPTNeoXForCausalLM
 
 from blockcoupling.schedule import TrainConfig
 from blockcoupling.train import make_optimizer, model_config, run_settings
+from blockcoupling.workflow import expand_grids
 
 
 class _VocabOnly:
@@ -72,7 +73,7 @@ def main() -> None:
         if v
     }
     total = 0.0
-    runs = yaml.safe_load(open(args.config))["train"]["runs"]
+    runs = expand_grids(yaml.safe_load(open(args.config)))["train"]["runs"]  # grids too
     for name, cfg in ((n, TrainConfig(**spec)) for n, spec in runs.items()):
         cfg = dataclasses.replace(cfg, **overrides)
         n_params = sum(

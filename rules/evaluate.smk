@@ -27,10 +27,10 @@ rule evaluate:
         "logs/evaluate/{model}/{step}.log",
     benchmark:
         "benchmarks/evaluate/{model}/{step}.tsv"
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
-    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
         **model_job_resources("evaluate"),
         gpu_mem_gb=gpu_mem,

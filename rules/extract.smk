@@ -26,10 +26,10 @@ rule extract:
         "benchmarks/extract/{model}/{step}.tsv"
     wildcard_constraints:
         model=constraint(PLAN.sharded(False)),
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
-    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
         **extract_resources("extract"),
     params:
@@ -57,10 +57,10 @@ rule extract_shard:
     wildcard_constraints:
         model=constraint(PLAN.sharded(True)),
         shard=r"\d+",
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
-    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
         **extract_resources("extract_shard"),
     params:
@@ -89,10 +89,10 @@ rule extract_tokens:
     wildcard_constraints:
         model=constraint(PLAN.sharded(True)),
         prompt=r"\d+",
+    retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"
     threads: config["extract"]["threads"]
-    retries: 1  # a node fault or a run past its time (retried on twice the time)
     resources:
         **extract_resources("extract_tokens"),
     params:

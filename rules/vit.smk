@@ -42,10 +42,10 @@ if PLAN.vit:
             "logs/vit/train/sd{sd}_wd{wd}_seed{seed}.log",
         benchmark:
             "benchmarks/vit/train/sd{sd}_wd{wd}_seed{seed}.tsv"
+        retries: 1  # training resumes from its work folder: a retry continues, on twice the time
         conda:
             "../envs/torch.yaml"
         threads: config["vit"]["threads"]
-        retries: 1  # training resumes from its work folder: a retry continues, on twice the time
         resources:
             **model_job_resources("vit_train", "vit"),
             device=vit_device,
@@ -68,10 +68,10 @@ if PLAN.vit:
             "logs/vit/extract/sd{sd}_wd{wd}_seed{seed}.log",
         benchmark:
             "benchmarks/vit/extract/sd{sd}_wd{wd}_seed{seed}.tsv"
+        retries: 1  # a node fault or a run past its time: again on twice the time
         conda:
             "../envs/torch.yaml"
         threads: config["vit"]["threads"]
-        retries: 1  # a node fault or a run past its time: again on twice the time
         resources:
             **model_job_resources("vit_extract", "vit"),
             device=vit_device,

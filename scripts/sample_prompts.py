@@ -1,5 +1,6 @@
-"""Rule sample_prompts: a seeded, source-stratified prompt set (local file or hub datasets,
-read offline from their folders in the hub cache)."""
+"""Rule sample_prompts: a seeded, source-stratified prompt set (local file or hub datasets, read
+offline from their folders in the hub cache), plus held-out Shakespeare passages when the set
+asks."""
 
 from blockcoupling import prompts
 from blockcoupling.runner import run_script
@@ -15,7 +16,12 @@ def main(sm):
         ]
     else:
         pool = prompts.load_prompt_file(sm.input.file)
-    prompts.write_jsonl(prompts.sample_prompts(pool, n, seed), sm.output[0])
+    chosen = prompts.sample_prompts(pool, n, seed)
+    if sm.params.shakespeare:
+        heldout = dict(sm.params.shakespeare)
+        passages = prompts.heldout_prompts(heldout["skip_chars"], heldout["chars"])
+        chosen = prompts.merge_sources(chosen, prompts.sample_prompts(passages, heldout["n"], seed))
+    prompts.write_jsonl(chosen, sm.output[0])
 
 
 run_script(snakemake, main)

@@ -53,7 +53,8 @@ def test_profile_slurm_runs_exactly_the_configfiles_dag() -> None:
     text = dry_run("--profile", "slurm", "--configfile", "config/smoke.yaml")
     assert "Using profile slurm" in text
     assert (REPO / "slurm").resolve() == (REPO / "profiles" / "slurm").resolve()
-    assert planned_models(text) == {"tiny-a", "tiny-a-last", "tiny-b-last"}
+    finals = {f"fixed_size-f{f}-s{s}-final" for f in ("0.5", "1.0") for s in (0, 1)}
+    assert planned_models(text) == finals | {"emergence-s0"}
 
 
 @pytest.mark.slow

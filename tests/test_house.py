@@ -81,10 +81,10 @@ def test_run_only_keys_are_not_science_params() -> None:
 def test_targets_hold_every_documented_output() -> None:
     plan = checked(load("config/smoke.yaml"))
     targets = plan.targets()
-    assert "results/extract/tiny-a-last/random/spectra.nc" in targets
-    assert "results/metrics/tiny-a/8/token_coupling.nc" in targets
-    assert "results/evaluate/tiny-b-last/final.nc" in targets
-    assert not [t for t in targets if t.startswith("results/evaluate/tiny-a/")]  # its history
+    assert "results/extract/fixed_size-f1.0-s0-final/random/spectra.nc" in targets
+    assert "results/metrics/emergence-s0/8/token_coupling.nc" in targets
+    assert "results/evaluate/fixed_size-f0.5-s1-final/final.nc" in targets
+    assert not [t for t in targets if t.startswith("results/evaluate/emergence-s0/")]  # history
 
 
 def test_code_hashes_follow_imports_transitively() -> None:

@@ -36,7 +36,7 @@ def refusal(config: dict) -> str:
 def test_k_max_above_a_trained_runs_width_is_refused() -> None:
     message = refusal(smoke(extract={"k_max": 40}))
     assert "extract.k_max=40" in message and "d_model=32" in message
-    assert "train.runs.tiny-a" in message and "at most 32" in message
+    assert "train.runs.fixed_size-f0.5-s0" in message and "at most 32" in message
 
 
 def test_k_max_equal_to_the_width_passes() -> None:
@@ -47,9 +47,9 @@ def test_k_max_equal_to_the_width_passes() -> None:
 def test_token_layers_outside_a_trained_runs_depth_are_refused() -> None:
     message = refusal(smoke(extract={"token_layers": [99]}))
     assert "extract.token_layers [99]" in message and "1..2" in message
-    # tiny-b has 3 blocks: layer 3 fits it but not tiny-a's 2 (the first model refused)
+    # the emergence run has 3 blocks: layer 3 fits it but not the fixed-size runs' 2
     message = refusal(smoke(extract={"token_layers": [3]}))
-    assert "'tiny-a'" in message and "[3]" in message
+    assert "'fixed_size-f0.5-s0-final'" in message and "[3]" in message
     message = refusal(smoke(extract={"token_layers": [-3]}))
     assert "[-3]" in message
 
@@ -86,9 +86,11 @@ def test_evaluated_score_without_the_evaluate_rule_is_refused() -> None:
 def test_leaderboard_score_needs_a_meta_score() -> None:
     message = refusal(smoke(evaluate={"enabled": False, "score": "score"}))
     assert "meta.score" in message
-    config = smoke(evaluate={"enabled": False, "score": "score"})
-    config["models"]["tiny-a-last"]["meta"]["score"] = 1.0
-    config["models"]["tiny-b-last"]["meta"]["score"] = 2.0
+    config = yaml.safe_load((REPO / "config.yaml").read_text())  # pretrained models with meta
+    config["evaluate"] = {"enabled": False, "score": "score"}
+    validate(config, SCHEMA)
+    assert "meta.score" in refusal(config)
+    config["models"]["smollm2-135m"]["meta"]["score"] = 1.0
     plan = wf.check_config(config, REPO)
     assert not plan.evaluate
 

@@ -133,9 +133,8 @@ SCHEMA_ERRORS = pytest.mark.parametrize(
             "unexpected) (see config.schema.yaml)",
         ),
         (
-            lambda c: c["models"]["tiny-a"]["meta"].update(n_layers="two"),
-            "config error: models.tiny-a.meta.n_layers: 'two' is not of type 'integer', 'null' "
-            "(see config.schema.yaml)",
+            lambda c: c["vit"]["model"].update(depth="two"),
+            "config error: vit.model.depth: 'two' is not of type 'integer' (see config.schema.yaml)",
         ),
     ],
 )

@@ -200,3 +200,66 @@ def test_sources_table():
     assert set(SOURCES) == STYLES
     for spec in SOURCES.values():
         assert {"hub", "config", "split", "convert"} <= set(spec) and "/" in spec["hub"]
+
+
+def test_heldout_prompts_are_held_out_text_after_the_scored_part():
+    from blockcoupling import corpus
+    from blockcoupling.evaluate import heldout_text
+    from blockcoupling.prompts import heldout_prompts
+
+    text = corpus.validation_text(0)
+    scored = heldout_text(10_000)
+    passages = heldout_prompts(10_000, chars=200)
+    assert len(passages) > 100 and {p.source for p in passages} == {"shakespeare"}
+    assert all(p.choices is None and p.answer is None for p in passages)
+    offsets = [int(p.id.split("-")[1]) for p in passages]
+    assert offsets == sorted(offsets) and offsets[0] >= len(scored)  # after the bpb text
+    for p, start in zip(passages, offsets):
+        assert start == 0 or text[start - 1] == "\n"  # at a line start
+        assert (
+            text[start:].lstrip().startswith(p.text) and len(p.text) >= 150
+        )  # 200 characters, less the stripped spaces
+    train_slugs, _ = corpus.split_plays(0)
+    training = "\n".join(corpus.plays()[s] for s in train_slugs)
+    assert not [p.id for p in passages[::10] if p.text in training]  # never training text
+    assert heldout_prompts(len(text) + 5) == []
+
+
+def test_heldout_passages_are_sampled_seeded_and_merged_in_source_order(default_prompts):
+    from blockcoupling.prompts import heldout_prompts, merge_sources
+
+    passages = heldout_prompts(10_000)
+    leaderboard = sample_prompts(default_prompts, 2, seed=0)
+    chosen = merge_sources(leaderboard, sample_prompts(passages, 6, seed=0))
+    counts = Counter(p.source for p in chosen)
+    assert counts["shakespeare"] == 6 and len(counts) == 7 and len(chosen) == 18
+    assert [p for p in chosen if p.source != "shakespeare"] == leaderboard
+    assert chosen == sorted(chosen, key=lambda p: (p.source, p.id))
+    assert sample_prompts(passages, 6, seed=0) != sample_prompts(passages, 6, seed=1)
+    with pytest.raises(ValueError, match="more than one sample"):
+        merge_sources(leaderboard, leaderboard[:1])
+
+
+def test_a_shakespeare_set_counts_its_passages_and_refuses_another_split():
+    import copy
+
+    import yaml
+    from snakemake.utils import validate
+
+    from blockcoupling import workflow as wf
+
+    repo = Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
+    config["prompts"]["sets"]["default"]["shakespeare"] = 0
+    validate(config, str(repo / "schemas" / "config.schema.yaml"))
+    without = wf.check_config(copy.deepcopy(config), repo, check_memory=False).n_prompts
+    config["prompts"]["sets"]["default"]["shakespeare"] = 5
+    with_heldout = wf.check_config(copy.deepcopy(config), repo, check_memory=False).n_prompts
+    assert with_heldout == without + 5
+    config["prompts"]["sets"]["default"]["shakespeare"] = 10**6
+    with pytest.raises(wf.ConfigError, match=r"shakespeare=1000000 exceeds the \d+ held-out"):
+        wf.check_config(copy.deepcopy(config), repo, check_memory=False)
+    config["prompts"]["sets"]["default"]["shakespeare"] = 5
+    config["train"]["runs"]["other"] = {"split_seed": 3}
+    with pytest.raises(wf.ConfigError, match=r"prompts\.sets\.default\.shakespeare: .*split_seed"):
+        wf.check_config(config, repo, check_memory=False)

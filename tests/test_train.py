@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -18,7 +19,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from blockcoupling import corpus, manifest
 from blockcoupling.schedule import TrainConfig, checkpoint_schedule
-from blockcoupling.train import damage, train
+from blockcoupling.train import (
+    _generator,
+    _passages,
+    _texts,
+    _windows,
+    damage,
+    train,
+    training_subset,
+)
 
 TINY = TrainConfig(
     n_layers=2,
@@ -218,3 +227,72 @@ def test_published_checkpoints_are_recorded_copies_following_the_umask(tmp_path:
     assert manifest.verify(tmp_path / "results") == [
         f"{published}: differs from its record (changed since its job wrote it)"
     ]
+
+    for fraction in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="data_fraction"):
+            TrainConfig(data_fraction=fraction)
+
+
+def test_passages_cut_at_line_ends_and_rebuild_the_text() -> None:
+    text = corpus.plays()["hamlet"][:20_000]
+    pieces = _passages(text, 500)
+    assert "".join(pieces) == text
+    assert all(p.endswith("\n") and len(p) >= 500 for p in pieces[:-1])
+    assert all(p.count("\n") == 1 or len(p[: p[:-1].rfind("\n") + 1]) < 500 for p in pieces[:-1])
+
+
+def test_training_subset_is_seeded_nested_and_the_right_size() -> None:
+    texts = [corpus.plays()[s][:30_000] for s in ("hamlet", "macbeth", "othello")]
+    total = sum(map(len, texts))
+    assert training_subset(texts, 1.0, 0) == texts
+    small, large = (training_subset(texts, f, 0, passage_chars=1000) for f in (0.1, 0.5))
+    for fraction, part in ((0.1, small), (0.5, large)):
+        size = sum(map(len, part))
+        assert fraction * total <= size < fraction * total + 2_000  # one passage more at most
+        assert all(any(p in t for t in texts) for p in part)  # pieces of the text, in order
+    # nested: every line of the 10% text is in the 50% text at the same place of its play
+    positions = {(i, t.find(p)) for p in small for i, t in enumerate(texts) if p in t}
+    big = [(i, t.find(p), len(p)) for p in large for i, t in enumerate(texts) if p in t]
+    assert all(any(i == j and a <= s < a + n for j, a, n in big) for i, s in positions)
+    assert training_subset(texts, 0.1, 0, 1000) == small
+    assert training_subset(texts, 0.1, 1, 1000) != small
+    with pytest.raises(ValueError, match="data_fraction"):
+        training_subset(texts, 0.0, 0)
+
+
+@pytest.fixture(scope="module")
+def small_data_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainConfig, Path]:
+    cfg = TrainConfig(**{**TINY.__dict__, "data_fraction": 0.05, "total_steps": 48})
+    out = tmp_path_factory.mktemp("small") / "run"
+    train(cfg, out, progress=False, threads=1)
+    return cfg, out
+
+
+def test_train_loss_is_the_checkpoint_loss_on_fixed_training_windows(small_data_run) -> None:
+    cfg, out = small_data_run
+    tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
+    texts = training_subset(_texts(cfg)[0], cfg.data_fraction, cfg.seed)
+    ids = [t for text in texts for t in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
+    stream = torch.tensor(ids)
+    windows = _windows(stream, cfg.n_val_windows, cfg.context_length, _generator(cfg.seed, 2, 0))
+    joined = " ".join(map(str, ids))
+    assert all(" ".join(map(str, w.tolist())) in joined for w in windows)  # from the subset
+    for row in _history(out):
+        model = AutoModelForCausalLM.from_pretrained(out / f"step{int(row['step'])}").eval()
+        with torch.no_grad():  # HF's own shifted loss, per window, averaged (equal lengths)
+            losses = [model(input_ids=w[None], labels=w[None]).loss.item() for w in windows]
+        assert row["train_loss"] == pytest.approx(float(np.mean(losses)), rel=1e-5)
+
+
+def test_less_data_gives_a_larger_generalization_gap(run: Path, small_data_run) -> None:
+    _, small = small_data_run
+    full = TrainConfig(**{**TINY.__dict__, "total_steps": 48})
+    train(full, run.parent / "full48", progress=False, threads=1)
+    gap = {
+        name: _history(path)[-1]["val_loss"] - _history(path)[-1]["train_loss"]
+        for name, path in (("small", small), ("full", run.parent / "full48"))
+    }
+    assert gap["small"] > gap["full"] + 0.1  # measured: 0.18 vs 0.02
+    assert _history(small)[0]["val_loss"] == pytest.approx(
+        _history(small)[0]["train_loss"], abs=0.2
+    )

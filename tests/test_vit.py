@@ -96,9 +96,10 @@ def test_shipped_configs_enable_the_sweep(name: str) -> None:
     assert plan.vit.run(sd, wd, seed).drop_path_rate == plan.vit.sd[sd]
 
 
-def test_default_grid_is_at_least_3_by_3_with_2_seeds() -> None:
+def test_default_grid_is_5_rates_by_4_seeds_at_one_decay_with_k_an_eighth_of_d() -> None:
     vit = _checked(_config("config.yaml")).vit
-    assert len(vit.sd) >= 3 and len(vit.wd) >= 3 and len(vit.seeds) >= 2
+    assert len(vit.sd) >= 5 and len(vit.wd) == 1 and len(vit.seeds) >= 4
+    assert vit.k / vit.base["embed_dim"] <= 1 / 8
     paper = _checked(_config("config/paper.yaml")).vit
     assert (len(paper.sd), len(paper.wd)) == (8, 8)
     run = paper.run(*paper.points[0])
@@ -116,7 +117,7 @@ def test_default_grid_is_at_least_3_by_3_with_2_seeds() -> None:
     [
         (lambda v: v["model"].update(num_heads=5), r"vit\.model\.num_heads=5 does not divide"),
         (lambda v: v["model"].update(patch_size=3), r"vit\.model\.patch_size=3 does not divide"),
-        (lambda v: v["extract"].update(k_max=64), r"vit\.extract\.k_max=64 exceeds embed_dim"),
+        (lambda v: v["extract"].update(k_max=128), r"vit\.extract\.k_max=128 exceeds embed_dim"),
         (lambda v: v.update(ks=[4, 32]), r"vit\.ks has K=32 > extract\.k_max"),
         (lambda v: v.update(k=5), r"vit\.k=5 is not in ks"),
         (lambda v: v["grid"].update(seeds=[0, 0]), r"vit\.grid\.seeds has a repeated seed"),

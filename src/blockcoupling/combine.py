@@ -18,6 +18,10 @@ META_FIELDS = (
     "family",
     "pos_encoding",
     "group",  # models that differ only by seed share a group (train.grids)
+    "data_fraction",  # the training recipe of models trained here (train.grids)
+    "weight_decay",
+    "learning_rate",
+    "seed",
 )
 TRAINED_INITS = {"final": "trained", "random": "random"}
 

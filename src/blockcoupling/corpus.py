@@ -70,3 +70,12 @@ def split_plays(seed: int, validation_fraction: float = 0.1) -> tuple[list[str],
     shuffled = slugs.copy()
     random.Random(seed).shuffle(shuffled)
     return sorted(shuffled[n_val:]), sorted(shuffled[:n_val])
+
+
+def validation_text(split_seed: int = 0) -> str:
+    """The validation plays of ``split_plays(split_seed)``, joined by newlines (the held-out
+    text of bits per byte and of the ``shakespeare`` prompts).
+    """
+    _, val = split_plays(split_seed)
+    texts = plays()
+    return "\n".join(texts[s] for s in val)

@@ -28,9 +28,7 @@ def heldout_text(max_chars: int | None = None, split_seed: int = 0) -> str:
     ``max_chars`` characters at a line end. Held out from the suite trained here (same split_seed);
     pretrained models may well have seen Shakespeare, so compare them with care.
     """
-    _, val = corpus.split_plays(split_seed)
-    texts = corpus.plays()
-    text = "\n".join(texts[s] for s in val)
+    text = corpus.validation_text(split_seed)
     if max_chars is not None:
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, got {max_chars}")

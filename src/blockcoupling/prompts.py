@@ -1,4 +1,5 @@
-"""Prompt sets: the six Open LLM Leaderboard task styles, from local files or the datasets hub.
+"""Prompt sets: the six Open LLM Leaderboard task styles, from local files or the datasets hub,
+and passages of held-out Shakespeare (source ``shakespeare``, ``heldout_prompts``).
 
 A prompt is `{id, source, text, choices, answer}`. Multiple-choice prompts carry `choices`
 (the continuations of `text`) and `answer`, the 0-based index of the correct choice; free-answer
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blockcoupling import hub
+from blockcoupling import corpus, hub
 from blockcoupling.io import write_text
 
 
@@ -246,6 +247,43 @@ def load_hub_prompts(
     return prompts
 
 
+HELDOUT_SOURCE = "shakespeare"
+
+
+def _line_start(text: str, at: int) -> int:
+    """The first line start of ``text`` at or after ``at`` (``len(text)`` when there is none)."""
+    if at <= 0:
+        return 0
+    end = text.find("\n", at - 1)
+    return len(text) if end < 0 else end + 1
+
+
+def heldout_prompts(skip_chars: int, chars: int = 200, split_seed: int = 0) -> list[Prompt]:
+    """Every passage of the held-out (validation) plays after their first ``skip_chars``
+    characters, as free-text prompts of source ``shakespeare``.
+
+    ``skip_chars``: the text that bits per byte scores (``evaluate.heldout_chars``), so no prompt
+    overlaps it; never training text (the plays of ``corpus.split_plays(split_seed)``'s
+    validation side, the same split as the models trained here). Passages start at a line start
+    and run to the first line end at or after ``chars`` characters (the shorter tail of the text
+    is left out). Ids
+    are ``shakespeare-<offset>``, the passage's character offset in the validation text, so a
+    passage keeps its id whatever else is sampled.
+    """
+    if skip_chars < 0 or chars < 1:
+        raise ValueError(f"need skip_chars >= 0 and chars >= 1, got {skip_chars}, {chars}")
+    text = corpus.validation_text(split_seed)
+    start = _line_start(text, skip_chars)
+    out = []
+    while start < len(text):
+        end = _line_start(text, start + chars)
+        passage = text[start:end].strip()
+        if end - start >= chars and passage:  # not the short tail
+            out.append(Prompt(f"{HELDOUT_SOURCE}-{start:07d}", HELDOUT_SOURCE, passage))
+        start = end
+    return out
+
+
 def sample_prompts(prompts: Iterable[Prompt], n_per_source: int, seed: int) -> list[Prompt]:
     """Seeded stratified sample: `n_per_source` prompts of every source (all if it has fewer).
 
@@ -266,6 +304,16 @@ def sample_prompts(prompts: Iterable[Prompt], n_per_source: int, seed: int) -> l
             )
         out.extend(group)
     return out
+
+
+def merge_sources(*samples: list[Prompt]) -> list[Prompt]:
+    """Samples of disjoint sources as one list, ordered by source, then id (as
+    ``sample_prompts`` orders); a source in two samples is refused.
+    """
+    sources = [{p.source for p in sample} for sample in samples]
+    if sum(map(len, sources)) != len(set().union(*sources)):
+        raise ValueError("merge_sources: a source appears in more than one sample")
+    return sorted((p for sample in samples for p in sample), key=lambda p: (p.source, p.id))
 
 
 def write_jsonl(prompts: Iterable[Prompt], path: str | os.PathLike) -> None:

