@@ -329,3 +329,14 @@ def test_bad_input_is_refused_clearly() -> None:
         formulas.mis_coupling_from_stats(diag, corner, s, 2, norm="x")
     with pytest.raises(ValueError, match="exceeds the number of singular values"):
         svd(jac).top(9)
+
+
+def test_spectrum_sums_without_singular_values_equal_the_svd() -> None:
+    """The top-K path's ||J||_F^2 and ||J^T J||_F^2 against numpy's full spectrum."""
+    jacs = torch.from_numpy(np.random.default_rng(3).normal(size=(4, 9, 9)))
+    s = np.linalg.svd(jacs.numpy(), compute_uv=False)
+    sum2, sum4 = coupling.spectrum_sums(jacs)
+    np.testing.assert_allclose(sum2.numpy(), (s**2).sum(-1), rtol=1e-12)
+    np.testing.assert_allclose(sum4.numpy(), (s**4).sum(-1), rtol=1e-12)
+    from_s = coupling.spectrum_sums(jacs, torch.from_numpy(s))
+    np.testing.assert_allclose(from_s[1].numpy(), (s**4).sum(-1), rtol=1e-12)

@@ -58,7 +58,18 @@ def ids_of(text: str) -> torch.Tensor:
 
 def test_depth_dataset_layout(result) -> None:
     depth = result["depth"]
-    assert set(depth.data_vars) == {"singular_values", "depth_diag", "depth_corner"}
+    assert set(depth.data_vars) == {
+        "singular_values",
+        "depth_diag",
+        "depth_corner",
+        "depth_ucorner",
+        "depth_vcorner",
+        "sv_sum2",
+        "sv_sum4",
+    }
+    assert depth["depth_ucorner"].dims == ("prompt", "layer", "layer_ref", "k")
+    assert depth["sv_sum2"].dims == ("prompt", "layer")
+    assert depth.attrs["hidden_size"] == 16
     assert depth["singular_values"].dims == ("prompt", "layer", "rank")
     assert depth["depth_diag"].dims == ("variant", "prompt", "layer", "layer_ref", "rank")
     assert depth["depth_corner"].dims == ("variant", "prompt", "layer", "layer_ref", "k")
@@ -129,6 +140,16 @@ def test_tokens_dataset_layout(result) -> None:
                 *token_dims,
                 last,
             )
+        for stat in ("ucorner", "vcorner"):
+            assert tokens[f"{family}_{stat}"].dims == (
+                "prompt",
+                "layer",
+                "layer_ref",
+                *token_dims,
+                "k",
+            )
+    for stat in ("sv_sum2", "sv_sum4"):
+        assert tokens[stat].dims == ("prompt", "layer", "token_in", "token_out")
     for dim in ("token", "token_ref", "token_in", "token_out"):
         assert tokens.sizes[dim] == 5
     s = tokens["singular_values"].isel(prompt=0, layer=0, rank=0).values
@@ -243,6 +264,61 @@ def test_depth_mis_equals_direct_computation(model, metrics) -> None:
                 atol=1e-7,
                 err_msg=f"{text} {reading} {variant} {norm} K={k}",
             )
+
+
+def overlap_corners(jac_i: torch.Tensor, jac_j: torch.Tensor, k_max: int) -> np.ndarray:
+    """``(2, k_max)``: ||U_{i,k}^T U_{j,k}||_F^2 and the same for V, k = 1..k_max (numpy SVDs)."""
+    u_i, _, vt_i = np.linalg.svd(jac_i.double().numpy())
+    u_j, _, vt_j = np.linalg.svd(jac_j.double().numpy())
+    return np.array(
+        [
+            [np.sum((u_i[:, :k].T @ u_j[:, :k]) ** 2) for k in range(1, k_max + 1)],
+            [np.sum((vt_i[:k] @ vt_j[:k].T) ** 2) for k in range(1, k_max + 1)],
+        ]
+    )
+
+
+def test_depth_overlap_and_spectrum_sums_equal_direct_computation(model, result) -> None:
+    """Basis corner sums and full-spectrum sums against numpy SVDs of the engine's Jacobians."""
+    depth = result["depth"]
+    for p, text in enumerate(PROMPTS):
+        engine = JacobianEngine(model, {"input_ids": ids_of(text)})
+        t = len(text) - 1
+        jacs = [engine.output_token(layer, t)[t] for layer in (1, 2, 3)]
+        for i, j in itertools.product(range(3), range(3)):
+            stored = depth[["depth_ucorner", "depth_vcorner"]].isel(prompt=p, layer=i, layer_ref=j)
+            np.testing.assert_allclose(
+                [stored["depth_ucorner"].values, stored["depth_vcorner"].values],
+                overlap_corners(jacs[i], jacs[j], K_MAX),
+                atol=1e-6,
+            )
+        s = np.stack([np.linalg.svd(jac.double().numpy(), compute_uv=False) for jac in jacs])
+        np.testing.assert_allclose(depth["sv_sum2"].isel(prompt=p), (s**2).sum(-1), rtol=1e-6)
+        np.testing.assert_allclose(depth["sv_sum4"].isel(prompt=p), (s**4).sum(-1), rtol=1e-6)
+
+
+def test_token_overlap_and_spectrum_sums_equal_direct_computation(model, result) -> None:
+    """Every family's basis corner sums (a few entries) and every J_{t1 t2}'s spectrum sums."""
+    tokens = result["tokens"].isel(prompt=0)
+    jacs = token_jacobians(model, "hello", (2, 3))
+    for (layer, t1, t2), jac in jacs.items():
+        s = np.linalg.svd(jac.double().numpy(), compute_uv=False)
+        where = dict(layer=layer, token_in=t1, token_out=t2)
+        assert float(tokens["sv_sum2"].sel(**where)) == pytest.approx((s**2).sum(), rel=1e-6)
+        assert float(tokens["sv_sum4"].sel(**where)) == pytest.approx((s**4).sum(), rel=1e-6)
+    cases = {  # stored coords -> (J_i, J_j) keys
+        "self": (dict(token=1, token_ref=3), (2, 1, 1), (3, 3, 3)),
+        "fixed_in": (dict(token_in=1, token=2, token_ref=4), (2, 1, 2), (3, 1, 4)),
+        "fixed_out": (dict(token_out=3, token=0, token_ref=2), (2, 0, 3), (3, 2, 3)),
+    }
+    for family, (where, i, j) in cases.items():
+        u, v = (
+            tokens[f"{family}_{stat}"].sel(layer=2, layer_ref=3, **where).values
+            for stat in ("ucorner", "vcorner")
+        )
+        np.testing.assert_allclose(
+            [u, v], overlap_corners(jacs[i], jacs[j], K_MAX), atol=1e-6, err_msg=family
+        )
 
 
 def test_depth_token_option(model) -> None:

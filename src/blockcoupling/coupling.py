@@ -41,6 +41,29 @@ def cross_stats(
     return torch.stack(diags, dim=1), torch.stack(corners, dim=1)
 
 
+def basis_corners(basis: torch.Tensor, basis_ref: torch.Tensor) -> torch.Tensor:
+    """Cumulative corner sums of squares ``(m, m', K)`` of ``B_i^T B'_j`` for bases
+    ``basis (m, d, K)`` and ``basis_ref (m', d, K)`` (e.g. U_i and U_j): entry ``k-1`` is
+    ``||B_{i,k}^T B'_{j,k}||_F^2``, the subspace overlap of the top-k spaces times k. float64.
+    """
+    cross = torch.einsum("idk,jdl->ijkl", basis, basis_ref)
+    return matrix_stats(cross)[1]
+
+
+def spectrum_sums(jacs: torch.Tensor, s: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """``sum s^2`` and ``sum s^4`` over the FULL spectrum of each ``jacs (..., d, d)``, float64.
+
+    From the singular values ``s (..., d)`` when given (a dense SVD has them for free); else
+    ``||J||_F^2`` (d^2 flops) and ``||J^T J||_F^2`` (one d x d x d matmul, 2 d^3 flops, about
+    what a top-K randomized SVD already costs per Jacobian).
+    """
+    if s is not None:
+        s2 = s.to(torch.float64).square()
+        return s2.sum(-1), s2.square().sum(-1)
+    gram = (jacs.mT @ jacs).to(torch.float64)
+    return jacs.to(torch.float64).square().sum((-2, -1)), gram.square().sum((-2, -1))
+
+
 def matrix_stats(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``diag (..., K)`` and cumulative corner sums of squares ``corner (..., K)`` of
     ``a (..., K, K)``, in float64: m_K is the square root of a difference of these sums, so near

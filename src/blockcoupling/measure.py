@@ -21,7 +21,7 @@ import xarray as xr
 from torch import nn
 
 from blockcoupling.capture import states
-from blockcoupling.coupling import bases, cross_stats
+from blockcoupling.coupling import bases, basis_corners, cross_stats, spectrum_sums
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.measure_datasets import (
     DepthResult,
@@ -181,15 +181,22 @@ def _depth(
     if config.svd.uses_dense(jac.shape[-1], config.k_max):  # every singular value comes free
         full = svd(jac)
         top, values = full.top(config.k_max), full.s if spectrum else None
+        sums = spectrum_sums(jac, full.s)
     else:
         top = top_k(jac, config.k_max, config.svd)
         values = singular_values(jac) if spectrum else None
+        sums = spectrum_sums(jac, values)
     stats = [cross_stats(jac, *bases(top, variant)) for variant in config.variants]
     result = DepthResult(
         _np(top.s).astype(np.float64),
         np.stack([_np(d) for d, _ in stats]),
         np.stack([_np(c) for _, c in stats]),
         spectrum=None if values is None else _np(values).astype(np.float64),
+        ucorner=_np(basis_corners(top.u, top.u)),
+        vcorner=_np(basis_corners(top.v, top.v)),
+        sv_sum2=_np(sums[0]),
+        sv_sum4=_np(sums[1]),
+        hidden_size=int(jac.shape[-1]),
     )
     if config.store_factors:
         result.u, result.v = _np(top.u), _np(top.v)
@@ -211,6 +218,8 @@ def _token_families(
     """
     k, variants = config.k_max, config.variants
     result = TokenResult(s={layer: np.full((n, n, k), np.nan) for layer in layers})
+    result.sv_sum2 = {layer: np.full((n, n), np.nan) for layer in layers}
+    result.sv_sum4 = {layer: np.full((n, n), np.nan) for layer in layers}
     shapes = {"self": (n, n), "fixed_in": (n, n, n), "fixed_out": (n, n, n)}
     for family, shape in shapes.items():
         result.families[family] = {
@@ -220,16 +229,29 @@ def _token_families(
             )
             for pair in itertools.product(layers, layers)
         }
+        result.bases[family] = {
+            pair: (np.full((*shape, k), np.nan), np.full((*shape, k), np.nan))
+            for pair in itertools.product(layers, layers)
+        }
     diagonal: dict[int, list[SVD]] = {layer: [] for layer in layers}  # top-K of J^l_tt
     for t2 in range(n):
         jacs = {layer: engine.output_token(layer, t2)[: t2 + 1] for layer in layers}
-        tops = _family_stats(jacs, config, result.families["fixed_out"], (t2, slice(0, t2 + 1)))
+        where = (t2, slice(0, t2 + 1))
+        tops = _family_stats(jacs, config, result.families["fixed_out"], where)
+        _basis_stats(tops, result.bases["fixed_out"], where)
         for layer in layers:
             result.s[layer][: t2 + 1, t2] = _np(tops[layer].s)
+            sum2, sum4 = spectrum_sums(jacs[layer])
+            result.sv_sum2[layer][: t2 + 1, t2], result.sv_sum4[layer][: t2 + 1, t2] = (
+                _np(sum2),
+                _np(sum4),
+            )
             diagonal[layer].append(tops[layer].pick(t2))
     for t1 in range(n):
         jacs = {layer: engine.input_token(layer, t1)[t1:n] for layer in layers}
-        _family_stats(jacs, config, result.families["fixed_in"], (t1, slice(t1, n)))
+        where = (t1, slice(t1, n))
+        tops = _family_stats(jacs, config, result.families["fixed_in"], where)
+        _basis_stats(tops, result.bases["fixed_in"], where)
     stacked = {
         layer: SVD(*(torch.stack(parts) for parts in zip(*diagonal[layer]))) for layer in layers
     }
@@ -239,7 +261,26 @@ def _token_families(
             d_, c_ = cross_stats(jac, *bases(stacked[layer_ref], variant))
             diag, corner = result.families["self"][(layer, layer_ref)]
             diag[v, t], corner[v, t] = _np(d_[0]), _np(c_[0])
+    for layer, layer_ref in itertools.product(layers, layers):
+        ucorner, vcorner = result.bases["self"][(layer, layer_ref)]
+        ucorner[...] = _np(basis_corners(stacked[layer].u, stacked[layer_ref].u))
+        vcorner[...] = _np(basis_corners(stacked[layer].v, stacked[layer_ref].v))
     return result
+
+
+def _basis_stats(
+    tops: dict[int, SVD],
+    family: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+    where: tuple[int, slice],
+) -> None:
+    """Basis corner sums of every pair of one group into
+    ``family[(layer, layer_ref)] = (ucorner, vcorner)[fixed, members, members]``.
+    """
+    fixed, members = where
+    for layer, layer_ref in itertools.product(tops, tops):
+        ucorner, vcorner = family[(layer, layer_ref)]
+        ucorner[fixed, members, members] = _np(basis_corners(tops[layer].u, tops[layer_ref].u))
+        vcorner[fixed, members, members] = _np(basis_corners(tops[layer].v, tops[layer_ref].v))
 
 
 def _family_stats(
@@ -340,7 +381,12 @@ def measure_inputs(
                 token_results.append(
                     _token_families(engine, token_layers, family_tokens[-1], config)
                 )
-    common = {"measure_config": str(asdict(config)), "k_max": config.k_max, **(attrs or {})}
+    common = {
+        "measure_config": str(asdict(config)),
+        "k_max": config.k_max,
+        "hidden_size": depth_results[0].hidden_size,
+        **(attrs or {}),
+    }
     prompt_coords = {
         "prompt": [p.id for p in items],
         "prompt_source": ("prompt", [p.source for p in items]),

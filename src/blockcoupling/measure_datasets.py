@@ -25,6 +25,11 @@ class DepthResult:
     diag: np.ndarray  # (variant, layer, layer_ref, rank)
     corner: np.ndarray  # (variant, layer, layer_ref, k)
     spectrum: np.ndarray | None = None  # (layer, d): every singular value, where asked
+    ucorner: np.ndarray | None = None  # (layer, layer_ref, k): corner sums of U_i^T U_j
+    vcorner: np.ndarray | None = None  # (layer, layer_ref, k): the same for V
+    sv_sum2: np.ndarray | None = None  # (layer,): sum of s^2 over the full spectrum
+    sv_sum4: np.ndarray | None = None  # (layer,): sum of s^4
+    hidden_size: int = 0  # d
     u: np.ndarray | None = None  # (layer, d, rank)
     v: np.ndarray | None = None
 
@@ -39,6 +44,12 @@ class TokenResult:
     families: dict[str, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]] = field(
         default_factory=dict
     )
+    # family -> (layer, layer_ref) -> (ucorner, vcorner), each (*family token dims, k)
+    bases: dict[str, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]] = field(
+        default_factory=dict
+    )
+    sv_sum2: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> (token_in, token_out)
+    sv_sum4: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def pad(arrays: list[np.ndarray], axes: Sequence[int]) -> np.ndarray:
@@ -70,6 +81,16 @@ def depth_dataset(
         "singular_values": (("prompt", "layer", "rank"), np.stack([r.s[:, :k] for r in results])),
         "depth_diag": ((*dims_pair, "rank"), np.stack([r.diag for r in results], axis=1)),
         "depth_corner": ((*dims_pair, "k"), np.stack([r.corner for r in results], axis=1)),
+        "depth_ucorner": (
+            ("prompt", "layer", "layer_ref", "k"),
+            np.stack([r.ucorner for r in results]),
+        ),
+        "depth_vcorner": (
+            ("prompt", "layer", "layer_ref", "k"),
+            np.stack([r.vcorner for r in results]),
+        ),
+        "sv_sum2": (("prompt", "layer"), np.stack([r.sv_sum2 for r in results])),
+        "sv_sum4": (("prompt", "layer"), np.stack([r.sv_sum4 for r in results])),
     }
     if config.store_factors:
         data["u"] = (
@@ -94,6 +115,10 @@ def depth_dataset(
         "A[a, a] of A = P_j^T J_i Q_j, J_i = J^layer_tt, j = layer_ref"
     )
     ds["depth_corner"].attrs["description"] = "sum_{a,b<k} A[a, b]^2"
+    ds["depth_ucorner"].attrs["description"] = "sum_{a,b<k} (U_i^T U_j)[a, b]^2"
+    ds["depth_vcorner"].attrs["description"] = "sum_{a,b<k} (V_i^T V_j)[a, b]^2"
+    ds["sv_sum2"].attrs["description"] = "sum of s^2 over the full spectrum (||J||_F^2)"
+    ds["sv_sum4"].attrs["description"] = "sum of s^4 over the full spectrum (||J^T J||_F^2)"
     return ds
 
 
@@ -166,6 +191,21 @@ def tokens_dataset(
                 ("variant", "prompt", "layer", "layer_ref", *token_dims, last),
                 stacked,
             )
+    for family, token_dims in FAMILY_DIMS.items():
+        for pick, stat in enumerate(("ucorner", "vcorner")):
+            per_prompt = [
+                np.stack(
+                    [np.stack([r.bases[family][(a, b)][pick] for b in layers]) for a in layers]
+                )
+                for r in results
+            ]  # (layer, layer_ref, *tokens, K)
+            data[f"{family}_{stat}"] = (
+                ("prompt", "layer", "layer_ref", *token_dims, "k"),
+                pad(per_prompt, tuple(range(2, 2 + len(token_dims)))),
+            )
+    for stat in ("sv_sum2", "sv_sum4"):
+        per_prompt = [np.stack([getattr(r, stat)[layer] for layer in layers]) for r in results]
+        data[stat] = (("prompt", "layer", "token_in", "token_out"), pad(per_prompt, axes=(1, 2)))
     tokens = np.arange(n_max)
     coords = {
         "prompt": [p.id for p in items],
