@@ -134,7 +134,8 @@ SCHEMA_ERRORS = pytest.mark.parametrize(
         ),
         (
             lambda c: c["vit"]["model"].update(depth="two"),
-            "config error: vit.model.depth: 'two' is not of type 'integer' (see config.schema.yaml)",
+            "config error: vit.model.depth: 'two' is not of type 'integer' "
+            "(see config.schema.yaml)",
         ),
     ],
 )

@@ -384,7 +384,7 @@ def measure_inputs(
     common = {
         "measure_config": str(asdict(config)),
         "k_max": config.k_max,
-        "hidden_size": depth_results[0].hidden_size,
+        "hidden_size": int(trajectory_states[0].shape[-1]),  # d of the states (layer, token, d)
         **(attrs or {}),
     }
     prompt_coords = {
