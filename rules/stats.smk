@@ -75,7 +75,9 @@ if PLAN.analysis_tables():
             PLAN.analysis_tables(),
         output:
             analyses="results/stats/analyses.csv",
-            claims="results/stats/claims.csv",
+            claims=report(
+                "results/stats/claims.csv", caption="../report/claims.rst", category="claims"
+            ),
             markdown="results/stats/claims.md",
         log:
             "logs/stats/claims.log",
