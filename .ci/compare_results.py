@@ -20,9 +20,19 @@ TIMING_COLUMNS = ("elapsed_s",)  # training history and trainer state: wall-cloc
 FIGURES = (".png", ".pdf")  # rendered images: same data, but encoders may stamp them
 
 
+# Content-hash records (results/.manifest, a checkpoint's checksums.json): they hash files that
+# embed wall-clock times (trainer states, histories), so they differ between runs by design;
+# `blockcoupling verify` checks each run's own records instead.
+HASH_RECORDS = (".manifest", "checksums.json")
+
+
 def files(run: Path) -> set[str]:
-    """Paths of every file under run/results, relative to run."""
-    return {str(p.relative_to(run)) for p in (run / "results").rglob("*") if p.is_file()}
+    """Paths of every result file under run/results (hash records aside), relative to run."""
+    return {
+        str(p.relative_to(run))
+        for p in (run / "results").rglob("*")
+        if p.is_file() and not any(part in HASH_RECORDS for part in p.relative_to(run).parts)
+    }
 
 
 def difference(a: Path, b: Path) -> str | None:
