@@ -169,7 +169,7 @@ grep -q "Trying to restart job" "$work/run.log" || fail "Snakemake did not resub
 say "every job went through sbatch: $((expected - 1)) submissions completed + job $cancelled cancelled and resubmitted"
 
 "$python" .ci/compare_results.py "$local_run" "$slurm_run" || fail "the results differ from the local run"
-.venv/bin/blockcoupling verify "$slurm_run/results" || fail "the Slurm run's results do not match their records"
+"$repo/.venv/bin/blockcoupling" verify "$slurm_run/results" || fail "the Slurm run's results do not match their records"
 
 lines=$(wc -l < "$work/jobcomp.log")
 "${run[@]}" > "$work/rerun.log" 2>&1 || fail "the rerun failed: $(tail -n 5 "$work/rerun.log")"
