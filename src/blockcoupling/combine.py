@@ -25,14 +25,9 @@ META_FIELDS = (
 )
 TRAINED_INITS = {"final": "trained", "random": "random"}
 
-# Which variables each combined file keeps (None: all).
-SELECTIONS: dict[str, tuple[str, ...] | None] = {
-    "coupling": ("depth_mis", "coupling", "adjacent_coupling"),
-    "tokens": ("self_mis", "fixed_in_mis", "fixed_out_mis"),
-    "trajectories": None,
-    "spectra": None,
-    "evaluation": None,
-}
+# The combined files keep every variable of their per-model files (the metrics hold exactly the
+# registered measures, blockcoupling.measures): nothing is dropped on the way.
+NAMES = ("coupling", "tokens", "trajectories", "spectra", "evaluation")
 PER_MODEL_COORDS = ("n_tokens", "token_position")
 KEEP_ATTRS = (
     "k_max",
@@ -43,18 +38,13 @@ KEEP_ATTRS = (
     "transformers_version",
     "config",
     "measure_config",
+    "null_draws",
+    "null_seed",
 )
 
 
 def _label(step: str, along: str) -> str | int:
     return TRAINED_INITS[step] if along == "init" else int(step)
-
-
-def _select(dataset: xr.Dataset, name: str) -> xr.Dataset:
-    wanted = SELECTIONS[name]
-    if wanted is None:
-        return dataset
-    return dataset[[v for v in wanted if v in dataset.data_vars]]
 
 
 def _meta_coord(values: list[Any]) -> np.ndarray:
@@ -72,13 +62,12 @@ def combine(
     (checkpoint ints). Outer join: NaN where a model has fewer layers or a prompt fewer tokens.
     Model metadata (docs/datasets.md) become coords along ``model``.
     """
-    if name not in SELECTIONS:
-        raise ValueError(f"unknown combined dataset {name!r}; one of {', '.join(SELECTIONS)}")
+    if name not in NAMES:
+        raise ValueError(f"unknown combined dataset {name!r}; one of {', '.join(NAMES)}")
     if not parts:
         raise ValueError("nothing to combine")
     per_model: dict[str, list[xr.Dataset]] = {}
     for (model, step), dataset in parts.items():
-        dataset = _select(dataset, name)
         dataset = dataset.reset_coords([c for c in PER_MODEL_COORDS if c in dataset.coords])
         dataset = dataset.expand_dims({along: [_label(step, along)]})
         per_model.setdefault(model, []).append(dataset)

@@ -14,6 +14,8 @@ import numpy as np
 import xarray as xr
 
 from blockcoupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
+from blockcoupling.measures import MEASURES, PairStats
+from blockcoupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class MetricConfig:
     readings: tuple[str, ...] = READINGS
     norms: tuple[str, ...] = NORMS
     p: float = 2.0
+    null_draws: int = NULL_DRAWS
+    null_seed: int = NULL_SEED
 
     def __post_init__(self) -> None:
         for reading in self.readings:
@@ -32,6 +36,8 @@ class MetricConfig:
             check_option("norm", norm, NORMS)
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"metrics.ks must be a non-empty list of K >= 1, got {list(self.ks)}")
+        if self.null_draws < 2:
+            raise ValueError(f"metrics.null_draws must be at least 2, got {self.null_draws}")
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> MetricConfig:
@@ -86,56 +92,149 @@ def _mis_array(
     )
 
 
-def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
-    """m_K of every depth pair, and the per-prompt model summaries.
-
-    ``coupling`` = minus the mean of ``depth_mis`` over l != l'; ``adjacent_coupling`` = minus the
-    mean over |l - l'| = 1 (both per reading, norm, k, variant, prompt).
+def null_array(
+    s_i: xr.DataArray, sv_sum2: xr.DataArray, d: int, config: MetricConfig
+) -> tuple[xr.DataArray, xr.DataArray]:
+    """The spectrum-matched null of m_K of every Jacobian and its Monte Carlo standard error,
+    each ``(reading, norm, k, *dims of sv_sum2)``, from its top singular values ``s_i (...,
+    rank)`` and the sum of squares of its full spectrum ``sv_sum2 (...)`` (``null.py``).
     """
-    depth_mis = _mis_array(
-        depth["depth_diag"], depth["depth_corner"].rename(k="kk"), depth["singular_values"], config
+    dims = list(sv_sum2.dims)
+    mean, se = spectrum_null(
+        s_i.transpose(*dims, "rank").values,
+        sv_sum2.values,
+        d,
+        tuple(config.ks),
+        tuple(config.readings),
+        tuple(config.norms),
+        config.p,
+        config.null_draws,
+        config.null_seed,
     )
+    grid = {"reading": list(config.readings), "norm": list(config.norms), "k": list(config.ks)}
+
+    def array(values: np.ndarray) -> xr.DataArray:
+        return xr.DataArray(values, dims=(*grid, *dims), coords={**grid, **sv_sum2.coords})
+
+    return array(mean), array(se)
+
+
+def _hidden_size(data: xr.Dataset) -> int:
+    if "hidden_size" not in data.attrs:
+        raise ValueError(
+            "the extracted statistics lack attr hidden_size (extracted before the calibrated "
+            "measures): re-run their extraction"
+        )
+    return int(data.attrs["hidden_size"])
+
+
+def _pair_measures(prefix: str, stats: PairStats) -> dict[str, xr.DataArray]:
+    """Every registered measure of one family, named ``<prefix>_<measure>``."""
+    return {f"{prefix}_{m.name}": m.compute(stats) for m in MEASURES}
+
+
+def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
+    """Every registered per-pair measure (``measures.MEASURES``) of the depth family, its null,
+    the effective rank of every Jacobian, and the per-prompt summaries over block pairs.
+
+    ``depth_mis`` is raw m_K; ``depth_null``/``depth_null_se (reading, norm, k, prompt, layer)``
+    its spectrum-matched null for J^layer; ``depth_excess`` = null - m_K; ``depth_overlap_u/_v
+    (k, prompt, layer, layer_ref)``; ``effective_rank (prompt, layer)`` = (sum s^2)^2 / sum s^4.
+    Summaries (per reading, norm, k, variant, prompt as they apply): ``coupling`` = minus the
+    mean of ``depth_mis`` over l != l' and ``coupling_null`` the same of the null (what
+    ``coupling`` is at chance), ``adjacent_coupling`` over |l - l'| = 1, ``coupling_excess`` and
+    ``adjacent_excess`` the mean excess, ``overlap_u``/``overlap_v`` the mean overlap over
+    l != l', and ``overlap_null (k)`` = K/d.
+    """
+    d = _hidden_size(depth)
+    s_i = depth["singular_values"]
+    depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), s_i, config)
+    null, null_se = null_array(s_i, depth["sv_sum2"], d, config)
+    stats = PairStats(depth_mis, null, depth["depth_ucorner"], depth["depth_vcorner"], config.ks)
+    data = _pair_measures("depth", stats)
     layer, layer_ref = depth_mis["layer"], depth_mis["layer_ref"]
-    data = {
-        "depth_mis": depth_mis,
-        "coupling": -depth_mis.where(layer != layer_ref).mean(("layer", "layer_ref")),
-        "adjacent_coupling": -depth_mis.where(abs(layer - layer_ref) == 1).mean(
-            ("layer", "layer_ref")
+    pairs, adjacent = layer != layer_ref, abs(layer - layer_ref) == 1
+
+    def over(values: xr.DataArray, where: xr.DataArray) -> xr.DataArray:
+        return values.where(where).mean(("layer", "layer_ref"))
+
+    data.update(
+        depth_null=null,
+        depth_null_se=null_se,
+        effective_rank=depth["sv_sum2"] ** 2 / depth["sv_sum4"],
+        coupling=-over(depth_mis, pairs),
+        coupling_null=-null.mean("layer"),  # every J_i is J_i of L - 1 pairs l != l'
+        adjacent_coupling=-over(depth_mis, adjacent),
+        adjacent_excess=over(data["depth_excess"], adjacent),
+        overlap_null=xr.DataArray(
+            [k / d for k in config.ks], dims="k", coords={"k": list(config.ks)}
         ),
-    }
+    )
+    for entry in MEASURES:
+        if entry.summary:
+            data[entry.summary] = over(data[f"depth_{entry.name}"], pairs)
     ds = xr.Dataset(data, attrs={**depth.attrs, "ks": list(config.ks), "p": config.p})
-    ds["depth_mis"].attrs["description"] = "m_K(J^layer, J^layer_ref) at the depth token"
+    ds["depth_mis"] = ds["depth_mis"].transpose(*depth_mis.dims)
+    ds["depth_excess"] = ds["depth_excess"].transpose(*depth_mis.dims)
+    for entry in MEASURES:
+        ds[f"depth_{entry.name}"].attrs.update(
+            description=entry.description, null_level=entry.null_level, unit=entry.unit
+        )
+    ds["depth_null"].attrs["description"] = (
+        "expected m_K of J^layer in Haar-random bases with its own singular values (Monte Carlo)"
+    )
+    ds["depth_null_se"].attrs["description"] = "Monte Carlo standard error of depth_null"
+    ds["effective_rank"].attrs["description"] = "participation ratio (sum s^2)^2 / sum s^4"
     ds["coupling"].attrs["description"] = "minus the mean m_K over layer pairs l != l'"
+    ds["coupling_null"].attrs["description"] = "what coupling is at chance (minus the mean null)"
+    ds["coupling_excess"].attrs["description"] = "mean excess over l != l' (0: chance)"
+    ds["overlap_null"].attrs["description"] = "K/d: the overlap of unrelated subspaces"
+    ds.attrs["null_draws"], ds.attrs["null_seed"] = config.null_draws, config.null_seed
     return ds
 
 
 def token_coupling_dataset(tokens: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
-    """m_K of the token families (``self_mis``, ``fixed_in_mis``, ``fixed_out_mis``), on the token
-    layers and token prompts only; an empty dataset when none were extracted.
+    """Every registered per-pair measure of the token families (``self_*``, ``fixed_in_*``,
+    ``fixed_out_*``: ``mis``, ``excess``, ``overlap_u``, ``overlap_v``), on the token layers and
+    token prompts only; an empty dataset when none were extracted.
     """
     if "self_diag" not in tokens:
         return xr.Dataset(attrs={**tokens.attrs, "ks": list(config.ks), "p": config.p})
     s_tok = tokens["singular_values"]  # (prompt, layer, token_in, token_out, rank): J_{t1 t2}
+    null, _ = null_array(s_tok, tokens["sv_sum2"], _hidden_size(tokens), config)
+
+    def diagonal(values: xr.DataArray) -> xr.DataArray:  # J_tt of (..., token_in, token_out)
+        rest = [dim for dim in values.dims if dim not in ("token_in", "token_out")]
+        values = values.transpose(*rest, "token_in", "token_out")
+        return xr.DataArray(
+            np.diagonal(values.values, axis1=-2, axis2=-1),
+            dims=(*rest, "token"),
+            coords={**{dim: values[dim] for dim in rest}, "token": tokens["token"].values},
+        )
+
     # J_i of each family: self J_tt; fixed_in J_{token_in, token}; fixed_out J_{token, token_out}
-    s_self = xr.DataArray(
-        np.diagonal(s_tok.values, axis1=2, axis2=3),
-        dims=("prompt", "layer", "rank", "token"),
-        coords={
-            "prompt": s_tok["prompt"],
-            "layer": s_tok["layer"],
-            "rank": s_tok["rank"],
-            "token": tokens["token"].values,
-        },
-    ).transpose("prompt", "layer", "token", "rank")
     spectra = {
-        "self": s_self,
+        "self": diagonal(s_tok).transpose("prompt", "layer", "token", "rank"),
         "fixed_in": s_tok.rename(token_out="token"),
         "fixed_out": s_tok.rename(token_in="token"),
     }
-    data = {
-        f"{family}_mis": _mis_array(
+    nulls = {
+        "self": diagonal(null),
+        "fixed_in": null.rename(token_out="token"),
+        "fixed_out": null.rename(token_in="token"),
+    }
+    data = {}
+    for family, s_i in spectra.items():
+        mis = _mis_array(
             tokens[f"{family}_diag"], tokens[f"{family}_corner"].rename(k="kk"), s_i, config
         )
-        for family, s_i in spectra.items()
-    }
+        stats = PairStats(
+            mis,
+            nulls[family].drop_vars("prompt_source", errors="ignore"),
+            tokens[f"{family}_ucorner"],
+            tokens[f"{family}_vcorner"],
+            config.ks,
+        )
+        for name, values in _pair_measures(family, stats).items():
+            data[name] = values.transpose(*mis.dims) if "variant" in values.dims else values
     return xr.Dataset(data, attrs={**tokens.attrs, "ks": list(config.ks), "p": config.p})

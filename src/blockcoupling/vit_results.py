@@ -52,11 +52,22 @@ def _point(
 ) -> xr.Dataset:
     """One grid point: coupling per image, the mean depth m_K map, token summaries, accuracy."""
     coupling = coupling_dataset(depth, metric)
+    per_image = (
+        "coupling",
+        "adjacent_coupling",
+        "coupling_null",
+        "coupling_excess",
+        "adjacent_excess",
+        "overlap_u",
+        "overlap_v",
+        "effective_rank",
+    )
     data = xr.Dataset(
         {
-            "coupling": coupling["coupling"],
-            "adjacent_coupling": coupling["adjacent_coupling"],
+            **{name: coupling[name] for name in per_image},
+            "overlap_null": coupling["overlap_null"],
             "depth_mis": coupling["depth_mis"].mean("prompt"),
+            "depth_excess": coupling["depth_excess"].mean("prompt"),
         }
     )
     data = data.rename(prompt="image", prompt_source="image_label").drop_vars(
@@ -81,7 +92,10 @@ def grid_dataset(
 ) -> xr.Dataset:
     """``parts``: ``(sd, wd, seed) -> (depth, tokens, history)`` of every grid point. Returns
     ``coupling``, ``adjacent_coupling (sd, wd, seed, reading, norm, k, variant, image)``,
-    ``depth_mis (sd, wd, seed, reading, norm, k, variant, layer, layer_ref)`` (mean over images),
+    ``depth_mis``, ``depth_excess (sd, wd, seed, reading, norm, k, variant, layer, layer_ref)``
+    (mean over images), the calibrated summaries ``coupling_null``, ``coupling_excess``,
+    ``adjacent_excess``, ``overlap_u``, ``overlap_v`` (per image, as ``metrics.coupling_dataset``
+    gives them), ``overlap_null (k)``, ``effective_rank (..., image, layer)``,
     ``{family}_token_coupling (..., token_image, token_layer)``, ``test_accuracy``,
     ``test_loss``, ``train_loss (sd, wd, seed)`` (after the last epoch) and
     ``test_accuracy_curve (sd, wd, seed, epoch)``.
