@@ -102,3 +102,17 @@ def test_vit_k_max_and_token_layers_against_its_shape() -> None:
     config = smoke()
     config["vit"]["extract"]["token_layers"] = [3]  # depth 2
     assert "vit.extract.token_layers [3]" in refusal(config)
+
+
+def test_k_above_an_eighth_of_the_width_is_a_warning_naming_the_key() -> None:
+    plan = wf.check_config(smoke(), REPO)  # K 4, 8 of d = 32 LMs; vit.ks 2, 4 of embed_dim 8
+    lines = wf.k_warnings(plan)
+    assert [line.split(" is more")[0] for line in lines] == [
+        "metrics.ks: K=8",
+        "vit.ks: K=2",
+        "vit.ks: K=4",
+    ]
+    assert "d=32: K/d=0.25" in lines[0] and "prefer K <= 4" in lines[0]
+    quiet = smoke(metrics={"ks": [2, 4]}, stats={"k": 4})
+    quiet["vit"]["ks"], quiet["vit"]["k"] = [1], 1
+    assert wf.k_warnings(wf.check_config(quiet, REPO)) == []

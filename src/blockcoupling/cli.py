@@ -187,7 +187,11 @@ def check_slurm(plan: Any) -> str:
 def check_config_file(
     file: Path, workflow_dir: Path | None = None, profile: str | None = None
 ) -> str:
-    """Validate a config file as the workflow does; return a one-paragraph summary."""
+    """Validate a config file as the workflow does; return a one-paragraph summary and a line
+    per warning (K above d/8).
+    """
+    from blockcoupling.workflow import k_warnings
+
     plan = load_plan(file, workflow_dir)
     jobs = sum(
         len(e.steps) * (len(plan.shards(name)) + len(plan.token_jobs(name)))
@@ -207,6 +211,7 @@ def check_config_file(
         + ", ".join(f"{k}={v}" for k, v in plan.selection.items())
         + vit
         + (check_slurm(plan) if profile == "slurm" else "")
+        + "".join(f"\nwarning: {line}" for line in k_warnings(plan))
     )
 
 
