@@ -29,6 +29,7 @@ if PLAN.cross_model:
             seed=config["stats"]["seed"],
             score=config["evaluate"]["score"],
             primary=config["stats"]["primary"],
+            calibration_ks=sorted({PLAN.selection["k"], max(config["metrics"]["ks"])}),
             code=script_hash("stats"),
         script:
             "../scripts/stats.py"
@@ -72,7 +73,8 @@ if PLAN.analysis_tables():
 
     rule stats_claims:
         input:
-            PLAN.analysis_tables(),
+            tables=PLAN.analysis_tables(),
+            calibration=["results/stats/calibration.csv"] if PLAN.cross_model else [],
         output:
             analyses="results/stats/analyses.csv",
             claims=report(
@@ -87,6 +89,12 @@ if PLAN.analysis_tables():
             "../envs/analysis.yaml"
         params:
             primary=config["stats"]["primary"],
+            grids=sorted(
+                {
+                    grid.get("family") or name
+                    for name, grid in (config["train"].get("grids") or {}).items()
+                }
+            ),
             code=script_hash("stats_claims"),
         script:
             "../scripts/stats_claims.py"

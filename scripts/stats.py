@@ -5,7 +5,7 @@ import pandas as pd
 
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.runner import run_script
-from blockcoupling.stats import core, crossmodel, fixed_size
+from blockcoupling.stats import calibration, core, crossmodel, fixed_size
 
 
 def main(sm):
@@ -32,6 +32,9 @@ def main(sm):
         "crossmodel_analyses": crossmodel.analysis_rows(correlations, primary),
         "fixed_size_runs": runs,
         "fixed_size": fixed_size.analyses(runs, primary),
+        "calibration": calibration.calibration_table(
+            coupling, sm.params.calibration_ks, at["reading"], at["variant"], at["norm"]
+        ),
     }
     for name, frame in frames.items():
         core.write_table(frame, sm.output[name])

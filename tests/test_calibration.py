@@ -189,3 +189,22 @@ def test_every_registered_measure_is_documented() -> None:
         "depth_ucorner",
     ):
         assert f"`{name}" in docs, name
+
+
+def test_the_calibration_table_summarises_the_combined_measures(tiny) -> None:
+    from blockcoupling.combine import combine
+    from blockcoupling.stats.calibration import calibration_markdown, calibration_table
+
+    _, ds, _ = tiny
+    meta = {"m": {"d_model": 16, "family": "grid"}, "p": {"d_model": 16, "family": "pretrained"}}
+    parts = {(m, step): ds for m in ("m", "p") for step in ("final", "random")}
+    combined = combine(parts, "coupling", "init", meta)
+    table = calibration_table(combined, (2, 6), "authors", "ujv", "p")
+    assert len(table) == 2 * 2 * 2  # models x inits x K
+    row = table[(table["model"] == "m") & (table["k"] == 2)].iloc[0]
+    at = dict(reading="authors", norm="p", k=2, variant="ujv")
+    assert row["coupling"] == pytest.approx(float(ds["coupling"].sel(**at).mean()))
+    assert row["coupling_excess"] == pytest.approx(row["coupling"] - row["coupling_null"])
+    assert row["overlap_null"] == pytest.approx(2 / ds.attrs["hidden_size"])
+    text = calibration_markdown(table, grids=["grid"])
+    assert "| p | random |" in text and "| grid (1 run, mean [range]) | trained |" in text

@@ -292,6 +292,7 @@ STATS_TABLES = (
     "crossmodel_analyses",
     "fixed_size_runs",
     "fixed_size",
+    "calibration",
 )
 VIT_STATS_TABLES = (
     "vit_models",
