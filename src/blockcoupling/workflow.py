@@ -910,8 +910,18 @@ def _module_file(module: str) -> Path | None:
     return None
 
 
+def _parent_packages(module: str) -> list[str]:
+    """The subpackages above ``blockcoupling.a.b.c`` (``blockcoupling.a``, ``blockcoupling.a.b``):
+    importing a module runs their ``__init__`` too.
+    """
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
+
+
 def script_modules(script: str | Path) -> list[str]:
-    """Every module of this package that ``script`` imports, transitively (sorted)."""
+    """Every module of this package that ``script`` imports, transitively, with the subpackages
+    whose ``__init__`` those imports run (sorted).
+    """
     pending, seen = list(_imported_modules(Path(script))), set()
     while pending:
         module = pending.pop()
@@ -919,6 +929,7 @@ def script_modules(script: str | Path) -> list[str]:
             continue
         seen.add(module)
         pending += _imported_modules(_module_file(module))  # type: ignore[arg-type]
+        pending += [p for p in _parent_packages(module) if _module_file(p) is not None]
     return sorted(seen)
 
 
