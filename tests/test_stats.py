@@ -305,7 +305,7 @@ def test_family_subsets_reach_every_table_analysis():
     table = crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
     table["family"] = ["grid"] * 5 + ["other"]
     subsets = crossmodel.table_subsets(table)
-    assert subsets == ("all", "base", "family:grid")
+    assert subsets == ("all", "base", "pretrained", "family:grid")
     sweep = crossmodel.k_sweep(ds, table, methods=("pearson",), subsets=subsets)
     grid = table[table["family"] == "grid"].dropna(subset=["score"])
     x = ds["coupling"].sel(init="trained", reading="authors", variant="ujv", norm="p", k=5)
@@ -487,3 +487,30 @@ def test_mixed_slope_falls_back_to_group_clustered_ols_at_zero_group_variance():
     assert got["coef"] == pytest.approx(ols.params["x"], rel=1e-9)
     low, high = ols.conf_int().loc["x"]
     assert (got["ci_low"], got["ci_high"]) == pytest.approx((low, high), rel=1e-9)
+
+
+def test_the_cross_model_claim_never_pools_the_runs_trained_here() -> None:
+    from blockcoupling.stats import crossmodel
+
+    rng = np.random.default_rng(0)
+    pretrained = pd.DataFrame(
+        {"model": ["a", "b"], "group": ["a", "b"], "family": ["A", "B"], "base": True}
+    )
+    grid = pd.DataFrame(
+        {
+            "model": [f"run{i}-s{s}-final" for i in range(4) for s in range(2)],
+            "group": [f"run{i}" for i in range(4) for _ in range(2)],
+            "family": "grid",
+            "base": True,
+        }
+    )
+    table = pd.concat([pretrained, grid], ignore_index=True)
+    table["coupling"], table["score"] = rng.normal(size=len(table)), rng.normal(size=len(table))
+    subsets = dict(crossmodel.subset_frames(table, ("all", "pretrained")))
+    assert list(subsets["pretrained"]["model"]) == ["a", "b"]
+    assert len(subsets["all"]) == 2 + 4  # the grid's seeds averaged per configuration
+    correlations = crossmodel.correlations(
+        table, predictors=("coupling",), subsets=("all", "pretrained")
+    )
+    row = crossmodel.analysis_rows(correlations)
+    assert row["n"].iloc[0] == 2 and np.isnan(row["estimate"].iloc[0])  # too few: no number

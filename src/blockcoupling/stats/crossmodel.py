@@ -30,7 +30,7 @@ from blockcoupling.stats.core import (
 )
 from blockcoupling.stats.inference import analysis_row, analysis_table
 
-SUBSETS = ("all", "base")
+SUBSETS = ("all", "base", "pretrained")
 SCORE_NAMES = {"score": "score", "bits_per_byte": "neg_bits_per_byte", "mc_accuracy": "mc_accuracy"}
 HYPERPARAMETERS = ("log10_params", "n_layers", "d_model", "log10_train_tokens")
 DEFAULT_PREDICTORS = ("coupling", *HYPERPARAMETERS)
@@ -151,7 +151,8 @@ def model_table(
 def subset_frames(
     table: pd.DataFrame, subsets: Sequence[str] = SUBSETS
 ) -> Iterator[tuple[str, pd.DataFrame]]:
-    """Yield (name, rows) for `all` (every row), `base` (rows with base == True) and
+    """Yield (name, rows) for `all` (every row), `base` (rows with base == True), `pretrained`
+    (the models that are not runs of a training grid) and
     `family:<name>` (the rows of one family, e.g. a training grid). Models that share a `group`
     (seeds of one configuration) are averaged into one row: configurations are the units.
     """
@@ -160,6 +161,10 @@ def subset_frames(
             rows = table
         elif name == "base":
             rows = table[table["base"].astype(bool)]
+        elif name == "pretrained":  # not a run of a training grid: its group is its own name
+            rows = table
+            if "group" in table:
+                rows = table[table["group"].astype(str) == table["model"].astype(str)]
         elif name.startswith("family:"):
             rows = table[table["family"].astype(str) == name.split(":", 1)[1]]
         else:
@@ -377,11 +382,12 @@ def k_sweep(
 
 def analysis_rows(correlation_table: pd.DataFrame, primary: Sequence[str] = ()) -> pd.DataFrame:
     """The cross-model test in the analysis-table format (``inference.ANALYSIS_COLUMNS``):
-    ``crossmodel_coupling_vs_score``, the Spearman rho of coupling and the score over every
-    model (unit model; exploratory: the models differ in data, size and training at once).
+    ``crossmodel_coupling_vs_score``, the Spearman rho of coupling and the score over the
+    pretrained models (subset ``pretrained``: never pooled with the runs trained here; unit
+    model; exploratory: the models differ in data, size and training at once).
     """
     picked = correlation_table[
-        (correlation_table["subset"] == "all")
+        (correlation_table["subset"] == "pretrained")
         & (correlation_table["predictor"] == "coupling")
         & (correlation_table["method"] == "spearman")
     ]
