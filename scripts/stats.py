@@ -17,6 +17,9 @@ def main(sm):
         coupling, k=k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
     )
     table = crossmodel.model_table(per_model, evaluation, score=sm.params.score)
+    table = crossmodel.with_calibrated(
+        table, coupling, k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
+    )
     subsets = crossmodel.table_subsets(table)  # all, base, and each family (e.g. a grid)
     correlations = crossmodel.correlations(table, subsets=subsets)
     history_of = dict(zip(sm.params.runs, sm.input.histories))

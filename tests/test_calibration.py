@@ -208,3 +208,24 @@ def test_the_calibration_table_summarises_the_combined_measures(tiny) -> None:
     assert row["overlap_null"] == pytest.approx(2 / ds.attrs["hidden_size"])
     text = calibration_markdown(table, grids=["grid"])
     assert "| p | random |" in text and "| grid (1 run, mean [range]) | trained |" in text
+
+
+def test_the_model_table_carries_the_calibrated_measures_with_their_nulls(tiny) -> None:
+    from blockcoupling.combine import combine
+    from blockcoupling.stats import crossmodel
+
+    _, ds, _ = tiny
+    meta = {m: {"d_model": 16, "family": "f", "params": 1e6} for m in ("m", "n")}
+    combined = combine(
+        {(m, s): ds for m in meta for s in ("final", "random")}, "coupling", "init", meta
+    )
+    at = dict(k=2, reading="authors", variant="ujv", norm="p")
+    table = crossmodel.model_table(crossmodel.model_coupling(combined, n_boot=50, **at))
+    table = crossmodel.with_calibrated(table, combined, n_boot=50, **at)
+    excess = float(ds["coupling_excess"].sel(**at).mean())
+    assert table["coupling_excess"].tolist() == pytest.approx([excess, excess])
+    assert table["coupling_excess_low"].isna().all()  # 2 prompts: no bootstrap below 5 units
+    assert table["overlap_null"].tolist() == pytest.approx([2 / 16, 2 / 16])
+    assert table["coupling_null"].iloc[0] == pytest.approx(
+        float(ds["coupling_null"].sel(reading="authors", norm="p", k=2).mean())
+    )

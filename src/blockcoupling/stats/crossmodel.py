@@ -100,6 +100,51 @@ def model_coupling(
 
 
 # --------------------------------------------------------------------------- model table
+CALIBRATED = ("coupling_excess", "overlap_u")  # with bootstrap CIs; their nulls as means
+
+
+def with_calibrated(
+    table: pd.DataFrame,
+    coupling: xr.Dataset,
+    k: int,
+    reading: str = "authors",
+    variant: str = "ujv",
+    norm: str = "p",
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """``table`` (a ``model_table``) with the calibrated measures of each trained model:
+    ``coupling_excess`` and ``overlap_u`` with their percentile bootstrap CIs over prompts (as
+    ``coupling``), ``coupling_null`` (raw coupling at chance) and ``overlap_null`` (K/d), where
+    the combined dataset has them.
+    """
+    table = table.copy()
+    models = table["model"].to_numpy()
+    for name in CALIBRATED:
+        if name not in coupling:
+            continue
+        per_model = model_coupling(
+            coupling,
+            k=k,
+            reading=reading,
+            variant=variant,
+            norm=norm,
+            n_boot=n_boot,
+            seed=seed,
+            variable=name,
+        )
+        trained = select(per_model, init="trained").reindex(model=models)
+        for suffix in ("", "_low", "_high"):
+            table[f"{name}{suffix}"] = trained[f"{name}{suffix}"].values
+    for name in ("coupling_null", "overlap_null"):
+        if name in coupling:
+            values = select(coupling[name], k=k, reading=reading, variant=variant, norm=norm)
+            values = select(values, init="trained").reindex(model=models)
+            mean = values.mean("prompt") if "prompt" in values.dims else values
+            table[name] = mean.values
+    return table
+
+
 def model_table(
     model_coupling_ds: xr.Dataset, evaluation: xr.Dataset | None = None, score: str = "score"
 ) -> pd.DataFrame:
