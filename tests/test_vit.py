@@ -456,8 +456,9 @@ def test_the_dag_side_of_the_sweep_needs_no_torch() -> None:
 def test_check_config_names_the_sweep() -> None:
     from blockcoupling.cli import check_config_file
 
-    summary = check_config_file(REPO / "config" / "paper.yaml", REPO)
+    summary, *warnings = check_config_file(REPO / "config" / "paper.yaml", REPO).splitlines()
     assert summary.endswith("ViT sweep: 64 ViTs on cifar10 (8 rates x 8 weight decays x 1 seeds)")
+    assert all(line.startswith("warning: ") for line in warnings)  # K above d/8 (k_warnings)
 
 
 def test_published_vit_weights_are_recorded_copies(tmp_path: Path) -> None:
