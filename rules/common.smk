@@ -132,17 +132,17 @@ PLANNED = {
 }
 
 
-def job_defaults(rule, model, attempt, part=0):
+def job_defaults(rule_name, model, attempt, part=0):
     """(mem_mb, runtime) of a job whose model declares none: runtime from the planner
     (cost.runtime_minutes: safety factor and floor, doubled on a retry); ``part``: the first
     prompt of an extract_shard job, None for an extract_tokens job (each its own time)."""
-    mem_mb, runtime = JOB_DEFAULTS.get(rule, (8000, 720))
+    mem_mb, runtime = JOB_DEFAULTS.get(rule_name, (8000, 720))
     seconds = None
-    if rule in ("extract_shard", "extract_tokens"):
+    if rule_name in {"extract_shard", "extract_tokens"}:
         gpu = cost.CPU if SLURM.gpu == "none" else cost.GPU
         seconds = cost.extract_job_seconds(PLAN, model, part, PLAN.on_gpu(model), gpu)
-    elif (model, rule) in PLANNED:
-        seconds = PLANNED[(model, rule)].job_seconds
+    elif (model, rule_name) in PLANNED:
+        seconds = PLANNED[(model, rule_name)].job_seconds
     if seconds is None:
         return mem_mb, runtime * attempt
     return mem_mb, cost.runtime_minutes(seconds, attempt)
@@ -209,3 +209,24 @@ def check_slurm_jobs():
 
 if SLURM_PROFILE:
     check_slurm_jobs()
+
+
+def revision_done(wildcards):
+    """The outputs of the jobs of the checkpoint revision before this one in its lane."""
+    revision = HUB_REVISIONS[(wildcards.repo, wildcards.revision)]
+    before = predecessor(list(HUB_REVISIONS.values()), revision, HUB.max_revisions)
+    if before is None:
+        return []
+    evaluated = PLAN.evaluated(PLAN.models)
+    done = [f"results/extract/{model}/{step}/depth.nc" for model, step in before.consumers]
+    done += [f"results/evaluate/{m}/{s}.nc" for m, s in before.consumers if m in evaluated]
+    return done
+
+
+def extract_resources(rule):
+    return dict(
+        **model_job_resources(rule),
+        gpu_mem_gb=gpu_mem,
+        device=model_device,
+        vjp_chunk=config["extract"]["chunk_size"] or 0,
+    )

@@ -5,15 +5,6 @@
 # shards ({shard}: the index of its first prompt) and its token families in a job per prompt,
 # merged into the same files as one job writes; the shard files are temporary (removed once
 # merged).
-def extract_resources(rule):
-    return dict(
-        **model_job_resources(rule),
-        gpu_mem_gb=gpu_mem,
-        device=model_device,
-        vjp_chunk=config["extract"]["chunk_size"] or 0,
-    )
-
-
 rule extract:
     input:
         prompts=prompt_file,

@@ -28,18 +28,6 @@ HUB_DATASETS = {
 }
 
 
-def revision_done(wildcards):
-    """The outputs of the jobs of the checkpoint revision before this one in its lane."""
-    revision = HUB_REVISIONS[(wildcards.repo, wildcards.revision)]
-    before = predecessor(list(HUB_REVISIONS.values()), revision, HUB.max_revisions)
-    if before is None:
-        return []
-    evaluated = PLAN.evaluated(PLAN.models)
-    done = [f"results/extract/{model}/{step}/depth.nc" for model, step in before.consumers]
-    done += [f"results/evaluate/{m}/{s}.nc" for m, s in before.consumers if m in evaluated]
-    return done
-
-
 rule fetch:
     input:
         [HUB.folder(r.repo, r.revision, False) for r in HUB_REVISIONS.values() if not r.checkpoint],
@@ -55,6 +43,8 @@ rule fetch_model:
     wildcard_constraints:
         repo=constraint({r.repo for r in HUB_REVISIONS.values()}),
         revision=r"[^/]+",
+    conda:
+        "../envs/analysis.yaml"
     params:
         checkpoint=False,
         code=script_hash("fetch_model"),
@@ -73,9 +63,11 @@ rule fetch_checkpoint:
     wildcard_constraints:
         repo=constraint({r.repo for r in HUB_REVISIONS.values() if r.checkpoint}),
         revision=r"[^/]+",
+    conda:
+        "../envs/analysis.yaml"
     params:
         checkpoint=True,
-        cache_dir=HUB.cache_dir,
+        cache_dir=lambda wildcards: HUB.cache_dir,
         code=script_hash("fetch_model"),
     script:
         "../scripts/fetch_model.py"
@@ -89,6 +81,8 @@ rule fetch_dataset:
         "logs/fetch/dataset/{repo}.log",
     wildcard_constraints:
         repo=constraint(HUB_DATASETS),
+    conda:
+        "../envs/analysis.yaml"
     params:
         config=lambda wildcards: HUB_DATASETS[wildcards.repo],
         code=script_hash("fetch_dataset"),
