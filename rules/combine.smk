@@ -19,7 +19,13 @@ for _along, _folder in (("init", "results/combined"), ("step", "results/combined
         conda:
             "../envs/analysis.yaml"
         params:
-            parts=lambda wildcards, along=_along: PLAN.combine_parts(along, wildcards.name),
+            parts=lambda wildcards, along=_along: [
+                [model, step, path]
+                for (model, step), path in zip(
+                    PLAN.combine_parts(along, wildcards.name),
+                    PLAN.combine_inputs(along, wildcards.name),
+                )
+            ],
             meta={name: entry.meta for name, entry in PLAN.models.items()},
             along=_along,
             code=script_hash("combine"),

@@ -8,7 +8,9 @@ from blockcoupling.runner import run_script
 
 
 def main(sm):
-    parts = {tuple(key): read_netcdf(path) for key, path in zip(sm.params.parts, sm.input)}
+    # (model, step, file): a shared random-init twin's file stands for several models
+    files = {path: read_netcdf(path) for path in sm.input}
+    parts = {(model, step): files[path] for model, step, path in sm.params.parts}
     name = Path(sm.output[0]).stem
     write_netcdf(combine(parts, name, sm.params.along, sm.params.meta), sm.output[0])
 

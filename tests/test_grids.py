@@ -78,3 +78,58 @@ def test_a_bad_data_fraction_names_the_grid(fraction: float) -> None:
         wf.ConfigError, match=r"^train\.grids\.g \(run g-f.*\): data_fraction must be in \(0, 1\]"
     ):
         wf.expand_grids(_config({"g": grid}))
+
+
+def _tiny_tokenizer():
+    from blockcoupling.train import train_tokenizer
+
+    return train_tokenizer(["to be or not to be, that is the question"], 300)
+
+
+def test_every_recipe_field_outside_the_twin_key_leaves_the_twin_unchanged() -> None:
+    """A run's random-init twin is rebuilt from its saved model config and tokenizer (its text):
+    a field outside ``twin_key`` must change neither, one inside must change the key.
+    """
+    from dataclasses import fields
+
+    from blockcoupling.train import _texts, model_config
+
+    tokenizer = _tiny_tokenizer()
+    base = TrainConfig(n_layers=2, d_model=64, n_heads=2, max_train_chars=2000)
+    changed = {
+        "n_layers": 3, "d_model": 128, "n_heads": 4, "intermediate_size": 64,
+        "context_length": 64, "batch_size": 4, "learning_rate": 0.01, "warmup_fraction": 0.1,
+        "min_lr_fraction": 0.5, "weight_decay": 0.3, "grad_clip": 0.5, "total_steps": 50,
+        "seed": 7, "split_seed": 3, "vocab_size": 512, "n_even_checkpoints": 3,
+        "checkpoint_steps": [0, 10, 1000], "n_val_windows": 8, "max_train_chars": 3000,
+        "data_fraction": 0.5,
+    }  # fmt: skip
+    assert set(changed) == {f.name for f in fields(TrainConfig)}  # a new field must be judged
+    for name, value in changed.items():
+        other = TrainConfig(**{**base.__dict__, name: value})
+        same_twin = (
+            model_config(other, tokenizer).to_dict() == model_config(base, tokenizer).to_dict()
+            and _texts(other)[0] == _texts(base)[0]
+            and other.vocab_size == base.vocab_size
+        )
+        assert (other.twin_key() == base.twin_key()) == same_twin, name
+
+
+def test_runs_with_identical_twins_measure_one_twin() -> None:
+    grids = {
+        "fixed_size": {
+            "axes": {"data_fraction": [0.1, 1.0], "weight_decay": [0.0, 0.3], "seed": [0, 1]},
+            "base": {"n_layers": 2, "d_model": 64},
+            "models": {"checkpoints": False},
+        },
+        "wide": {"axes": {"seed": [0, 1]}, "base": {"n_layers": 2, "d_model": 128}},
+    }
+    entries = wf.model_entries(wf.expand_grids(_config(grids)))
+    twins = {name: e.measured_as(wf.RANDOM) for name, e in entries.items() if wf.RANDOM in e.steps}
+    assert set(twins.values()) == {"fixed_size-f0.1-wd0.0-s0-final", "wide-s0-final"}
+    assert all(twins[n] == "wide-s0-final" for n in twins if n.startswith("wide"))
+    for name, entry in entries.items():
+        own = entry.measured_as(wf.RANDOM) == name
+        assert (wf.RANDOM in entry.measured_steps) == (own and wf.RANDOM in entry.steps)
+        assert entry.measured_as(wf.FINAL) == name
+    assert entries["wide-s1"].measured_steps == entries["wide-s1"].steps  # checkpoint suites

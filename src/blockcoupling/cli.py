@@ -194,7 +194,7 @@ def check_config_file(
 
     plan = load_plan(file, workflow_dir)
     jobs = sum(
-        len(e.steps) * (len(plan.shards(name)) + len(plan.token_jobs(name)))
+        len(e.measured_steps) * (len(plan.shards(name)) + len(plan.token_jobs(name)))
         for name, e in plan.models.items()
     )
     vit = (

@@ -239,7 +239,7 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
             tokens = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
             job = max(job, tokens, key=lambda cost: sum(cost["seconds"].values()))
         total = extract_cost(shape, options, plan.n_prompts, rates)
-        steps = len(entry.steps)
+        steps = len(entry.measured_steps)
         runtime = float(entry.resources.get("runtime", 0))
         rows.append(
             JobCost(

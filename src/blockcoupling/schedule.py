@@ -72,6 +72,22 @@ class TrainConfig:
         block = 4 * d * d + 4 * d + 2 * d * inter + inter + d + 4 * d  # attention, MLP, 2 norms
         return self.n_layers * block + 2 * vocab * d + 2 * d
 
+    def twin_key(self) -> tuple:
+        """What fixes the saved model config and tokenizer (architecture, context, vocabulary,
+        tokenizer text): runs equal in it have byte-identical random-init twins (same twin seed),
+        whatever their training recipe, data fraction or seed.
+        """
+        return (
+            self.n_layers,
+            self.d_model,
+            self.n_heads,
+            self.intermediate_size or 4 * self.d_model,
+            self.context_length,
+            self.vocab_size,
+            self.split_seed,
+            self.max_train_chars,
+        )
+
     @property
     def train_tokens(self) -> int:
         """Tokens seen in training (steps x batch x context)."""

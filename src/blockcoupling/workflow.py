@@ -43,6 +43,16 @@ class ModelEntry:
     resources: dict[str, Any] = field(default_factory=dict)
     revision_template: str = "step{step}"
     token_families: bool = True  # False: depth-wise only (e.g. a long checkpoint suite)
+    twin_of: str | None = None  # the model whose identical random-init twin stands for this one's
+
+    @property
+    def measured_steps(self) -> tuple[str, ...]:
+        """The steps this model's own jobs measure: all but a twin measured under ``twin_of``."""
+        return tuple(s for s in self.steps if not (s == RANDOM and self.twin_of))
+
+    def measured_as(self, step: str) -> str:
+        """The model whose files hold this model's ``step``."""
+        return self.twin_of if step == RANDOM and self.twin_of else self.name
 
     @property
     def is_checkpoint_suite(self) -> bool:
@@ -170,6 +180,24 @@ def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
             revision_template=spec.get("revision_template", "step{step}"),
             token_families=spec.get("token_families", True),
         )
+    return _share_twins(entries, runs)
+
+
+def _share_twins(entries: dict[str, ModelEntry], runs: dict[str, Any]) -> dict[str, ModelEntry]:
+    """Final models of runs trained here whose random-init twins are byte-identical (equal
+    ``TrainConfig.twin_key``, one twin seed) measure the twin once: every other one gets
+    ``twin_of`` = the first of them by name (a grid of 20 runs at one size: 1 twin, not 20).
+    """
+    first: dict[tuple, str] = {}
+    for name in sorted(entries):
+        entry = entries[name]
+        if not (entry.is_trained_here and RANDOM in entry.steps):
+            continue
+        key = train_config(entry.source["train"], runs[entry.source["train"]]).twin_key()
+        if key in first:
+            entries[name] = replace(entry, twin_of=first[key])
+        else:
+            first[key] = name
     return entries
 
 
@@ -451,20 +479,23 @@ class Plan:
         return [(model, step) for model, e in entries.items() for step in e.steps]
 
     def combine_inputs(self, along: str, name: str) -> list[str]:
-        """The files of ``combine_parts``."""
+        """The file of each of ``combine_parts`` (a shared twin's: its ``twin_of``'s file)."""
         pattern = COMBINE_SOURCES[name]
-        return [pattern.format(model=m, step=s) for m, s in self.combine_parts(along, name)]
+        return [
+            pattern.format(model=self.models[m].measured_as(s), step=s)
+            for m, s in self.combine_parts(along, name)
+        ]
 
     def targets(self) -> list[str]:
         """Every documented output (figures are added by the figure rules)."""
         out = [f"results/prompts/{self.prompt_set}.jsonl"]
         for name, entry in self.models.items():
-            for step in entry.steps:
+            for step in entry.measured_steps:
                 out += [f"results/extract/{name}/{step}/{kind}.nc" for kind in EXTRACTED]
                 out += [f"results/metrics/{name}/{step}/coupling.nc"]
                 out += [f"results/metrics/{name}/{step}/token_coupling.nc"]
         for name, entry in self.evaluated(self.models).items():
-            out += [f"results/evaluate/{name}/{step}.nc" for step in entry.steps]
+            out += [f"results/evaluate/{name}/{step}.nc" for step in entry.measured_steps]
         out += [f"results/train/{run}/history.csv" for run in self.train_runs]
         out += [f"results/combined/{name}.nc" for name in self.combined_names("init")]
         out += [f"results/combined/checkpoints/{n}.nc" for n in self.combined_names("step")]
