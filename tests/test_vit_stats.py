@@ -165,3 +165,50 @@ def test_vit_figures_render(tmp_path: Path, combined, table) -> None:
         image = mpimg.imread(png)
         assert image.shape[0] > 300 and image.shape[1] > 300
     figures.vit_coupling_vs_accuracy(table.iloc[:0], tmp_path / "empty")  # no data: a marked panel
+
+
+def test_calibrated_measures_and_nulls_reach_every_sweep_table() -> None:
+    """With ``coupling_excess``, ``overlap_u`` and the nulls in the dataset, every ViT table
+    carries them beside raw coupling, each computed as the raw one is (checked by hand).
+    """
+    base = make_combined(3)
+    rng = np.random.default_rng(4)
+    excess = base["coupling"] * 0 + rng.normal(0.1, 0.02, base["coupling"].shape)
+    calibrated = base.assign(
+        coupling_excess=excess,
+        coupling_null=base["coupling"] + excess,
+        overlap_u=excess * 2 + 0.3,
+        overlap_null=base["coupling"] * 0 + 0.25,
+    )
+    models = vit.vit_model_table(calibrated, **SEL, n_boot=200, seed=0)
+    plain = vit.vit_model_table(base, **SEL, n_boot=200, seed=0)
+    assert np.allclose(models.coupling, plain.coupling)  # raw coupling unchanged
+    cell = dict(sd=0.1, wd=0.05, seed=2)
+    row = models[(models.sd == 0.1) & (models.wd == 0.05) & (models.seed == 2)].iloc[0]
+    at = excess.sel(reading="authors", norm="p", k=4, variant="ujv", **cell).values
+    assert row.coupling_excess == pytest.approx(at.mean())
+    assert row.coupling_excess_low <= row.coupling_excess <= row.coupling_excess_high
+    assert row.overlap_null == pytest.approx(0.25) and row.overlap_u == pytest.approx(
+        2 * at.mean() + 0.3
+    )
+    by_rate = vit.vit_coupling_by_rate(calibrated, **SEL, n_boot=100, seed=0)
+    pooled = by_rate[(by_rate.sd == 0.3) & (by_rate.wd == "all")].iloc[0]
+    values = excess.sel(reading="authors", norm="p", k=4, variant="ujv", sd=0.3).values
+    assert pooled.coupling_excess == pytest.approx(values.mean())
+    assert {"overlap_u_low", "overlap_u_high", "coupling_null", "ci_low"} <= set(by_rate)
+    trend = vit.vit_sd_trend(models)
+    assert set(trend.response) == {"coupling", "coupling_excess", "overlap_u", "test_accuracy"}
+    ols = trend[(trend.response == "coupling_excess") & (trend.method == "ols")].iloc[0]
+    design = np.column_stack(
+        [np.ones(len(models)), models.sd, pd.get_dummies(models.wd, drop_first=True)]
+    ).astype(float)
+    slope = np.linalg.lstsq(design, models.coupling_excess, rcond=None)[0][1]
+    assert ols.estimate == pytest.approx(slope)
+    accuracy = vit.vit_coupling_accuracy(models)
+    assert set(accuracy.measure) == {"coupling", "coupling_excess", "overlap_u"}
+    within = accuracy[(accuracy.measure == "overlap_u") & (accuracy.method == "within_ols")]
+    dummies = pd.get_dummies(models.sd, drop_first=True).to_numpy(dtype=float)
+    design = np.column_stack([np.ones(len(models)), models.overlap_u, dummies])
+    slope = np.linalg.lstsq(design, models.test_accuracy, rcond=None)[0][1]
+    assert within.estimate.iloc[0] == pytest.approx(slope)
+    assert "overlap_u" in within.note.iloc[0]

@@ -11,6 +11,7 @@ import pandas as pd
 import xarray as xr
 
 from blockcoupling.stats.core import (
+    CALIBRATED,
     METHODS,
     MIN_N_CORRELATION,
     _bootstrap_cells,
@@ -29,7 +30,6 @@ from blockcoupling.stats.inference import (
     run_level_test,
 )
 
-CALIBRATED = ("coupling_excess", "overlap_u")  # tabulated beside coupling when measured
 EMERGENCE_FAMILY = "emergence"
 
 

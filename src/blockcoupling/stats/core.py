@@ -23,6 +23,10 @@ MIN_N_CORRELATION = 4
 MIN_BOOTSTRAP = 5  # fewer resampling units: no bootstrap interval
 METHODS = ("pearson", "spearman")
 CI_METHODS = {"pearson": "fisher_z", "spearman": "fisher_z_bonett_wright"}
+# The calibrated per-prompt summaries tabulated beside raw ``coupling`` (with CIs where it has
+# them), and the chance levels tabulated as means (docs/datasets.md).
+CALIBRATED = ("coupling_excess", "overlap_u")
+NULLS = ("coupling_null", "overlap_null")
 
 
 # --------------------------------------------------------------------------- selection helpers

@@ -17,8 +17,10 @@ import xarray as xr
 from scipy import stats as sps
 
 from blockcoupling.stats.core import (
+    CALIBRATED,
     METHODS,
     MIN_N_CORRELATION,
+    NULLS,
     _bootstrap_cells,
     _log10,
     _zscore,
@@ -100,7 +102,6 @@ def model_coupling(
 
 
 # --------------------------------------------------------------------------- model table
-CALIBRATED = ("coupling_excess", "overlap_u")  # with bootstrap CIs; their nulls as means
 
 
 def with_calibrated(
@@ -136,7 +137,7 @@ def with_calibrated(
         trained = select(per_model, init="trained").reindex(model=models)
         for suffix in ("", "_low", "_high"):
             table[f"{name}{suffix}"] = trained[f"{name}{suffix}"].values
-    for name in ("coupling_null", "overlap_null"):
+    for name in NULLS:
         if name in coupling:
             values = select(coupling[name], k=k, reading=reading, variant=variant, norm=norm)
             values = select(values, init="trained").reindex(model=models)

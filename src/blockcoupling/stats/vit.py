@@ -12,7 +12,9 @@ import pandas as pd
 import xarray as xr
 
 from blockcoupling.stats.core import (
+    CALIBRATED,
     METHODS,
+    NULLS,
     _cell_seed,
     bootstrap_mean,
     correlate,
@@ -49,6 +51,23 @@ def vit_coupling_values(
     return da.transpose("sd", "wd", "seed", "image")
 
 
+def vit_measures(combined: xr.Dataset) -> list[str]:
+    """The coupling measures the sweep tabulates: raw ``coupling``, then the calibrated ones the
+    dataset holds.
+    """
+    return ["coupling"] + [m for m in CALIBRATED if m in combined]
+
+
+def _null_means(combined: xr.Dataset, selection: dict, mean_over: tuple[str, ...]) -> dict:
+    """The chance levels the dataset holds (``NULLS``), averaged over ``mean_over``."""
+    out = {}
+    for name in NULLS:
+        if name in combined:
+            values = vit_coupling_values(combined, variable=name, **selection)
+            out[name] = values.mean(mean_over, skipna=True)
+    return out
+
+
 def vit_model_table(
     combined: xr.Dataset,
     k: int,
@@ -59,30 +78,33 @@ def vit_model_table(
     seed: int = 0,
     ci: float = 0.95,
 ) -> pd.DataFrame:
-    """One row per trained ViT (sd, wd, seed): ``coupling`` (mean over images) with a percentile
-    bootstrap CI over images, ``adjacent_coupling``, ``test_accuracy``, ``test_loss``,
-    ``n_images``. Each model's generator is seeded by ``seed`` and its grid point.
+    """One row per trained ViT (sd, wd, seed): each of ``vit_measures`` (mean over images) with
+    a percentile bootstrap CI over images (``{measure}_low``/``_high``; the same resampled
+    images for every measure), ``adjacent_coupling``, the chance levels ``coupling_null`` and
+    ``overlap_null`` (means over images), ``test_accuracy``, ``test_loss``, ``n_images``. Each
+    model's generator is seeded by ``seed`` and its grid point.
     """
-    values = vit_coupling_values(combined, k, reading, variant, norm)
-    adjacent = vit_coupling_values(combined, k, reading, variant, norm, "adjacent_coupling")
+    selection = dict(k=k, reading=reading, variant=variant, norm=norm)
+    values = {
+        m: vit_coupling_values(combined, variable=m, **selection) for m in vit_measures(combined)
+    }
+    adjacent = vit_coupling_values(combined, variable="adjacent_coupling", **selection)
+    nulls = _null_means(combined, selection, ("image",))
     rows = []
-    for sd, wd, s in itertools.product(*(values[d].values for d in ("sd", "wd", "seed"))):
-        cell = values.sel(sd=sd, wd=wd, seed=s).values
-        mean, low, high, n = bootstrap_mean(cell, n_boot, ci, _cell_seed(seed, "vit", sd, wd, s))
-        rows.append(
-            dict(
-                sd=float(sd),
-                wd=float(wd),
-                seed=int(s),
-                coupling=mean,
-                coupling_low=low,
-                coupling_high=high,
-                adjacent_coupling=float(np.nanmean(adjacent.sel(sd=sd, wd=wd, seed=s).values)),
-                test_accuracy=float(combined["test_accuracy"].sel(sd=sd, wd=wd, seed=s)),
-                test_loss=float(combined["test_loss"].sel(sd=sd, wd=wd, seed=s)),
-                n_images=n,
-            )
-        )
+    grid = values["coupling"]
+    for sd, wd, s in itertools.product(*(grid[d].values for d in ("sd", "wd", "seed"))):
+        at = dict(sd=sd, wd=wd, seed=s)
+        row: dict = dict(sd=float(sd), wd=float(wd), seed=int(s))
+        for measure, da in values.items():
+            rng = _cell_seed(seed, "vit", sd, wd, s)
+            mean, low, high, n = bootstrap_mean(da.sel(at).values, n_boot, ci, rng)
+            row |= {measure: mean, f"{measure}_low": low, f"{measure}_high": high}
+            row.setdefault("n_images", n)
+        row["adjacent_coupling"] = float(np.nanmean(adjacent.sel(at).values))
+        row |= {name: float(mean.sel(at)) for name, mean in nulls.items()}
+        row["test_accuracy"] = float(combined["test_accuracy"].sel(at))
+        row["test_loss"] = float(combined["test_loss"].sel(at))
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -116,58 +138,75 @@ def vit_coupling_by_rate(
     seed: int = 0,
     ci: float = 0.95,
 ) -> pd.DataFrame:
-    """Coupling per stochastic-depth rate: the mean over weight decays, seeds and images
-    (``wd = "all"``) and per weight decay, each with a percentile CI from
+    """Each of ``vit_measures`` per stochastic-depth rate: the mean over weight decays, seeds
+    and images (``wd = "all"``) and per weight decay, each with a percentile CI from
     ``crossed_bootstrap_means`` (seeds and images resampled) from at least
     ``inference.MIN_CLUSTERS`` seeds, else the range of the seed means (``ci_method`` says
-    which: a bootstrap over 2 seeds is no interval). Columns: sd, wd, coupling,
-    ci_low, ci_high, n_models, n_images, ci_method.
+    which: a bootstrap over 2 seeds is no interval). Columns: sd, wd, coupling, ci_low,
+    ci_high (raw coupling's), ``{measure}``, ``{measure}_low``, ``{measure}_high`` for the
+    calibrated ones, the chance levels (``NULLS``, means), n_models, n_images, ci_method.
     """
-    values = vit_coupling_values(combined, k, reading, variant, norm)
+    selection = dict(k=k, reading=reading, variant=variant, norm=norm)
+    values = {
+        m: vit_coupling_values(combined, variable=m, **selection) for m in vit_measures(combined)
+    }
+    nulls = {
+        name: vit_coupling_values(combined, variable=name, **selection)
+        for name in NULLS
+        if name in combined
+    }
     rows = []
     alpha = (1 - ci) / 2
-    for sd in values["sd"].values:
-        at_rate = values.sel(sd=sd)
-        groups = [("all", at_rate.values)] + [
-            (format(float(wd), "g"), at_rate.sel(wd=[wd]).values) for wd in values["wd"].values
-        ]
-        for wd, cube in groups:
-            rng = _cell_seed(seed, "vit_rate", sd, wd)
-            if cube.shape[1] >= MIN_CLUSTERS:
-                means = crossed_bootstrap_means(cube, n_boot, rng)
-                low, high = np.nanquantile(means, [alpha, 1 - alpha])
-                method = "percentile bootstrap, seeds and images resampled (crossed)"
-            else:
-                seed_means = np.nanmean(cube, axis=(0, 2))
-                low, high = np.nanmin(seed_means), np.nanmax(seed_means)
-                method = f"range of the seed means ({cube.shape[1]} seeds < {MIN_CLUSTERS})"
-            rows.append(
-                dict(
-                    sd=float(sd),
-                    wd=wd,
-                    coupling=float(np.nanmean(cube)),
-                    ci_low=float(low),
-                    ci_high=float(high),
+    decays = [("all", list(values["coupling"]["wd"].values))]
+    decays += [(format(float(wd), "g"), [wd]) for wd in values["coupling"]["wd"].values]
+    for sd in values["coupling"]["sd"].values:
+        for wd, chosen in decays:
+            row: dict = dict(sd=float(sd), wd=wd)
+            for measure, da in values.items():
+                cube = da.sel(sd=sd, wd=chosen).values
+                rng = _cell_seed(seed, "vit_rate", sd, wd)
+                if cube.shape[1] >= MIN_CLUSTERS:
+                    means = crossed_bootstrap_means(cube, n_boot, rng)
+                    low, high = np.nanquantile(means, [alpha, 1 - alpha])
+                    method = "percentile bootstrap, seeds and images resampled (crossed)"
+                else:
+                    seed_means = np.nanmean(cube, axis=(0, 2))
+                    low, high = np.nanmin(seed_means), np.nanmax(seed_means)
+                    method = f"range of the seed means ({cube.shape[1]} seeds < {MIN_CLUSTERS})"
+                bounds = (
+                    ("ci_low", "ci_high")
+                    if measure == "coupling"
+                    else (
+                        f"{measure}_low",
+                        f"{measure}_high",
+                    )
+                )
+                row |= {measure: float(np.nanmean(cube)), bounds[0]: float(low)}
+                row |= {bounds[1]: float(high)}
+                row |= dict(
                     n_models=int(cube.shape[0] * cube.shape[1]),
                     n_images=int(cube.shape[2]),
                     ci_method=method,
                 )
-            )
+            for name, da in nulls.items():
+                row[name] = float(np.nanmean(da.sel(sd=sd, wd=chosen).values))
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
 def vit_sd_trend(table: pd.DataFrame, ci: float = 0.95) -> pd.DataFrame:
-    """Does stochastic depth change coupling (and accuracy)? Per response (``coupling``,
-    ``test_accuracy``): OLS of the per-model values on ``sd`` with weight decay as a categorical
-    covariate (``y ~ sd + C(wd)``; the slope is per unit drop-path rate), and the Spearman
-    correlation of the values with ``sd`` (Fisher-z CI). Columns: response, method, term,
-    estimate, ci_low, ci_high, p, n, note.
+    """Does stochastic depth change coupling (and accuracy)? Per response (``coupling``, the
+    calibrated measures the table has, ``test_accuracy``): OLS of the per-model values on
+    ``sd`` with weight decay as a categorical covariate (``y ~ sd + C(wd)``; the slope is per
+    unit drop-path rate), and the Spearman correlation of the values with ``sd`` (Fisher-z CI).
+    Columns: response, method, term, estimate, ci_low, ci_high, p, n, note.
     """
     import statsmodels.formula.api as smf
 
     require_columns(table, ["sd", "wd", "coupling", "test_accuracy"])
     rows = []
-    for response in ("coupling", "test_accuracy"):
+    calibrated = [m for m in CALIBRATED if m in table and table[m].notna().any()]
+    for response in ("coupling", *calibrated, "test_accuracy"):
         data = table[["sd", "wd", response]].dropna()
         n = len(data)
         base = dict(response=response, n=n)
@@ -221,75 +260,81 @@ def vit_sd_trend(table: pd.DataFrame, ci: float = 0.95) -> pd.DataFrame:
 def vit_coupling_accuracy(
     table: pd.DataFrame, methods: Sequence[str] = METHODS, ci: float = 0.95
 ) -> pd.DataFrame:
-    """Coupling vs test accuracy at a fixed stochastic-depth rate.
+    """Each coupling measure (raw ``coupling`` and the calibrated ones the table has) vs test
+    accuracy at a fixed stochastic-depth rate.
 
-    Per rate and method: r of per-model coupling and accuracy across weight decays and seeds
-    (``correlate``: Fisher-z CIs), with Holm-adjusted p-values over the rates (``p_holm``).
-    Pooled over rates (``sd = "pooled"``): ``within_ols``, the slope of accuracy on coupling
-    with one intercept per rate (``test_accuracy ~ coupling + C(sd)``; accuracy per unit
-    coupling) and the within-rate partial correlation it implies (``within_r``, Fisher z with
-    se ``1/sqrt(n - 2 - n_rates)``); ``mixedlm``, statsmodels MixedLM with a random intercept
-    per rate. Columns: sd, method, estimate, ci_low, ci_high, p, p_holm, n, note.
+    Per measure, rate and method: r of per-model measure and accuracy across weight decays and
+    seeds (``correlate``: Fisher-z CIs), with Holm-adjusted p-values over the rates
+    (``p_holm``). Pooled over rates (``sd = "pooled"``): ``within_ols``, the slope of accuracy
+    on the measure with one intercept per rate (``test_accuracy ~ measure + C(sd)``; accuracy
+    per unit of the measure) and the within-rate partial correlation it implies (``within_r``,
+    Fisher z with se ``1/sqrt(n - 2 - n_rates)``); ``mixedlm``, statsmodels MixedLM with a
+    random intercept per rate. Columns: measure, sd, method, estimate, ci_low, ci_high, p,
+    p_holm, n, note.
     """
     require_columns(table, ["sd", "coupling", "test_accuracy"])
     rows = []
-    for method in methods:
-        per_rate = []
-        for sd, part in table.groupby("sd", sort=True):
-            res = correlate(part["coupling"], part["test_accuracy"], method, ci)
-            per_rate.append(
-                dict(
-                    sd=format(float(sd), "g"),
-                    method=method,
-                    estimate=res["r"],
-                    ci_low=res["ci_low"],
-                    ci_high=res["ci_high"],
-                    p=res["p"],
-                    n=res["n"],
-                    note=res["reason"] or res["ci_method"],
+    calibrated = [m for m in CALIBRATED if m in table and table[m].notna().any()]
+    for measure in ("coupling", *calibrated):
+        for method in methods:
+            per_rate = []
+            for sd, part in table.groupby("sd", sort=True):
+                res = correlate(part[measure], part["test_accuracy"], method, ci)
+                per_rate.append(
+                    dict(
+                        measure=measure,
+                        sd=format(float(sd), "g"),
+                        method=method,
+                        estimate=res["r"],
+                        ci_low=res["ci_low"],
+                        ci_high=res["ci_high"],
+                        p=res["p"],
+                        n=res["n"],
+                        note=res["reason"] or res["ci_method"],
+                    )
                 )
-            )
-        adjusted = holm([row["p"] for row in per_rate])
-        for row, p in zip(per_rate, adjusted):
-            row["p_holm"] = float(p)
-            row["note"] += "; " + VIT_NOTE_HOLM.format(n=int(np.isfinite(adjusted).sum()))
-        rows += per_rate
-    rows += _vit_pooled_within_rate(table, ci)
-    columns = ["sd", "method", "estimate", "ci_low", "ci_high", "p", "p_holm", "n", "note"]
-    return pd.DataFrame(rows)[columns]
+            adjusted = holm([row["p"] for row in per_rate])
+            for row, p in zip(per_rate, adjusted):
+                row["p_holm"] = float(p)
+                row["note"] += "; " + VIT_NOTE_HOLM.format(n=int(np.isfinite(adjusted).sum()))
+            rows += per_rate
+        rows += [row | {"measure": measure} for row in _vit_pooled_within_rate(table, measure, ci)]
+    columns = ["measure", "sd", "method", "estimate", "ci_low", "ci_high", "p", "p_holm", "n"]
+    return pd.DataFrame(rows)[[*columns, "note"]]
 
 
-def _vit_pooled_within_rate(table: pd.DataFrame, ci: float) -> list[dict]:
-    """The pooled within-rate rows of ``vit_coupling_accuracy``."""
+def _vit_pooled_within_rate(table: pd.DataFrame, measure: str, ci: float) -> list[dict]:
+    """The pooled within-rate rows of ``vit_coupling_accuracy`` for one measure."""
     import statsmodels.formula.api as smf
 
-    data = table[["sd", "coupling", "test_accuracy"]].dropna()
+    data = table[["sd", measure, "test_accuracy"]].dropna().rename(columns={measure: "x"})
     n, groups = len(data), data["sd"].nunique()
     nan = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, p_holm=np.nan, n=n)
     df = n - 2 - (groups - 1)
-    if df < 2 or data.groupby("sd")["coupling"].nunique().max() < 2:
+    if df < 2 or data.groupby("sd")["x"].nunique().max() < 2:
         note = f"n={n} with {groups} rates: too few models per rate"
         return [
             dict(sd="pooled", method=m) | nan | {"note": note}
             for m in ("within_ols", "within_r", "mixedlm")
         ]
-    formula = "test_accuracy ~ coupling" + (" + C(sd)" if groups > 1 else "")
+    formula = "test_accuracy ~ x" + (" + C(sd)" if groups > 1 else "")
+    shown = formula.replace(" x", f" {measure}")
     fit = smf.ols(formula, data=data).fit()
-    low, high = fit.conf_int(alpha=1 - ci).loc["coupling"]
-    t = float(fit.tvalues["coupling"])
+    low, high = fit.conf_int(alpha=1 - ci).loc["x"]
+    t = float(fit.tvalues["x"])
     r = t / np.sqrt(t**2 + fit.df_resid)
     r_low, r_high = fisher_ci(r, n, ci, se=1 / np.sqrt(n - 2 - groups))
     rows = [
         dict(
             sd="pooled",
             method="within_ols",
-            estimate=float(fit.params["coupling"]),
+            estimate=float(fit.params["x"]),
             ci_low=float(low),
             ci_high=float(high),
-            p=float(fit.pvalues["coupling"]),
+            p=float(fit.pvalues["x"]),
             p_holm=np.nan,
             n=n,
-            note=f"{formula}: accuracy per unit coupling",
+            note=f"{shown}: accuracy per unit {measure}",
         ),
         dict(
             sd="pooled",
@@ -297,14 +342,14 @@ def _vit_pooled_within_rate(table: pd.DataFrame, ci: float) -> list[dict]:
             estimate=float(r),
             ci_low=r_low,
             ci_high=r_high,
-            p=float(fit.pvalues["coupling"]),
+            p=float(fit.pvalues["x"]),
             p_holm=np.nan,
             n=n,
             note=f"partial r given the rate (t/sqrt(t^2+df), df={int(fit.df_resid)})",
         ),
     ]
-    mixed = mixed_slope(data, "test_accuracy", "coupling", "sd", ci, standardize=False)
-    note = "MixedLM test_accuracy ~ coupling, random intercept per rate"
+    mixed = mixed_slope(data, "test_accuracy", "x", "sd", ci, standardize=False)
+    note = f"MixedLM test_accuracy ~ {measure}, random intercept per rate"
     rows.append(
         dict(sd="pooled", method="mixedlm", p_holm=np.nan, n=n)
         | {key: mixed[key] for key in ("ci_low", "ci_high", "p")}
