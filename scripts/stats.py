@@ -20,8 +20,9 @@ def main(sm):
     table = crossmodel.with_calibrated(
         table, coupling, k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
     )
-    subsets = crossmodel.table_subsets(table)  # all, base, and each family (e.g. a grid)
-    correlations = crossmodel.correlations(table, subsets=subsets)
+    subsets = crossmodel.table_subsets(table)  # never pretrained pooled with a grid's runs
+    predictors = crossmodel.table_predictors(table)
+    correlations = crossmodel.correlations(table, predictors=predictors, subsets=subsets)
     history_of = dict(zip(sm.params.runs, sm.input.histories))
     histories = {model: pd.read_csv(history_of[run]) for model, run in sm.params.models.items()}
     runs = fixed_size.run_table(coupling, evaluation, histories, sm.params.selection)

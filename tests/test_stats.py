@@ -321,6 +321,27 @@ def test_family_subsets_reach_every_table_analysis():
         assert "family:grid" in set(frame["subset"])
 
 
+def test_grid_runs_are_never_pooled_with_pretrained_models():
+    """With runs of a training grid (group != model) beside pretrained models, no subset of the
+    exploratory tables mixes the two; the calibrated measures get their own rows."""
+    ds = make_coupling(n_models=6)
+    table = crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
+    table["family"] = ["grid"] * 4 + ["A", "B"]
+    table["group"] = ["g-1", "g-1", "g-2", "g-3"] + list(table["model"][4:])
+    table["coupling_excess"] = table["coupling"] + 0.1
+    subsets = crossmodel.table_subsets(table)
+    assert subsets == ("pretrained", "family:grid")
+    frame = crossmodel.correlations(
+        table, predictors=crossmodel.table_predictors(table), subsets=subsets
+    )
+    pretrained = frame[frame["subset"] == "pretrained"]
+    assert (pretrained["n"] <= 2).all()  # the two pretrained models only
+    assert set(frame["predictor"]) >= {"coupling", "coupling_excess"}
+    assert (frame[frame["subset"] == "family:grid"]["n"] <= 3).all()  # 3 configurations
+    table["group"] = table["model"]  # pretrained models only: every subset as before
+    assert crossmodel.table_subsets(table) == ("all", "base", "pretrained", "family:grid")
+
+
 # --------------------------------------------------------------------------- checkpoints
 def make_checkpoints() -> tuple[xr.Dataset, pd.DataFrame, xr.Dataset]:
     """Checkpoint suite: coupling/adjacent_coupling (model, step, ..., prompt), history,

@@ -235,12 +235,27 @@ def by_configuration(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_subsets(table: pd.DataFrame) -> tuple[str, ...]:
-    """`all`, `base`, and `family:<name>` for every family with at least MIN_N_CORRELATION
-    models that is not the whole table.
+    """The subsets each exploratory table reports: `all`, `base` and `pretrained` when the
+    table is one kind of model, else `pretrained` alone (runs of a training grid are never
+    pooled with pretrained models: two disjoint clusters make a correlation of clusters), and
+    `family:<name>` for every family with at least MIN_N_CORRELATION models that is not the
+    whole table.
     """
     counts = table["family"].astype(str).value_counts()
     families = [f for f, n in sorted(counts.items()) if MIN_N_CORRELATION <= n < len(table)]
-    return (*SUBSETS, *(f"family:{f}" for f in families))
+    grid_runs = (
+        table["group"].astype(str) != table["model"].astype(str)
+        if "group" in table
+        else pd.Series(False, index=table.index)
+    )
+    pooled = SUBSETS if grid_runs.all() or not grid_runs.any() else ("pretrained",)
+    return (*pooled, *(f"family:{f}" for f in families))
+
+
+def table_predictors(table: pd.DataFrame) -> tuple[str, ...]:
+    """Raw ``coupling``, the calibrated measures the table holds, then the hyperparameters."""
+    calibrated = [c for c in CALIBRATED if c in table and table[c].notna().any()]
+    return ("coupling", *calibrated, *HYPERPARAMETERS)
 
 
 def with_holm(frame: pd.DataFrame) -> pd.DataFrame:
