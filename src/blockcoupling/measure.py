@@ -196,7 +196,6 @@ def _depth(
         vcorner=_np(basis_corners(top.v, top.v)),
         sv_sum2=_np(sums[0]),
         sv_sum4=_np(sums[1]),
-        hidden_size=int(jac.shape[-1]),
     )
     if config.store_factors:
         result.u, result.v = _np(top.u), _np(top.v)

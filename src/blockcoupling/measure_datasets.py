@@ -29,7 +29,6 @@ class DepthResult:
     vcorner: np.ndarray | None = None  # (layer, layer_ref, k): the same for V
     sv_sum2: np.ndarray | None = None  # (layer,): sum of s^2 over the full spectrum
     sv_sum4: np.ndarray | None = None  # (layer,): sum of s^4
-    hidden_size: int = 0  # d
     u: np.ndarray | None = None  # (layer, d, rank)
     v: np.ndarray | None = None
 
