@@ -81,7 +81,9 @@ def test_run_only_keys_are_not_science_params() -> None:
 def test_targets_hold_every_documented_output() -> None:
     plan = checked(load("config/smoke.yaml"))
     targets = plan.targets()
-    assert "results/extract/fixed_size-f1.0-s0-final/random/spectra.nc" in targets
+    assert "results/extract/fixed_size-f0.5-s0-final/random/spectra.nc" in targets  # the twin
+    assert not [t for t in targets if "f1.0-s0-final/random" in t]  # measured once, above
+    assert not [t for t in targets if t.startswith("results/evaluate/") and "/random" in t]
     assert "results/metrics/emergence-s0/8/token_coupling.nc" in targets
     assert "results/evaluate/fixed_size-f0.5-s1-final/final.nc" in targets
     assert not [t for t in targets if t.startswith("results/evaluate/emergence-s0/")]  # history

@@ -263,12 +263,13 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
             )
             cost = evaluate_cost(shape, tokens, rates)
             seconds = sum(cost["seconds"].values()) + rates.overhead
+            scored = len(entry.scored_steps)
             rows.append(
                 JobCost(
                     name,
                     "evaluate",
-                    steps,
-                    seconds * steps,
+                    scored,
+                    seconds * scored,
                     seconds,
                     cost["peak"],
                     0.0,

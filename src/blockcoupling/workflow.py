@@ -50,6 +50,13 @@ class ModelEntry:
         """The steps this model's own jobs measure: all but a twin measured under ``twin_of``."""
         return tuple(s for s in self.steps if not (s == RANDOM and self.twin_of))
 
+    @property
+    def scored_steps(self) -> tuple[str, ...]:
+        """The steps the evaluate rule scores: not the random twin (its bits per byte are chance
+        by construction and no analysis reads them).
+        """
+        return tuple(s for s in self.steps if s != RANDOM)
+
     def measured_as(self, step: str) -> str:
         """The model whose files hold this model's ``step``."""
         return self.twin_of if step == RANDOM and self.twin_of else self.name
@@ -475,7 +482,9 @@ class Plan:
         """(model, step) of every file a combined dataset gathers."""
         entries = self.cross_model if along == "init" else self.checkpoint_models
         if name == "evaluation":
-            entries = self.evaluated(entries)
+            return [
+                (m, step) for m, e in self.evaluated(entries).items() for step in e.scored_steps
+            ]
         return [(model, step) for model, e in entries.items() for step in e.steps]
 
     def combine_inputs(self, along: str, name: str) -> list[str]:
@@ -495,7 +504,7 @@ class Plan:
                 out += [f"results/metrics/{name}/{step}/coupling.nc"]
                 out += [f"results/metrics/{name}/{step}/token_coupling.nc"]
         for name, entry in self.evaluated(self.models).items():
-            out += [f"results/evaluate/{name}/{step}.nc" for step in entry.measured_steps]
+            out += [f"results/evaluate/{name}/{step}.nc" for step in entry.scored_steps]
         out += [f"results/train/{run}/history.csv" for run in self.train_runs]
         out += [f"results/combined/{name}.nc" for name in self.combined_names("init")]
         out += [f"results/combined/checkpoints/{n}.nc" for n in self.combined_names("step")]
