@@ -19,6 +19,7 @@ from blockcoupling.workflow import (
 from blockcoupling.vit_config import science_extract as vit_science_extract
 from blockcoupling import cost
 from blockcoupling.hub import HubSettings, hub_revisions, predecessor, revision_of
+from blockcoupling.models import is_local_gguf
 from blockcoupling.slurm import (
     Request,
     SlurmError,
@@ -70,14 +71,30 @@ def hub_folder(model, step):
     return HUB.folder(revision.repo, revision.revision, revision.checkpoint)
 
 
+def gguf_source(model):
+    """The source spec convert_gguf reads (an assembled package: its assembled file)."""
+    entry = PLAN.models[model]
+    if entry.source.get("assemble"):
+        return {"path": f"results/models/{model}.gguf"}
+    return dict(entry.source)
+
+
+def converted_folder(model):
+    """The converted folder of a local GGUF model (None for any other source)."""
+    source = PLAN.models[model].source
+    if PLAN.models[model].is_trained_here or "hub" in source or not is_local_gguf(source):
+        return None
+    return f"results/models/{model}/converted"
+
+
 def model_inputs(wildcards):
-    """Files a model needs at a step: an assembled GGUF, a trained checkpoint, or its fetched
+    """Files a model needs at a step: its converted GGUF, a trained checkpoint, or its fetched
     hub revision."""
     entry = PLAN.models[wildcards.model]
     if hub_folder(wildcards.model, wildcards.step):
         return [hub_folder(wildcards.model, wildcards.step)]
-    if entry.source.get("assemble"):
-        return [f"results/models/{wildcards.model}.gguf"]
+    if converted_folder(wildcards.model):
+        return [converted_folder(wildcards.model)]
     if entry.is_trained_here:
         step = entry.train_step(wildcards.step)
         return [f"results/train/{entry.source['train']}/step{step}/model.safetensors"]
@@ -90,8 +107,9 @@ def model_params(wildcards):
     entry = PLAN.models[wildcards.model]
     source = entry.source_at(wildcards.step)
     if entry.source.get("assemble"):
-        source = {"path": f"results/models/{wildcards.model}.gguf"}
+        source = gguf_source(wildcards.model)
     fetched = hub_folder(wildcards.model, wildcards.step)
+    converted = converted_folder(wildcards.model)
     return {
         "name": entry.name,
         "source": source,
@@ -99,6 +117,7 @@ def model_params(wildcards):
         "random_twin": wildcards.step == RANDOM,
         "twin_seed": config["random_init"]["seed"],
         **({"fetched": fetched} if fetched else {}),
+        **({"converted": converted} if converted else {}),
     }
 
 

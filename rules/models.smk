@@ -1,4 +1,6 @@
-# Models whose package assembles its file on demand (chunked GGUF packages).
+# Local GGUF models: a package that assembles its file from chunks, then every GGUF source
+# converted once to a save_pretrained folder (loading a GGUF parses and de-quantizes the whole
+# file and builds its tokenizer each time: about a minute for Gemma-3-270M).
 rule assemble_model:
     output:
         "results/models/{model}.gguf",
@@ -13,3 +15,25 @@ rule assemble_model:
         code=script_hash("assemble_model"),
     script:
         "../scripts/assemble_model.py"
+
+
+rule convert_gguf:
+    input:
+        lambda wildcards: (
+            [f"results/models/{wildcards.model}.gguf"]
+            if PLAN.models[wildcards.model].source.get("assemble")
+            else []
+        ),
+    output:
+        directory("results/models/{model}/converted"),
+    log:
+        "logs/convert_gguf/{model}.log",
+    benchmark:
+        "benchmarks/convert_gguf/{model}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    params:
+        source=lambda wildcards: gguf_source(wildcards.model),
+        code=script_hash("convert_gguf"),
+    script:
+        "../scripts/convert_gguf.py"

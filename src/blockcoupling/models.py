@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -163,6 +166,40 @@ def parse_source(spec: dict[str, Any]) -> ModelSource:
     return ModelSource(kind, str(spec[kind]), spec.get("file"), spec.get("revision"))
 
 
+def is_local_gguf(spec: dict[str, Any]) -> bool:
+    """Whether a config source is a GGUF file on this machine (a package's file, an assembled
+    package, or a ``.gguf`` path): loading one parses and de-quantizes the whole file and builds
+    its tokenizer from the GGUF metadata (a minute for Gemma-3-270M), so the workflow converts
+    it once (``convert_gguf``) and its jobs read the converted folder.
+    """
+    source = parse_source(spec)
+    if source.kind == "assembled":
+        return True
+    name = source.file or (source.location if source.kind == "path" else "")
+    return source.kind in ("package", "path") and str(name).endswith(".gguf")
+
+
+def convert_gguf(source: ModelSource, target: Path) -> Path:
+    """Write the model of a GGUF ``source`` (de-quantized to float32, as every job loads it) and
+    its tokenizer as a ``save_pretrained`` folder ``target`` (safetensors, tokenizer.json, and
+    ``source.json`` naming the GGUF), atomically; loading the folder gives the same weights and
+    tokenization as loading the GGUF.
+    """
+    model, tokenizer = load_model(source, LoadOptions(device="cpu"))
+    # the weights are de-quantized float32 tensors: nothing of the GGUF's quantization is left
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    (partial / "source.json").write_text(json.dumps({"source": source.describe()}) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(partial, target)
+    return target
+
+
 def package_folder(package: str) -> Path:
     """The folder of an installed package, found without importing it (its own imports may be
     absent).
@@ -283,6 +320,8 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     if spec.get("fetched"):  # a hub revision: read offline from its folder in the hub cache
         what = f"models.{spec['name']}: revision {source.revision or 'main'} of {source.location}"
         where = ModelSource("path", str(hub.require(spec["fetched"], what)))
+    if spec.get("converted"):  # a GGUF source: its folder written once by convert_gguf
+        where = ModelSource("path", spec["converted"])
     load = dict(spec.get("load", {}))
     load["device"] = resolve_device(load.get("device", "auto"))
     options = LoadOptions(**load)
