@@ -178,8 +178,8 @@ def test_calibrated_measures_and_nulls_reach_every_sweep_table() -> None:
         coupling_excess=excess,
         coupling_null=base["coupling"] + excess,
         overlap_u=excess * 2 + 0.3,
-        overlap_null=base["coupling"] * 0 + 0.25,
-    )
+        overlap_null=xr.full_like(base["test_accuracy"], 0.25).expand_dims(k=[4], axis=-1),
+    )  # as vit_results writes it: K/d per model, no image or variant dims
     models = vit.vit_model_table(calibrated, **SEL, n_boot=200, seed=0)
     plain = vit.vit_model_table(base, **SEL, n_boot=200, seed=0)
     assert np.allclose(models.coupling, plain.coupling)  # raw coupling unchanged

@@ -48,6 +48,8 @@ def vit_coupling_values(
     if variable not in combined:
         raise ValueError(f"variable {variable!r} not in dataset {list(combined.data_vars)}")
     da = select(combined[variable], k=k, reading=reading, variant=variant, norm=norm)
+    if "image" not in da.dims:  # a per-model value (overlap_null = K/d): the same for each image
+        da = da.expand_dims(image=combined["image"].values, axis=-1)
     return da.transpose("sd", "wd", "seed", "image")
 
 
