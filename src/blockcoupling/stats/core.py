@@ -29,6 +29,11 @@ CALIBRATED = ("coupling_excess", "overlap_u")
 NULLS = ("coupling_null", "overlap_null")
 
 
+def calibrated_columns(table: pd.DataFrame) -> list[str]:
+    """The ``CALIBRATED`` measures ``table`` holds with at least one value."""
+    return [c for c in CALIBRATED if c in table and table[c].notna().any()]
+
+
 # --------------------------------------------------------------------------- selection helpers
 def select(obj: xr.DataArray | xr.Dataset, **coords: object) -> xr.DataArray | xr.Dataset:
     """Select one value per named dim; dims absent from `obj` are skipped (already selected)."""

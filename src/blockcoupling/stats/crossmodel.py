@@ -24,6 +24,7 @@ from blockcoupling.stats.core import (
     _bootstrap_cells,
     _log10,
     _zscore,
+    calibrated_columns,
     correlate,
     fisher_ci,
     holm,
@@ -254,7 +255,7 @@ def table_subsets(table: pd.DataFrame) -> tuple[str, ...]:
 
 def table_predictors(table: pd.DataFrame) -> tuple[str, ...]:
     """Raw ``coupling``, the calibrated measures the table holds, then the hyperparameters."""
-    calibrated = [c for c in CALIBRATED if c in table and table[c].notna().any()]
+    calibrated = calibrated_columns(table)
     return ("coupling", *calibrated, *HYPERPARAMETERS)
 
 

@@ -17,6 +17,7 @@ from blockcoupling.stats.core import (
     NULLS,
     _cell_seed,
     bootstrap_mean,
+    calibrated_columns,
     correlate,
     fisher_ci,
     holm,
@@ -60,14 +61,13 @@ def vit_measures(combined: xr.Dataset) -> list[str]:
     return ["coupling"] + [m for m in CALIBRATED if m in combined]
 
 
-def _null_means(combined: xr.Dataset, selection: dict, mean_over: tuple[str, ...]) -> dict:
-    """The chance levels the dataset holds (``NULLS``), averaged over ``mean_over``."""
-    out = {}
-    for name in NULLS:
-        if name in combined:
-            values = vit_coupling_values(combined, variable=name, **selection)
-            out[name] = values.mean(mean_over, skipna=True)
-    return out
+def _null_values(combined: xr.Dataset, selection: dict) -> dict[str, xr.DataArray]:
+    """The chance levels the dataset holds (``NULLS``), dims ``(sd, wd, seed, image)``."""
+    return {
+        name: vit_coupling_values(combined, variable=name, **selection)
+        for name in NULLS
+        if name in combined
+    }
 
 
 def vit_model_table(
@@ -91,7 +91,10 @@ def vit_model_table(
         m: vit_coupling_values(combined, variable=m, **selection) for m in vit_measures(combined)
     }
     adjacent = vit_coupling_values(combined, variable="adjacent_coupling", **selection)
-    nulls = _null_means(combined, selection, ("image",))
+    nulls = {
+        name: da.mean("image", skipna=True)
+        for name, da in _null_values(combined, selection).items()
+    }
     rows = []
     grid = values["coupling"]
     for sd, wd, s in itertools.product(*(grid[d].values for d in ("sd", "wd", "seed"))):
@@ -152,11 +155,7 @@ def vit_coupling_by_rate(
     values = {
         m: vit_coupling_values(combined, variable=m, **selection) for m in vit_measures(combined)
     }
-    nulls = {
-        name: vit_coupling_values(combined, variable=name, **selection)
-        for name in NULLS
-        if name in combined
-    }
+    nulls = _null_values(combined, selection)
     rows = []
     alpha = (1 - ci) / 2
     decays = [("all", list(values["coupling"]["wd"].values))]
@@ -175,16 +174,12 @@ def vit_coupling_by_rate(
                     seed_means = np.nanmean(cube, axis=(0, 2))
                     low, high = np.nanmin(seed_means), np.nanmax(seed_means)
                     method = f"range of the seed means ({cube.shape[1]} seeds < {MIN_CLUSTERS})"
-                bounds = (
+                lower, upper = (
                     ("ci_low", "ci_high")
                     if measure == "coupling"
-                    else (
-                        f"{measure}_low",
-                        f"{measure}_high",
-                    )
+                    else (f"{measure}_low", f"{measure}_high")
                 )
-                row |= {measure: float(np.nanmean(cube)), bounds[0]: float(low)}
-                row |= {bounds[1]: float(high)}
+                row |= {measure: float(np.nanmean(cube)), lower: float(low), upper: float(high)}
                 row |= dict(
                     n_models=int(cube.shape[0] * cube.shape[1]),
                     n_images=int(cube.shape[2]),
@@ -207,7 +202,7 @@ def vit_sd_trend(table: pd.DataFrame, ci: float = 0.95) -> pd.DataFrame:
 
     require_columns(table, ["sd", "wd", "coupling", "test_accuracy"])
     rows = []
-    calibrated = [m for m in CALIBRATED if m in table and table[m].notna().any()]
+    calibrated = calibrated_columns(table)
     for response in ("coupling", *calibrated, "test_accuracy"):
         data = table[["sd", "wd", response]].dropna()
         n = len(data)
@@ -276,7 +271,7 @@ def vit_coupling_accuracy(
     """
     require_columns(table, ["sd", "coupling", "test_accuracy"])
     rows = []
-    calibrated = [m for m in CALIBRATED if m in table and table[m].notna().any()]
+    calibrated = calibrated_columns(table)
     for measure in ("coupling", *calibrated):
         for method in methods:
             per_rate = []
