@@ -81,8 +81,8 @@ def gguf_source(model):
 
 def converted_folder(model):
     """The converted folder of a local GGUF model (None for any other source)."""
-    source = PLAN.models[model].source
-    if PLAN.models[model].is_trained_here or "hub" in source or not is_local_gguf(source):
+    entry = PLAN.models[model]
+    if entry.is_trained_here or not is_local_gguf(entry.source):  # hub sources are not local
         return None
     return f"results/models/{model}/converted"
 

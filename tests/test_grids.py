@@ -133,22 +133,3 @@ def test_runs_with_identical_twins_measure_one_twin() -> None:
         assert (wf.RANDOM in entry.measured_steps) == (own and wf.RANDOM in entry.steps)
         assert entry.measured_as(wf.FINAL) == name
     assert entries["wide-s1"].measured_steps == entries["wide-s1"].steps  # checkpoint suites
-
-
-def test_combine_leaves_out_a_model_measured_without_the_variables() -> None:
-    """A model with token_families: false writes an empty token file; the combined tokens
-    dataset holds the other models only."""
-    import xarray as xr
-
-    from blockcoupling.combine import combine
-
-    full = xr.Dataset(
-        {"self_token_coupling": (("prompt",), [0.5, 0.7])}, coords={"prompt": ["a", "b"]}
-    )
-    parts = {("m1", "final"): full, ("m2", "final"): xr.Dataset(attrs={"model": "m2"})}
-    combined = combine(parts, "tokens", "init", {})
-    assert list(combined["model"].values) == ["m1"]
-    assert combined["self_token_coupling"].sel(model="m1", init="trained").values.tolist() == [
-        0.5,
-        0.7,
-    ]

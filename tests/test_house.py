@@ -212,3 +212,23 @@ def test_strings_read_from_files_are_not_written_truncated(tmp_path: Path) -> No
     back = io.read_netcdf(tmp_path / "both.nc")
     assert list(back["prompt"].values) == ["arc-0001", "mmlu-0001"]
     assert parts[0]["prompt"].encoding  # the inputs keep theirs
+
+
+def test_a_model_without_token_families_is_left_out_of_the_combined_tokens() -> None:
+    """A model with token_families: false writes an empty token file; the combined tokens
+    dataset gathers the other models only (its inputs name none of that model's files), and
+    there is none when no model has token families."""
+    from dataclasses import replace
+
+    config = load("config.yaml")
+    config["models"]["gemma3-270m"]["token_families"] = False
+    plan = checked(config)
+    tokens = plan.combine_inputs("init", "tokens")
+    assert tokens and not [f for f in tokens if "/gemma3-270m/" in f]
+    assert [f for f in tokens if "/smollm2-135m/" in f]
+    assert "results/metrics/gemma3-270m/final/token_coupling.nc" in plan.targets()
+    assert "results/metrics/gemma3-270m/final/coupling.nc" in plan.combine_inputs(
+        "init", "coupling"
+    )
+    models = {n: replace(e, token_families=False) for n, e in plan.models.items()}
+    assert "tokens" not in replace(plan, models=models).combined_names("init")

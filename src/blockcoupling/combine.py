@@ -64,8 +64,6 @@ def combine(
     """
     if name not in NAMES:
         raise ValueError(f"unknown combined dataset {name!r}; one of {', '.join(NAMES)}")
-    # a model measured without this dataset's variables (token_families: false) is left out
-    parts = {key: dataset for key, dataset in parts.items() if dataset.data_vars}
     if not parts:
         raise ValueError("nothing to combine")
     per_model: dict[str, list[xr.Dataset]] = {}

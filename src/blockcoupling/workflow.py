@@ -470,7 +470,8 @@ class Plan:
         if along == "init":
             entries = self.cross_model
             names = ["coupling", "trajectories", "spectra"]
-            names += ["tokens"] if self.token_families else []
+            with_tokens = any(e.token_families for e in entries.values())
+            names += ["tokens"] if self.token_families and with_tokens else []
         else:
             entries = self.checkpoint_models
             names = ["coupling", "trajectories"]
@@ -479,8 +480,12 @@ class Plan:
         return tuple(names + (["evaluation"] if self.evaluated(entries) else []))
 
     def combine_parts(self, along: str, name: str) -> list[tuple[str, str]]:
-        """(model, step) of every file a combined dataset gathers."""
+        """(model, step) of every file a combined dataset gathers (``tokens``: the models with
+        token families; a model with ``token_families: false`` writes an empty token file).
+        """
         entries = self.cross_model if along == "init" else self.checkpoint_models
+        if name == "tokens":
+            entries = {m: e for m, e in entries.items() if e.token_families}
         if name == "evaluation":
             return [
                 (m, step) for m, e in self.evaluated(entries).items() for step in e.scored_steps
