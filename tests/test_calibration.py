@@ -208,6 +208,11 @@ def test_the_calibration_table_summarises_the_combined_measures(tiny) -> None:
     assert row["overlap_null"] == pytest.approx(2 / ds.attrs["hidden_size"])
     text = calibration_markdown(table, grids=["grid"])
     assert "| p | random |" in text and "| grid (1 run, mean [range]) | trained |" in text
+    meta["m2"] = meta["m"]  # a second run of the grid whose models equal the first's
+    parts = {(m, step): ds for m in ("m", "m2", "p") for step in ("final", "random")}
+    table = calibration_table(combine(parts, "coupling", "init", meta), (2,), "authors", "ujv", "p")
+    text = calibration_markdown(table, grids=["grid"])
+    assert "| grid (2 runs, 1 distinct model, mean [range]) | random |" in text
 
 
 def test_the_model_table_carries_the_calibrated_measures_with_their_nulls(tiny) -> None:

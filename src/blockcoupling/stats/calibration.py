@@ -28,6 +28,7 @@ COLUMNS = (
     "effective_rank",
     "n_prompts",
 )
+MEASURED = ("coupling", "coupling_null", "coupling_excess", "overlap_u", "effective_rank")
 
 
 def _mean(values: xr.DataArray, k: int, reading: str, variant: str, norm: str) -> float:
@@ -115,5 +116,9 @@ def calibration_markdown(table: pd.DataFrame, grids: Sequence[str]) -> str:
         ["family", "init", "k"], sort=True
     ):
         runs = f"{len(part)} run" + ("s" if len(part) != 1 else "")
+        # runs whose models are one and the same (a shared random-init twin) give equal rows
+        distinct = len(part.drop_duplicates(subset=list(MEASURED)))
+        if distinct < len(part):
+            runs += f", {distinct} distinct model" + ("s" if distinct != 1 else "")
         lines.append(cells(f"{family} ({runs}, mean [range])", part))
     return "\n".join(lines) + "\n"
