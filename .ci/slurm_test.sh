@@ -4,7 +4,8 @@
 # Installs slurm-wlm and munge (Debian packages; root), writes a one-node slurm.conf for localhost
 # (jobcomp/filetxt logs every job; no accounting database, so the profile polls with squeue),
 # starts munged, slurmctld and slurmd, and checks that
-#   - every job of the DAG went through sbatch (each one the jobcomp log records COMPLETED),
+#   - every job of the DAG went through sbatch, the short CPU jobs in batches of the profile's
+#     group width (each Slurm job the jobcomp log records COMPLETED),
 #   - a job killed with scancel is resubmitted (retries: 1) and the run completes,
 #   - the results equal a local run of the same config (.ci/compare_results.py),
 #   - a rerun does nothing, and a run whose models need GPUs the partition lacks (config/paper.yaml)
@@ -131,10 +132,19 @@ run=("$snakemake" --profile slurm --configfile config/smoke.yaml --directory "$s
     --slurm-init-seconds-before-status-checks 2)
 dry=$("${run[@]}" -n --quiet rules)
 planned=$(echo "$dry" | awk '$1 == "total" {n = $2} END {print n}')
-# local rules (vit_data, the fetch stage) run here, not through sbatch
-local=$(echo "$dry" | awk '{c[$1] = $2} END {print c["vit_data"] + c["fetch_model"] + c["fetch_checkpoint"] + c["fetch_dataset"]}')
-expected=$((planned - local))
-say "running the smoke DAG through Slurm: $planned jobs, $expected submissions (local rules aside; all but rule all; one retry)"
+# Slurm jobs: local rules (all, vit_data, the fetch stage) run here; the short CPU jobs go in
+# batches of the profile's group width (blockcoupling.slurm.slurm_jobs); + 1: the retry
+width=$("$python" -c 'from blockcoupling.slurm import SlurmSettings; print(SlurmSettings.from_env().group_width())')
+expected=$(echo "$dry" | "$python" -c '
+import sys
+from blockcoupling.slurm import slurm_jobs
+local = {"all", "vit_data", "fetch", "fetch_model", "fetch_checkpoint", "fetch_dataset", "total"}
+rows = [line.split() for line in sys.stdin]
+counts = {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[1].isdigit()}
+print(slurm_jobs({rule: n for rule, n in counts.items() if rule not in local}, int(sys.argv[1])) + 1)
+' "$width")
+say "running the smoke DAG through Slurm: $planned jobs, $expected sbatch submissions (local rules aside, short CPU jobs $width to a Slurm job, one retry)"
+run_start=$SECONDS
 "${run[@]}" > "$work/run.log" 2>&1 &
 run_pid=$!
 cancelled=""
@@ -150,12 +160,12 @@ say "cancelled Slurm job $cancelled ($(grep -o "jobid $cancelled .*" "$work/run.
 if ! timeout 1800 tail --pid="$run_pid" -f /dev/null; then fail "the Slurm run hangs"; fi
 wait "$run_pid" || fail "the Slurm run failed: $(tail -n 20 "$work/run.log")"
 run_pid=""
-say "the Slurm run finished"
+say "the Slurm run finished in $((SECONDS - run_start)) s"
 
 submitted=$(grep -o 'submitted with SLURM jobid [0-9]*' "$work/run.log" | awk '{print $NF}' || true)
 completed=$(grep -o 'JobId=[0-9]* .*JobState=COMPLETED' "$work/jobcomp.log" | sed 's/ .*//; s/JobId=//' || true)
 [ "$(echo "$submitted" | wc -l)" -eq "$expected" ] \
-    || fail "$(echo "$submitted" | wc -l) sbatch submissions, expected $expected (local jobs aside, + 1 retry)"
+    || fail "$(echo "$submitted" | wc -l) sbatch submissions, expected $expected (local jobs aside, batches, + 1 retry)"
 for id in $submitted; do
     [ "$id" = "$cancelled" ] && continue
     echo "$completed" | grep -qx "$id" || fail "Slurm job $id is not COMPLETED in the jobcomp log"

@@ -3,9 +3,11 @@ for _along, _folder in (("init", "results/combined"), ("step", "results/combined
     if not PLAN.combined_names(_along):
         continue
 
+    _rule = "combine_models" if _along == "init" else "combine_checkpoints"
+
     rule:
         name:
-            "combine_models" if _along == "init" else "combine_checkpoints"
+            _rule
         input:
             lambda wildcards, along=_along: PLAN.combine_inputs(along, wildcards.name),
         output:
@@ -16,6 +18,8 @@ for _along, _folder in (("init", "results/combined"), ("step", "results/combined
             f"benchmarks/combine/{_along}_{{name}}.tsv"
         wildcard_constraints:
             name="|".join(PLAN.combined_names(_along)),
+        group:
+            job_group(_rule)
         conda:
             "../envs/analysis.yaml"
         params:

@@ -25,6 +25,7 @@ from blockcoupling.slurm import (
     SlurmError,
     SlurmSettings,
     check_plan,
+    job_group,
     job_needs,
     job_request,
     read_nodes,

@@ -30,6 +30,8 @@ for _figure, (_category, _source, _takes, _tables) in figure_registry().items():
             f"logs/figures/{_figure}.log",
         benchmark:
             f"benchmarks/figures/{_figure}.tsv"
+        group:
+            job_group(f"figure_{_figure}")
         conda:
             "../envs/analysis.yaml"
         params:

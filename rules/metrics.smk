@@ -11,6 +11,8 @@ rule metrics:
         "logs/metrics/{model}/{step}.log",
     benchmark:
         "benchmarks/metrics/{model}/{step}.tsv"
+    group:
+        job_group("metrics")
     conda:
         "../envs/analysis.yaml"
     params:

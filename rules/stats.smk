@@ -15,6 +15,8 @@ if PLAN.cross_model:
             "logs/stats/stats.log",
         benchmark:
             "benchmarks/stats/stats.tsv"
+        group:
+            job_group("stats")
         conda:
             "../envs/analysis.yaml"
         params:
@@ -51,6 +53,8 @@ if PLAN.checkpoint_models:
             "logs/stats/checkpoints.log",
         benchmark:
             "benchmarks/stats/checkpoints.tsv"
+        group:
+            job_group("stats_checkpoints")
         conda:
             "../envs/analysis.yaml"
         params:
@@ -85,6 +89,8 @@ if PLAN.analysis_tables():
             "logs/stats/claims.log",
         benchmark:
             "benchmarks/stats/claims.tsv"
+        group:
+            job_group("stats_claims")
         conda:
             "../envs/analysis.yaml"
         params:

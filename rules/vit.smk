@@ -94,6 +94,8 @@ if PLAN.vit:
             "logs/vit/combine.log",
         benchmark:
             "benchmarks/vit/combine.tsv"
+        group:
+            job_group("vit_combine")
         conda:
             "../envs/analysis.yaml"
         params:
@@ -112,6 +114,8 @@ if PLAN.vit:
             "logs/vit/stats.log",
         benchmark:
             "benchmarks/vit/stats.tsv"
+        group:
+            job_group("vit_stats")
         conda:
             "../envs/analysis.yaml"
         params:

@@ -3,6 +3,7 @@ capped at the nodes (defaults) or stopped with one line (needs no node meets).""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from blockcoupling import slurm
 from blockcoupling.slurm import (
     ENV,
+    JOB_GROUPS,
     Needs,
     Nodes,
     SlurmError,
@@ -289,3 +291,62 @@ def test_check_config_with_the_profile_runs_the_same_checks(
     monkeypatch.setenv(ENV + "GPU", "none")  # on CPUs: the models' host memory on batch's nodes
     assert cli.main(["check-config", paper, "--profile", "slurm"]) == 2
     assert "but the largest node of partition batch has 24105" in capsys.readouterr().err
+
+
+# --- the short CPU jobs in batches (the rules' group:, the profile's group-components) ---
+
+
+def test_group_width_is_a_nodes_cpus_at_most_its_memory_over_a_jobs() -> None:
+    assert settings(PARTITION="cpu").group_width(NODES.get) == 64  # 256000 MB holds 128
+    assert settings(PARTITION="gpu").group_width(NODES.get) == 32
+    small = parse_sinfo("batch*|16|7000|(null)|infinite\n")
+    assert settings().group_width(lambda partition: small) == 3  # 7000 MB // 2000 MB
+    assert settings().group_width(lambda partition: None) == 1
+    assert settings().group_components(lambda partition: None) == []
+    components = settings(PARTITION="cpu").group_components(NODES.get)
+    assert components == [f"{group}=64" for group in slurm.JOB_GROUPS]
+
+
+def test_slurm_jobs_counts_a_batch_of_up_to_width_jobs_of_a_group_as_one() -> None:
+    counts = {"extract": 8, "metrics": 8, "figure_a": 12, "stats_claims": 1, "stats": 1}
+    assert slurm.slurm_jobs(counts, 1) == sum(counts.values())
+    # 8 extract + ceil(8/3) metrics + ceil(13/3) figures + 1 stats
+    assert slurm.slurm_jobs(counts, 3) == 8 + 3 + 5 + 1
+    assert slurm.job_group("figure_depth_heatmaps") == "figures"
+    assert slurm.job_group("extract") is None
+
+
+RULE_GROUPS = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    workflow = api.workflow(
+        resource_settings=ResourceSettings(),
+        config_settings=ConfigSettings(configfiles=[Path(sys.argv[1])]),
+        snakefile=Path(sys.argv[2]),
+        workdir=Path(sys.argv[3]),
+    )
+    print(json.dumps({rule.name: rule._group for rule in workflow._workflow.rules}))
+"""
+
+
+def test_each_rule_is_in_its_group_and_no_job_of_a_group_reads_anothers(tmp_path: Path) -> None:
+    smoke, snakefile = str(REPO / "config" / "smoke.yaml"), str(REPO / "Snakefile")
+    script = [sys.executable, "-c", RULE_GROUPS, smoke, snakefile, str(tmp_path / "a")]
+    done = subprocess.run(script, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    groups = json.loads(done.stdout.strip().splitlines()[-1])
+    assert groups == {rule: slurm.job_group(rule) for rule in groups}
+    assert set(JOB_GROUPS) == set(groups.values()) - {None}  # the smoke DAG has every group
+    command = [sys.executable, "-m", "snakemake", "--rulegraph", "--nolock"]
+    command += ["--configfile", smoke, "--directory", str(tmp_path / "b")]
+    graph = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert graph.returncode == 0, graph.stderr[-2000:]
+    names = dict(re.findall(r'(\d+)\[label = "(\w+)"', graph.stdout))
+    edges = re.findall(r"(\d+) -> (\d+)", graph.stdout)
+    assert {rule for rule, group in groups.items() if group} <= set(names.values()) and edges
+    for source, target in edges:
+        group = slurm.job_group(names[source])
+        assert group is None or group != slurm.job_group(names[target]), (source, target)

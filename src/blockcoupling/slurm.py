@@ -19,6 +19,13 @@ What a partition's nodes offer comes from ``sinfo``: threads are capped at a nod
 profile's ``max-threads``), a rule's default memory and runtime at a node's memory and the
 partition's time limit, and a model's own needs (memory, runtime, GPUs) that no node meets stop
 the run before any job, with one line naming the model and the fix.
+
+The short single-thread CPU jobs (metrics, combine, stats, figures) go to Slurm in batches: each
+such rule names its group (``job_group``), and the profile's ``group-components`` puts up to
+``group_width`` jobs of one group into one Slurm job that runs them side by side. No job of a
+group reads another's output, so a batch is one layer: it asks one job's runtime, ``width``
+CPUs and ``width`` times one job's memory (``GROUPED_JOB_MEM_MB``), and pays Slurm's and
+Snakemake's start-up once instead of ``width`` times.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from typing import Any, ClassVar
 
 ENV = "BLOCKCOUPLING_SLURM_"
@@ -37,6 +45,37 @@ GPU_KINDS = ("gpus", "gres", "none")
 STATUS_COMMANDS = ("sacct", "squeue")
 # sinfo -N: one line per node and partition; %P ends in * for the default partition.
 SINFO_FORMAT = "%P|%c|%m|%G|%l"
+# Group -> its rules (fnmatch patterns). Within a group no job depends on another (test_slurm).
+JOB_GROUPS: dict[str, tuple[str, ...]] = {
+    "metrics": ("metrics",),
+    "combine": ("combine_models", "combine_checkpoints", "vit_combine"),
+    "stats": ("stats", "stats_checkpoints", "vit_stats"),
+    "figures": ("figure_*", "stats_claims"),
+}
+GROUPED_JOB_MEM_MB = 2000  # the profile's default mem_mb, which the grouped rules take
+
+
+def job_group(rule: str) -> str | None:
+    """The group of ``rule``'s jobs on Slurm (a rule's ``group:``); None: each its own job."""
+    for group, patterns in JOB_GROUPS.items():
+        if any(fnmatch(rule, pattern) for pattern in patterns):
+            return group
+    return None
+
+
+def slurm_jobs(rule_counts: Mapping[str, int], width: int) -> int:
+    """How many Slurm jobs run ``rule_counts`` (jobs per rule, local rules left out) when up to
+    ``width`` jobs of a group share one (Snakemake's group-components: ceil(n / width) each).
+    """
+    grouped: dict[str, int] = {}
+    single = 0
+    for rule, count in rule_counts.items():
+        group = job_group(rule)
+        if group is None:
+            single += count
+        else:
+            grouped[group] = grouped.get(group, 0) + count
+    return single + sum(math.ceil(count / width) for count in grouped.values())
 
 
 class SlurmError(ValueError):
@@ -131,6 +170,26 @@ class SlurmSettings:
                 continue
         cpus = [nodes.cpus for nodes in found if nodes is not None]
         return min(cpus) if cpus else None
+
+    def group_width(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> int:
+        """How many jobs of a group one Slurm job runs side by side: the CPUs of a node of the
+        (CPU) partition, at most its memory over ``GROUPED_JOB_MEM_MB``; 1 (no batches) where
+        sinfo cannot tell.
+        """
+        try:
+            nodes = (nodes_of or read_nodes)(self.partition)
+        except SlurmError:  # the workflow's check names the setting
+            return 1
+        if nodes is None:
+            return 1
+        return max(1, min(nodes.cpus, nodes.mem_mb // GROUPED_JOB_MEM_MB))
+
+    def group_components(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> list[str]:
+        """The profile's ``group-components``: ``GROUP=WIDTH`` for every group of
+        ``JOB_GROUPS`` (empty where the width is 1: nothing to batch).
+        """
+        width = self.group_width(nodes_of)
+        return [f"{group}={width}" for group in JOB_GROUPS] if width > 1 else []
 
 
 @dataclass(frozen=True)
