@@ -62,6 +62,8 @@ def test_settings_default_to_the_clusters_defaults() -> None:
         ("GPU_MEM_GB", "0"),
         ("GPU_MEM_GB", "x"),
         ("STATUS", "q"),
+        ("BATCH", "0"),
+        ("BATCH", "all"),
     ],
 )
 def test_a_bad_setting_names_the_variable(key: str, value: str) -> None:
@@ -296,15 +298,18 @@ def test_check_config_with_the_profile_runs_the_same_checks(
 # --- the short CPU jobs in batches (the rules' group:, the profile's group-components) ---
 
 
-def test_group_width_is_a_nodes_cpus_at_most_its_memory_over_a_jobs() -> None:
-    assert settings(PARTITION="cpu").group_width(NODES.get) == 64  # 256000 MB holds 128
-    assert settings(PARTITION="gpu").group_width(NODES.get) == 32
+def test_batches_are_off_by_default_and_at_most_a_nodes_cpus_and_memory() -> None:
+    assert settings(PARTITION="cpu").group_width(NODES.get) == 1  # BATCH unset: no batches
+    assert settings(PARTITION="cpu").group_components(NODES.get) == []
+    assert settings(PARTITION="cpu", BATCH="node").group_width(NODES.get) == 64  # 256 GB: 128
+    assert settings(PARTITION="cpu", BATCH="8").group_width(NODES.get) == 8
+    assert settings(PARTITION="gpu", BATCH="node").group_width(NODES.get) == 32
+    assert settings(BATCH="100").group_width(lambda partition: NODES["cpu"]) == 64
     small = parse_sinfo("batch*|16|7000|(null)|infinite\n")
-    assert settings().group_width(lambda partition: small) == 3  # 7000 MB // 2000 MB
-    assert settings().group_width(lambda partition: None) == 1
-    assert settings().group_components(lambda partition: None) == []
-    components = settings(PARTITION="cpu").group_components(NODES.get)
-    assert components == [f"{group}=64" for group in slurm.JOB_GROUPS]
+    assert settings(BATCH="node").group_width(lambda partition: small) == 3  # 7000 // 2000 MB
+    assert settings(BATCH="node").group_width(lambda partition: None) == 1
+    components = settings(PARTITION="cpu", BATCH="4").group_components(NODES.get)
+    assert components == [f"{group}=4" for group in JOB_GROUPS]
 
 
 def test_slurm_jobs_counts_a_batch_of_up_to_width_jobs_of_a_group_as_one() -> None:

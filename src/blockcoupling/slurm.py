@@ -14,18 +14,21 @@ The user's settings are environment variables, all optional (README, "On a clust
 - ``BLOCKCOUPLING_SLURM_GPU_CONSTRAINT``: node feature the GPU jobs require (``-C``).
 - ``BLOCKCOUPLING_SLURM_STATUS``: ``sacct`` or ``squeue``, how the plugin polls jobs (default:
   ``squeue`` where Slurm keeps no accounting database, since ``sacct`` cannot answer there).
+- ``BLOCKCOUPLING_SLURM_BATCH``: how many short CPU jobs one Slurm job runs (default 1: each
+  its own job), or ``node``: as many as a node's CPUs (see below).
 
 What a partition's nodes offer comes from ``sinfo``: threads are capped at a node's CPUs (the
 profile's ``max-threads``), a rule's default memory and runtime at a node's memory and the
 partition's time limit, and a model's own needs (memory, runtime, GPUs) that no node meets stop
 the run before any job, with one line naming the model and the fix.
 
-The short single-thread CPU jobs (metrics, combine, stats, figures) go to Slurm in batches: each
-such rule names its group (``job_group``), and the profile's ``group-components`` puts up to
-``group_width`` jobs of one group into one Slurm job that runs them side by side. No job of a
-group reads another's output, so a batch is one layer: it asks one job's runtime, ``width``
-CPUs and ``width`` times one job's memory (``GROUPED_JOB_MEM_MB``), and pays Slurm's and
-Snakemake's start-up once instead of ``width`` times.
+With ``BLOCKCOUPLING_SLURM_BATCH``, the short single-thread CPU jobs (metrics, combine, stats,
+figures) go to Slurm in batches: each such rule names its group (``job_group``), and the
+profile's ``group-components`` puts up to ``group_width`` jobs of one group into one Slurm job
+that runs them side by side. No job of a group reads another's output, so a batch is one layer:
+it asks one job's runtime, ``width`` CPUs and ``width`` times one job's memory
+(``GROUPED_JOB_MEM_MB``), and pays Slurm's and Snakemake's start-up once instead of ``width``
+times, but starts only when all its jobs' inputs exist (``bench/slurm_batches.sh`` measures it).
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ class SlurmSettings:
     gpu_mem_gb: int = 80
     gpu_constraint: str = ""
     status: str = ""
+    batch: int | None = 1  # short CPU jobs per Slurm job; None: a node's CPUs
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SlurmSettings:
@@ -111,6 +115,9 @@ class SlurmSettings:
             raise SlurmError(f"{ENV}GPU_MEM_GB={gpu_mem!r}: give the GB of one GPU, e.g. 80")
         if get("STATUS") not in ("", *STATUS_COMMANDS):
             raise SlurmError(f"{ENV}STATUS={get('STATUS')!r}: use sacct or squeue")
+        batch = get("BATCH") or "1"
+        if batch != "node" and not (batch.isdigit() and int(batch) >= 1):
+            raise SlurmError(f"{ENV}BATCH={batch!r}: give a number of jobs, e.g. 8, or node")
         return cls(
             account=get("ACCOUNT"),
             partition=get("PARTITION"),
@@ -120,6 +127,7 @@ class SlurmSettings:
             gpu_mem_gb=int(gpu_mem),
             gpu_constraint=get("GPU_CONSTRAINT"),
             status=get("STATUS"),
+            batch=None if batch == "node" else int(batch),
         )
 
     def gpu_count(self, gpu_mem_gb: int) -> int:
@@ -172,17 +180,20 @@ class SlurmSettings:
         return min(cpus) if cpus else None
 
     def group_width(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> int:
-        """How many jobs of a group one Slurm job runs side by side: the CPUs of a node of the
-        (CPU) partition, at most its memory over ``GROUPED_JOB_MEM_MB``; 1 (no batches) where
-        sinfo cannot tell.
+        """How many jobs of a group one Slurm job runs side by side: the ``batch`` setting, at
+        most a node's CPUs of the (CPU) partition and its memory over ``GROUPED_JOB_MEM_MB``;
+        1 (no batches) where sinfo cannot tell.
         """
+        if self.batch == 1:
+            return 1
         try:
             nodes = (nodes_of or read_nodes)(self.partition)
         except SlurmError:  # the workflow's check names the setting
             return 1
         if nodes is None:
             return 1
-        return max(1, min(nodes.cpus, nodes.mem_mb // GROUPED_JOB_MEM_MB))
+        fits = min(nodes.cpus, nodes.mem_mb // GROUPED_JOB_MEM_MB)
+        return max(1, min(fits, self.batch or fits))
 
     def group_components(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> list[str]:
         """The profile's ``group-components``: ``GROUP=WIDTH`` for every group of
