@@ -50,8 +50,8 @@ run=("$snakemake" --profile slurm --configfile config/smoke.yaml --directory "$s
     --slurm-init-seconds-before-status-checks 2)
 dry=$("${run[@]}" -n --quiet rules)
 planned=$(echo "$dry" | awk '$1 == "total" {n = $2} END {print n}')
-# Slurm jobs: local rules (all, vit_data, the fetch stage) run here; the short CPU jobs go in
-# batches of the profile's group width (blockcoupling.slurm.slurm_jobs); + 1: the retry
+# Slurm jobs: local rules (all, vit_data, the fetch stage) run here; with BLOCKCOUPLING_SLURM_BATCH
+# the short CPU jobs go in batches of the profile's group width (slurm.slurm_jobs); + 1: the retry
 width=$("$python" -c 'from blockcoupling.slurm import SlurmSettings; print(SlurmSettings.from_env().group_width())')
 expected=$(echo "$dry" | "$python" -c '
 import sys
@@ -61,7 +61,8 @@ rows = [line.split() for line in sys.stdin]
 counts = {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[1].isdigit()}
 print(slurm_jobs({rule: n for rule, n in counts.items() if rule not in local}, int(sys.argv[1])) + 1)
 ' "$width")
-say "running the smoke DAG through Slurm: $planned jobs, $expected sbatch submissions (local rules aside, short CPU jobs $width to a Slurm job, one retry)"
+batches=$([ "$width" -gt 1 ] && echo "short CPU jobs $width to a Slurm job" || echo "each job its own Slurm job")
+say "running the smoke DAG through Slurm: $planned jobs, $expected sbatch submissions (local rules aside, $batches, one retry)"
 run_start=$SECONDS
 "${run[@]}" > "$work/run.log" 2>&1 &
 run_pid=$!
