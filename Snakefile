@@ -18,8 +18,14 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
+# Nested --config values arrive as strings ('stats={k: 5}' gives k "5"): validate_config gives
+# them the schema's types first.
 try:
-    validate_config(config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml"))
+    validate_config(
+        config,
+        os.path.join(workflow.basedir, "schemas", "config.schema.yaml"),
+        overrides=workflow.config_settings.config,
+    )
 except ConfigError as error:
     sys.exit(f"config error: {error}")
 

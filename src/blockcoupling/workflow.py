@@ -613,14 +613,23 @@ def _choice(section: str, key: str, value: Any, allowed: list[Any], source: str)
     return chosen
 
 
-def validate_config(config: dict[str, Any], schema: str | Path) -> None:
+def validate_config(
+    config: dict[str, Any], schema: str | Path, overrides: dict[str, Any] | None = None
+) -> None:
     """Snakemake's ``validate`` (which also fills the schema's defaults into ``config``); a
     violation is a one-line ConfigError naming the key path and the problem, not the schema dump.
+    ``overrides``: the parsed ``--config`` values, whose nested string leaves first get the type
+    the schema asks for (``overrides.coerce_overrides``).
     """
+    import yaml
     from jsonschema.exceptions import ValidationError, best_match
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
+    from blockcoupling.overrides import coerce_overrides
+
+    if overrides:
+        coerce_overrides(config, overrides, yaml.safe_load(Path(schema).read_text("utf-8")))
     try:
         validate(config, str(schema))
     except WorkflowError as error:
