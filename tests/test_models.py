@@ -222,6 +222,49 @@ def test_load_options(saved_folder: Path) -> None:
         LoadOptions(task="vision")
 
 
+def test_4bit_loading_gets_the_quantization_knob() -> None:
+    """The BitsAndBytesConfig the loader passes (bitsandbytes may not run here: the object)."""
+    from blockcoupling.models import QUANT_4BIT_DEFAULTS, _quantization_config
+
+    default = _quantization_config(LoadOptions(quantization="4bit"))
+    assert default.load_in_4bit and not default.load_in_8bit
+    assert default.bnb_4bit_quant_type == "nf4" and default.bnb_4bit_use_double_quant is True
+    assert default.bnb_4bit_compute_dtype == torch.float32
+    assert QUANT_4BIT_DEFAULTS == {
+        "quant_type": "nf4",
+        "double_quant": True,
+        "compute_dtype": "float32",
+    }
+    chosen = _quantization_config(
+        LoadOptions(
+            quantization="4bit", quant_type="fp4", double_quant=False, compute_dtype="bfloat16"
+        )
+    )
+    assert chosen.bnb_4bit_quant_type == "fp4" and chosen.bnb_4bit_use_double_quant is False
+    assert chosen.bnb_4bit_compute_dtype == torch.bfloat16
+    assert _quantization_config(LoadOptions(quantization="8bit")).load_in_8bit
+    assert _quantization_config(LoadOptions()) is None
+    with pytest.raises(ValueError, match="quant_type 'int4' is not one of nf4, fp4"):
+        LoadOptions(quantization="4bit", quant_type="int4")
+    with pytest.raises(ValueError, match="quant_type, double_quant set only 4-bit loading"):
+        LoadOptions(quantization="8bit", quant_type="nf4", double_quant=True)
+
+
+def test_a_4bit_setting_without_4bit_loading_stops_the_config_check() -> None:
+    import yaml
+
+    from blockcoupling.workflow import ConfigError, check_config, validate_config
+
+    repo = Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
+    config["models"] = {
+        "tiny": {"source": {"hub": "EleutherAI/pythia-14m"}, "load": {"quant_type": "fp4"}}
+    }
+    validate_config(config, repo / "schemas" / "config.schema.yaml")
+    with pytest.raises(ConfigError, match=r"models.tiny.load: quant_type set only 4-bit"):
+        check_config(config, repo)
+
+
 def test_load_folder_without_weights(tmp_path: Path) -> None:
     ARCHITECTURES["gpt_neox"]().config.save_pretrained(tmp_path)
     with pytest.raises(

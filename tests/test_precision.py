@@ -11,7 +11,7 @@ from tiny_models import llama
 
 from blockcoupling.capture import compute_block
 from blockcoupling.jacobians import JacobianEngine
-from blockcoupling.models import blocks_of
+from blockcoupling.models import LoadOptions, _quantization_config, blocks_of
 
 IDS = torch.tensor([[5, 17, 3, 42, 8, 29]])
 
@@ -38,10 +38,18 @@ bnb_missing = importlib.util.find_spec("bitsandbytes") is None
 
 
 @pytest.mark.skipif(bnb_missing, reason="bitsandbytes is not installed")
-@pytest.mark.parametrize("bits", ["4bit", "8bit"])
-def test_quantized_blocks_are_dequantized_one_at_a_time(tmp_path, bits: str) -> None:
-    """The Jacobian of a bitsandbytes model equals that of the same model dequantized by
-    transformers (an independent path), computed in float64."""
+@pytest.mark.parametrize(
+    "load",
+    [
+        {"quantization": "4bit"},  # the default: nf4, double quantization, float32 compute
+        {"quantization": "4bit", "quant_type": "fp4", "double_quant": False},
+        {"quantization": "8bit"},
+    ],
+    ids=["4bit-nf4-double", "4bit-fp4", "8bit"],
+)
+def test_quantized_blocks_are_dequantized_one_at_a_time(tmp_path, load: dict) -> None:
+    """The Jacobian of a bitsandbytes model loaded with the library's settings equals that of
+    the same model dequantized by transformers (an independent path), computed in float64."""
     transformers.LlamaForCausalLM(  # bitsandbytes' CPU kernels need widths of 64 and more
         transformers.LlamaConfig(
             vocab_size=64,
@@ -52,11 +60,7 @@ def test_quantized_blocks_are_dequantized_one_at_a_time(tmp_path, bits: str) -> 
             max_position_embeddings=32,
         )
     ).save_pretrained(tmp_path)
-    config = (
-        transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32)
-        if bits == "4bit"
-        else transformers.BitsAndBytesConfig(load_in_8bit=True)
-    )
+    config = _quantization_config(LoadOptions(**load))
 
     def load() -> torch.nn.Module:
         return transformers.AutoModelForCausalLM.from_pretrained(

