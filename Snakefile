@@ -52,6 +52,7 @@ onstart:
 
 
 rule all:
+    """Every result of the config: extraction, metrics, statistics, figures."""
     default_target: True
     input:
         PLAN.targets() + FIGURE_TARGETS,

@@ -1,6 +1,7 @@
 # Generalization measures that need no leaderboard: bits per byte on held-out text, and
 # multiple-choice accuracy by log-likelihood on the prompts that carry answers.
 rule heldout_text:
+    """Held-out Shakespeare text that bits per byte is scored on."""
     output:
         "results/evaluate/heldout.txt",
     log:
@@ -17,6 +18,7 @@ rule heldout_text:
 
 
 rule evaluate:
+    """Score one model at one step: bits per byte, multiple-choice accuracy."""
     input:
         prompts=prompt_file,
         heldout="results/evaluate/heldout.txt",

@@ -6,6 +6,7 @@
 # merged into the same files as one job writes; the shard files are temporary (removed once
 # merged).
 rule extract:
+    """Block Jacobians of one model at one step: SVDs, coupling statistics, trajectories."""
     input:
         prompts=prompt_file,
         model=model_inputs,
@@ -33,6 +34,7 @@ rule extract:
 
 
 rule extract_shard:
+    """Depth-wise Jacobians and trajectories of one prompt shard of a model."""
     input:
         prompts=prompt_file,
         model=model_inputs,
@@ -68,6 +70,7 @@ rule extract_shard:
 
 
 rule extract_tokens:
+    """Token-family Jacobians of one prompt of a sharded model."""
     input:
         prompts=prompt_file,
         model=model_inputs,
@@ -100,6 +103,7 @@ rule extract_tokens:
 
 
 rule merge_shards:
+    """Merge a sharded model's prompt shards into the files one extract job writes."""
     input:
         lambda wildcards: [
             path

@@ -29,12 +29,14 @@ HUB_DATASETS = {
 
 
 rule fetch:
+    """Fetch every kept hub model revision and prompt dataset into the hub cache."""
     input:
         [HUB.folder(r.repo, r.revision, False) for r in HUB_REVISIONS.values() if not r.checkpoint],
         [HUB.dataset_folder(repo) for repo in HUB_DATASETS],
 
 
 rule fetch_model:
+    """Fetch one hub model revision (config, tokenizer, weights) into the cache."""
     output:
         folder=directory(HUB.folder("{repo}", "{revision}", False)),
         manifest=HUB.manifest("model", "{repo}", "{revision}"),
@@ -53,6 +55,7 @@ rule fetch_model:
 
 
 rule fetch_checkpoint:
+    """Fetch one hub checkpoint revision in its turn (deleted once its jobs are done)."""
     input:
         revision_done,
     output:
@@ -74,6 +77,7 @@ rule fetch_checkpoint:
 
 
 rule fetch_dataset:
+    """Fetch one prompt dataset at its pinned commit into the hub cache."""
     output:
         folder=directory(HUB.dataset_folder("{repo}")),
         manifest=HUB.manifest("dataset", "{repo}", "main"),

@@ -14,6 +14,7 @@ for _figure, (_category, _source, _takes, _tables) in figure_registry().items():
     FIGURE_TARGETS.append(f"results/figures/{_figure}.png")
 
     rule:
+        """Draw one figure of the report (PNG and PDF, with its caption)."""
         name:
             f"figure_{_figure}"
         input:

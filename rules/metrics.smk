@@ -1,6 +1,7 @@
 # m_K for the configured K list, readings and norms, from the stored statistics: changing them
 # re-runs this and what follows, never the Jacobians.
 rule metrics:
+    """Coupling measures (m_K, excess, overlaps) of one model and step for every K."""
     input:
         depth="results/extract/{model}/{step}/depth.nc",
         tokens="results/extract/{model}/{step}/tokens.nc",

