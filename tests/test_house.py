@@ -134,7 +134,7 @@ def test_atomic_write_respects_the_umask(tmp_path: Path) -> None:
 
 
 def test_a_truncated_netcdf_names_the_file_and_the_remedy(tmp_path: Path) -> None:
-    path = io.write_netcdf(xr.Dataset({"x": ("a", np.arange(1000.0))}), tmp_path / "x.nc")
+    path = io.write_netcdf(xr.Dataset({"lss": ("token", np.arange(1000.0))}), tmp_path / "x.nc")
     path.write_bytes(path.read_bytes()[:200])
     with pytest.raises(ValueError, match=r"x.nc cannot be read .*delete it and run snakemake"):
         io.read_netcdf(path)
@@ -205,7 +205,7 @@ def test_strings_read_from_files_are_not_written_truncated(tmp_path: Path) -> No
     """A string coord read back with 8 characters, concatenated with longer ones, is written
     whole (the encoding inherited from the file is dropped)."""
     for name, prompt in (("a", "arc-0001"), ("b", "mmlu-0001")):
-        data = xr.Dataset({"v": ("prompt", [1.0])}, coords={"prompt": np.array([prompt])})
+        data = xr.Dataset({"lss": ("prompt", [1.0])}, coords={"prompt": np.array([prompt])})
         io.write_netcdf(data, tmp_path / f"{name}.nc")
     parts = [io.read_netcdf(tmp_path / f"{name}.nc") for name in "ab"]
     io.write_netcdf(xr.concat(parts, dim="prompt"), tmp_path / "both.nc")

@@ -30,7 +30,7 @@ def _job(outputs: list[Path]) -> None:
 
     def main(sm: SimpleNamespace) -> None:
         nc, csv, png, pdf = sm.output
-        io.write_netcdf(xr.Dataset({"x": ("a", np.arange(50.0))}), nc)
+        io.write_netcdf(xr.Dataset({"lss": ("token", np.arange(50.0))}), nc)
         io.atomic_write(csv, lambda temp: pd.DataFrame({"a": [1, 2]}).to_csv(temp, index=False))
         Path(png).parent.mkdir(parents=True, exist_ok=True)
         fig, ax = plt.subplots()

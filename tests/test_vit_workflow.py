@@ -81,6 +81,13 @@ def test_every_vit_output_is_made(done: Path) -> None:
     assert combined["image"].size == 4 and list(combined["k"].values) == [2, 4]
 
 
+def test_every_vit_netcdf_has_cf_labels_and_provenance(done: Path) -> None:
+    from blockcoupling.cf import check_files
+
+    files, checked, problems = check_files(done / "results" / "vit")
+    assert files >= 9 and not problems, problems[:10]
+
+
 def test_run_only_settings_rerun_nothing(done: Path, tmp_path: Path) -> None:
     def speed(vit: dict) -> None:
         vit.update(threads=2, device="cpu", data_dir="elsewhere")

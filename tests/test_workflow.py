@@ -156,6 +156,13 @@ def test_every_documented_output_is_a_target(done: Path) -> None:
         assert (done / pattern).is_file(), pattern
 
 
+def test_every_netcdf_has_cf_labels_and_provenance(done: Path) -> None:
+    from blockcoupling.cf import check_files
+
+    files, checked, problems = check_files(done / "results")
+    assert files >= 20 and checked > 500 and not problems, problems[:10]
+
+
 def test_results_respect_the_umask(done: Path) -> None:
     mode = (done / "results/extract/tiny/final/depth.nc").stat().st_mode & 0o777
     assert mode == 0o666 & ~_umask()

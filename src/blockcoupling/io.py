@@ -115,11 +115,18 @@ def write_text(path: str | Path, text: str) -> Path:
 
 
 def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
-    """Write ``dataset`` to NetCDF (zlib-compressed) atomically. Encodings inherited from files
-    the data was read from are dropped: a string coord read with 8 characters and concatenated
-    with longer ones would otherwise be written truncated to 8.
+    """Write ``dataset`` to NetCDF (zlib-compressed) atomically, labelled CF-style (``cf.label``:
+    ``long_name`` and ``units`` on every variable and coordinate, ``Conventions``) and with its
+    provenance (the versions and git commit, where the dataset does not carry those of the job
+    that computed it). Encodings inherited from files the data was read from are dropped: a
+    string coord read with 8 characters and concatenated with longer ones would otherwise be
+    written truncated to 8.
     """
-    dataset = dataset.copy()
+    from blockcoupling.cf import label
+
+    dataset = label(dataset)
+    for key, value in versions().items():
+        dataset.attrs.setdefault(key, value)
     for variable in dataset.variables.values():
         variable.encoding = {}
     encoding = {name: {"zlib": True, "complevel": 4} for name in dataset.data_vars}

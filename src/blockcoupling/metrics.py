@@ -176,6 +176,8 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
     ds = xr.Dataset(data, attrs={**depth.attrs, "ks": list(config.ks), "p": config.p})
     ds["depth_mis"] = ds["depth_mis"].transpose(*depth_mis.dims)
     ds["depth_excess"] = ds["depth_excess"].transpose(*depth_mis.dims)
+    for variable in ds.data_vars.values():  # not the statistics' descriptions they came from
+        variable.attrs = {}
     for entry in MEASURES:
         ds[f"depth_{entry.name}"].attrs.update(
             description=entry.description, null_level=entry.null_level, unit=entry.unit

@@ -1,0 +1,91 @@
+"""CF-style labels: every NetCDF variable and coordinate has long_name and units, every file
+Conventions and its provenance (the test over finished runs is in test_workflow.py and
+test_vit_workflow.py; here the table, the writer and the runs in this checkout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from blockcoupling.cf import CONVENTIONS, attributes, check_files, label
+from blockcoupling.io import read_netcdf, write_netcdf
+from blockcoupling.measures import MEASURES
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def small() -> xr.Dataset:
+    return xr.Dataset(
+        {
+            "depth_mis": (("k", "prompt"), np.ones((2, 3))),
+            "self_diag": (("prompt", "rank"), np.ones((3, 2))),
+            "coupling": (("k", "prompt"), np.ones((2, 3)), {"unit": "dimensionless (m_K)"}),
+            "bits_per_byte": ((), 2.5, {"long_name": "own name", "units": "bit/byte"}),
+        },
+        coords={"k": [4, 8], "prompt": ["arc-0001", "mmlu-0001", "x"], "rank": [0, 1]},
+    )
+
+
+def test_every_variable_and_coordinate_gets_long_name_and_units() -> None:
+    labelled = label(small())
+    for name, variable in labelled.variables.items():
+        assert variable.attrs["long_name"] and variable.attrs["units"], name
+    assert labelled["depth_mis"].attrs["units"] == "1"
+    assert labelled["depth_mis"].attrs["long_name"].startswith("depth-wise: m_K(J_i, J_j)")
+    assert labelled["self_diag"].attrs["long_name"].startswith("self token family: diagonal")
+    assert labelled["k"].attrs["long_name"] == "number K of top singular triplets"
+    assert labelled.attrs["Conventions"] == CONVENTIONS
+    # a builder's own labels stay; the registry's prose unit becomes a comment
+    assert labelled["bits_per_byte"].attrs == {"long_name": "own name", "units": "bit/byte"}
+    assert labelled["coupling"].attrs["comment"] == "dimensionless (m_K)"
+    assert "unit" not in labelled["coupling"].attrs
+    assert "long_name" not in small()["k"].attrs  # the input is not changed
+
+
+def test_every_registered_measure_is_named_in_every_family() -> None:
+    for family in ("depth", "self", "fixed_in", "fixed_out"):
+        for measure in MEASURES:
+            assert attributes(f"{family}_{measure.name}") is not None
+    assert attributes("tokens_mis") is None and attributes("nonsense") is None
+
+
+def test_an_unknown_variable_stops_the_write_naming_it(tmp_path: Path) -> None:
+    data = small().assign(mystery=(("k",), [1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"'mystery' has no long_name/units: add it to"):
+        write_netcdf(data, tmp_path / "x.nc")
+    assert not list(tmp_path.iterdir())
+
+
+def test_written_files_carry_the_labels_and_the_provenance(tmp_path: Path) -> None:
+    write_netcdf(small(), tmp_path / "x.nc")
+    with xr.open_dataset(tmp_path / "x.nc") as opened:
+        assert opened.attrs["Conventions"] == CONVENTIONS
+        assert {"git_commit", "blockcoupling_version", "torch_version"} <= set(opened.attrs)
+        assert opened["depth_mis"].attrs["units"] == "1"
+        assert opened["prompt"].attrs["long_name"] == "prompt id"
+    again = tmp_path / "y.nc"  # re-written (metrics from extract files): labels kept, not doubled
+    write_netcdf(read_netcdf(tmp_path / "x.nc"), again)
+    assert check_files(tmp_path) == (2, 2 * 7, [])
+
+
+def test_check_files_names_what_is_missing(tmp_path: Path) -> None:
+    small().to_netcdf(tmp_path / "bare.nc")
+    files, checked, problems = check_files(tmp_path)
+    assert (files, checked) == (1, 7)
+    assert f"{tmp_path / 'bare.nc'}: no Conventions attribute" in problems
+    assert f"{tmp_path / 'bare.nc'}: depth_mis has no long_name/units" in problems
+    assert not any("bits_per_byte" in problem for problem in problems)
+
+
+@pytest.mark.skipif(
+    not any((REPO / "results").rglob("*.nc")), reason="no run's results in this checkout"
+)
+def test_the_run_in_this_checkout_is_labelled() -> None:
+    """The smoke or default run made here (snakemake --cores 2 [--configfile ...])."""
+    files, checked, problems = check_files(REPO / "results")
+    assert files and not problems, (
+        f"{len(problems)} (snakemake re-runs and relabels): " + "; ".join(problems[:10])
+    )
