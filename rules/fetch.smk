@@ -11,6 +11,7 @@
 # revisions are extracted at once; a failed job stops its lane (--keep-going runs the others);
 # asking for one checkpoint's results runs its lane's earlier revisions first; the bound holds
 # per run (two runs sharing a cache each keep their own), and --notemp keeps every revision.
+from blockcoupling.lockfile import LockError, stale
 from blockcoupling.prompts import SOURCES as PROMPT_SOURCES
 
 
@@ -21,18 +22,52 @@ localrules:
     fetch_dataset,
 
 
+# repo -> (dataset config, revision: prompts.revisions' pin, else main)
 HUB_DATASETS = {
-    PROMPT_SOURCES[source]["hub"]: PROMPT_SOURCES[source]["config"]
+    PROMPT_SOURCES[source]["hub"]: (
+        PROMPT_SOURCES[source]["config"],
+        config["prompts"]["revisions"].get(source, "main"),
+    )
     for spec in config["prompts"]["sets"].values()
     for source in spec.get("hub", [])
 }
+
+
+# The lock file (hub.lock_file; lockfile.py) is, like the hub itself, state of the fetch stage
+# rather than a declared input: each fetch reads the commit it pins (params.lock names it) and
+# records the commit it fetched, so its own updates re-run nothing. A fetched folder that holds
+# another commit than the lock pins (a lock file from another machine) stops the run before any
+# job, naming what to delete.
+if HUB.lock_file:
+    _fetched = [
+        ("dataset", repo, revision, HUB.dataset_folder(repo, revision))
+        for repo, (_, revision) in HUB_DATASETS.items()
+    ] + [
+        ("model", r.repo, r.revision, HUB.folder(r.repo, r.revision, r.checkpoint))
+        for r in HUB_REVISIONS.values()
+    ]
+    for _kind, _repo, _revision, _folder in _fetched:
+        _manifest_kind = "checkpoint" if "/checkpoints/" in _folder else _kind
+        try:
+            _reason = stale(
+                _folder,
+                HUB.manifest(_manifest_kind, _repo, _revision),
+                HUB.lock_file,
+                _kind,
+                _repo,
+                _revision,
+            )
+        except LockError as error:
+            sys.exit(f"config error: hub.lock_file: {error}")
+        if _reason:
+            sys.exit(f"config error: {_reason}")
 
 
 rule fetch:
     """Fetch every kept hub model revision and prompt dataset into the hub cache."""
     input:
         [HUB.folder(r.repo, r.revision, False) for r in HUB_REVISIONS.values() if not r.checkpoint],
-        [HUB.dataset_folder(repo) for repo in HUB_DATASETS],
+        [HUB.dataset_folder(repo, revision) for repo, (_, revision) in HUB_DATASETS.items()],
 
 
 rule fetch_model:
@@ -49,6 +84,7 @@ rule fetch_model:
         "../envs/analysis.yaml"
     params:
         checkpoint=False,
+        lock=HUB.lock_file,
         code=script_hash("fetch_model"),
     script:
         "../scripts/fetch_model.py"
@@ -71,6 +107,7 @@ rule fetch_checkpoint:
     params:
         checkpoint=True,
         cache_dir=lambda wildcards: HUB.cache_dir,
+        lock=HUB.lock_file,
         code=script_hash("fetch_model"),
     script:
         "../scripts/fetch_model.py"
@@ -79,16 +116,19 @@ rule fetch_checkpoint:
 rule fetch_dataset:
     """Fetch one prompt dataset at its pinned commit into the hub cache."""
     output:
-        folder=directory(HUB.dataset_folder("{repo}")),
-        manifest=HUB.manifest("dataset", "{repo}", "main"),
+        folder=directory(HUB.dataset_folder("{repo}", "{revision}")),
+        manifest=HUB.manifest("dataset", "{repo}", "{revision}"),
     log:
-        "logs/fetch/dataset/{repo}.log",
+        "logs/fetch/dataset/{repo}/{revision}.log",
     wildcard_constraints:
         repo=constraint(HUB_DATASETS),
+        revision=r"[^/]+",
     conda:
         "../envs/analysis.yaml"
     params:
-        config=lambda wildcards: HUB_DATASETS[wildcards.repo],
+        config=lambda wildcards: HUB_DATASETS[wildcards.repo][0],
+        revision=lambda wildcards: wildcards.revision,
+        lock=HUB.lock_file,
         code=script_hash("fetch_dataset"),
     script:
         "../scripts/fetch_dataset.py"

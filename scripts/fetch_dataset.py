@@ -1,7 +1,8 @@
-"""Rule fetch_dataset: the card and data files of one hub prompt dataset into the hub cache
-(a local rule: online, where Snakemake runs), and its manifest."""
+"""Rule fetch_dataset: the card and data files of one hub prompt dataset, at its pinned
+revision (the lock file's commit when it holds one), into the hub cache (a local rule: online,
+where Snakemake runs); its manifest, and the commit fetched recorded in the lock file."""
 
-from blockcoupling import hub
+from blockcoupling import hub, lockfile
 
 hub.go_online()  # before huggingface_hub is imported: compute jobs alone are offline
 
@@ -9,8 +10,12 @@ from blockcoupling.runner import run_script  # noqa: E402
 
 
 def main(sm):
-    manifest = hub.fetch_dataset(sm.wildcards.repo, sm.params.config, sm.output.folder)
+    repo, revision, lock = sm.wildcards.repo, sm.params.revision, sm.params.lock
+    commit = lockfile.locked_commit(lock, "dataset", repo, revision) if lock else None
+    manifest = hub.fetch_dataset(repo, sm.params.config, sm.output.folder, revision, commit)
     hub.write_manifest(manifest, sm.output.manifest)
+    if lock:
+        lockfile.record(lock, "dataset", repo, revision, manifest["commit"])
 
 
 run_script(snakemake, main)

@@ -202,15 +202,16 @@ def save_revision(folder: Path, seed: int) -> None:
     (folder / "training_args.bin").write_bytes(b"not needed to load")
 
 
-def save_arc(folder: Path) -> None:
-    """A leaderboard-style ARC set: two configs, the challenge one with test and validation."""
+def save_arc(folder: Path, tag: str = "") -> None:
+    """A leaderboard-style ARC set: two configs, the challenge one with test and validation;
+    ``tag`` ends every question (another revision of the same set)."""
     import datasets
 
     folder.mkdir(parents=True)
     (folder / "README.md").write_text(ARC_CARD)
     for split, n in SPLITS.items():
         rows = {
-            "question": [f"which planet is closest to the sun {i}" for i in range(n)],
+            "question": [f"which planet is closest to the sun {i}{tag}" for i in range(n)],
             "choices": [{"text": ["mercury", "mars"], "label": ["A", "B"]}] * n,
             "answerKey": ["A"] * n,
         }
@@ -222,10 +223,12 @@ def save_arc(folder: Path) -> None:
 
 
 def build(root: Path) -> None:
-    """The local hub's repos: the model at step0, step16 and main (= step16's weights), ARC."""
+    """The local hub's repos: the model at step0, step16 and main (= step16's weights), ARC at
+    main and at v1 (its questions end in " v1")."""
     for revision, seed in [("step0", 0), ("step16", 16), ("main", 16)]:
         save_revision(root / "models" / MODEL / revision, seed)
     save_arc(root / "datasets" / ARC / "main")
+    save_arc(root / "datasets" / ARC / "v1", tag=" v1")
 
 
 # A workflow config on that hub: a checkpoint suite at steps 0 and 16 (revision_template), the

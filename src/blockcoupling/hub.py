@@ -2,8 +2,10 @@
 login node), into plain folders of a shared cache that compute jobs read offline.
 
 Layout under ``cache_dir``: ``models/<repo>/<revision>`` (revisions kept), ``checkpoints/<repo>/
-<revision>`` (revision_template steps, deleted once their jobs are done), ``datasets/<repo>``,
-and ``manifests/<kind>/<repo>/<revision>.json`` (what each fetch wrote; kept).
+<revision>`` (revision_template steps, deleted once their jobs are done), ``datasets/<repo>/
+<revision>``, and ``manifests/<kind>/<repo>/<revision>.json`` (what each fetch wrote; kept). The
+commit each fetch resolved goes into the lock file (``lockfile``, ``lock_file``), which later
+fetches follow.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class HubSettings:
     cache_dir: str = "hub_cache"
     max_revisions: int = 4
     offline_jobs: bool = True
+    lock_file: str | None = "hub.lock"
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> HubSettings:
@@ -48,9 +51,9 @@ class HubSettings:
         """The folder a model revision is fetched into."""
         return f"{self.cache_dir}/{'checkpoints' if checkpoint else 'models'}/{repo}/{revision}"
 
-    def dataset_folder(self, repo: str) -> str:
-        """The folder a prompt dataset is fetched into."""
-        return f"{self.cache_dir}/datasets/{repo}"
+    def dataset_folder(self, repo: str, revision: str = "main") -> str:
+        """The folder a prompt dataset's revision is fetched into."""
+        return f"{self.cache_dir}/datasets/{repo}/{revision}"
 
     def manifest(self, kind: str, repo: str, revision: str) -> str:
         """Where the manifest of a fetch (kind model, checkpoint or dataset) is kept."""
@@ -120,27 +123,28 @@ def _download(
     }
 
 
-def fetch_model(repo: str, revision: str, target: str | Path) -> dict[str, Any]:
+def fetch_model(
+    repo: str, revision: str, target: str | Path, commit: str | None = None
+) -> dict[str, Any]:
     """Fetch one model revision: config, tokenizer and weights (safetensors where the revision
-    has them, else the PyTorch .bin files). Returns the manifest.
+    has them, else the PyTorch .bin files); ``commit``: the commit to fetch instead of what
+    ``revision`` points to now (the lock file's). Returns the manifest.
     """
     from huggingface_hub import HfApi
 
-    info = HfApi().repo_info(repo, revision=revision)
+    info = HfApi().repo_info(repo, revision=commit or revision)
     names = [sibling.rfilename for sibling in info.siblings or []]
     weights = "*.safetensors" if any(n.endswith(".safetensors") for n in names) else "*.bin"
     return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target), info)
 
 
 def dataset_patterns(readme: str, config: str | None) -> list[str]:
-    """The data files of one dataset config, from the ``configs:`` of a dataset card (its YAML
-    front matter); ``config`` None takes the default one.
+    """The data files of one dataset config, from the ``configs:`` of a dataset card (read by
+    huggingface_hub's card API); ``config`` None takes the default one.
     """
-    import yaml
+    from huggingface_hub import DatasetCard
 
-    parts = readme.split("---")
-    meta = yaml.safe_load(parts[1]) if readme.startswith("---") and len(parts) > 2 else {}
-    configs = (meta or {}).get("configs") or []
+    configs = getattr(DatasetCard(readme).data, "configs", None) or []
     if config is None:
         chosen = [c for c in configs if c.get("default")] or [
             c for c in configs if c.get("config_name") == "default"
@@ -160,19 +164,28 @@ def dataset_patterns(readme: str, config: str | None) -> list[str]:
     return patterns
 
 
-def fetch_dataset(repo: str, config: str | None, target: str | Path) -> dict[str, Any]:
-    """Fetch the card and the data files of one dataset config (every split of it). Returns the
-    manifest.
+def fetch_dataset(
+    repo: str,
+    config: str | None,
+    target: str | Path,
+    revision: str = "main",
+    commit: str | None = None,
+) -> dict[str, Any]:
+    """Fetch the card and the data files of one dataset config (every split of it) at
+    ``revision``, or at ``commit`` when given (the lock file's). Returns the manifest.
     """
     import tempfile
 
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import HfApi, hf_hub_download
 
+    info = HfApi().dataset_info(repo, revision=commit or revision)
     with tempfile.TemporaryDirectory() as folder:
-        card = hf_hub_download(repo, "README.md", repo_type="dataset", local_dir=folder)
+        card = hf_hub_download(
+            repo, "README.md", repo_type="dataset", revision=info.sha, local_dir=folder
+        )
         readme = Path(card).read_text("utf-8")
     patterns = ["README.md", *dataset_patterns(readme, config)]
-    return _download(repo, "main", "dataset", patterns, Path(target))
+    return _download(repo, revision, "dataset", patterns, Path(target), info)
 
 
 def write_manifest(manifest: dict[str, Any], path: str | Path) -> None:

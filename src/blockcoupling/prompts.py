@@ -218,10 +218,15 @@ def load_prompt_file(path: str | os.PathLike, source: str | None = None) -> list
 
 
 def load_hub_prompts(
-    source: str, n: int, seed: int, folder: str | os.PathLike | None = None
+    source: str,
+    n: int,
+    seed: int,
+    folder: str | os.PathLike | None = None,
+    revision: str | None = None,
 ) -> list[Prompt]:
-    """Sample `n` prompts (all if fewer) of one SOURCES entry from the datasets hub, or from
-    `folder`, its copy fetched into the hub cache (`hub.fetch_dataset`; read offline).
+    """Sample `n` prompts (all if fewer) of one SOURCES entry from the datasets hub at
+    `revision` (a branch, tag or commit; None: main), or from `folder`, its copy fetched into
+    the hub cache (`hub.fetch_dataset`, at its pinned commit; read offline).
 
     Rows are drawn without replacement by a seeded RNG; ids are `f"{source}-{row:04d}"` with
     the 0-based row index in the split, so a row keeps its id whatever the seed or n.
@@ -237,7 +242,8 @@ def load_hub_prompts(
     where = spec["hub"]
     if folder is not None:
         where = str(hub.require(folder, f"prompt source {source} (dataset {spec['hub']})"))
-    table = datasets.load_dataset(where, spec["config"], split=spec["split"])
+    pinned = {"revision": revision} if folder is None and revision else {}
+    table = datasets.load_dataset(where, spec["config"], split=spec["split"], **pinned)
     rows = np.sort(np.random.default_rng(seed).permutation(len(table))[:n])
     prompts = []
     for r in rows.tolist():
@@ -314,6 +320,32 @@ def merge_sources(*samples: list[Prompt]) -> list[Prompt]:
     if sum(map(len, sources)) != len(set().union(*sources)):
         raise ValueError("merge_sources: a source appears in more than one sample")
     return sorted((p for sample in samples for p in sample), key=lambda p: (p.source, p.id))
+
+
+def provenance(
+    manifests: Mapping[str, str | os.PathLike], file: str | os.PathLike | None = None
+) -> dict[str, Any]:
+    """Where a prompt set's text comes from: per hub source (``manifests``: source -> the
+    manifest of its fetch) the dataset repo, config, split, revision asked and commit fetched
+    with its files; for a local prompt file its path and SHA-256.
+    """
+    import hashlib
+
+    found: dict[str, Any] = {"hub": {}}
+    for source, path in manifests.items():
+        manifest = json.loads(Path(path).read_text("utf-8"))
+        found["hub"][source] = {
+            "repo": manifest["repo"],
+            "config": SOURCES[source]["config"],
+            "split": SOURCES[source]["split"],
+            "revision": manifest["revision"],
+            "commit": manifest["commit"],
+            "files": manifest["files"],
+        }
+    if file is not None:
+        digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()
+        found["file"] = {"path": str(file), "sha256": digest}
+    return found
 
 
 def write_jsonl(prompts: Iterable[Prompt], path: str | os.PathLike) -> None:
