@@ -39,24 +39,23 @@ HUB_DATASETS = {
 # another commit than the lock pins (a lock file from another machine) stops the run before any
 # job, naming what to delete.
 if HUB.lock_file:
-    _fetched = [
-        ("dataset", repo, revision, HUB.dataset_folder(repo, revision))
+    _fetched = [  # (lock kind, manifest kind, repo, revision, folder)
+        ("dataset", "dataset", repo, revision, HUB.dataset_folder(repo, revision))
         for repo, (_, revision) in HUB_DATASETS.items()
     ] + [
-        ("model", r.repo, r.revision, HUB.folder(r.repo, r.revision, r.checkpoint))
+        (
+            "model",
+            "checkpoint" if r.checkpoint else "model",
+            r.repo,
+            r.revision,
+            HUB.folder(r.repo, r.revision, r.checkpoint),
+        )
         for r in HUB_REVISIONS.values()
     ]
-    for _kind, _repo, _revision, _folder in _fetched:
-        _manifest_kind = "checkpoint" if "/checkpoints/" in _folder else _kind
+    for _kind, _manifest_kind, _repo, _revision, _folder in _fetched:
+        _manifest = HUB.manifest(_manifest_kind, _repo, _revision)
         try:
-            _reason = stale(
-                _folder,
-                HUB.manifest(_manifest_kind, _repo, _revision),
-                HUB.lock_file,
-                _kind,
-                _repo,
-                _revision,
-            )
+            _reason = stale(_folder, _manifest, HUB.lock_file, _kind, _repo, _revision)
         except LockError as error:
             sys.exit(f"config error: hub.lock_file: {error}")
         if _reason:
