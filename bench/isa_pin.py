@@ -12,8 +12,9 @@ SHA-256 of the weights and of the Jacobians and singular triplets, and each part
 Four environments run interleaved, ``--repeats`` times, on one thread each:
 
 - ``pinned``: the jobs' environment (``isa.job_env()``) on this CPU;
-- ``pinned_avx2_cpu``: the same, with every library told the CPU stops at AVX2
-  (``MKL_ENABLE_INSTRUCTIONS=AVX2``; ATen's and oneDNN's caps are the pin's own);
+- ``pinned_avx2_cpu``: the same, with every library told the CPU stops at AVX2 (``AVX2_CPU``:
+  the caps of ATen, MKL, oneDNN and OpenBLAS; ATen's, oneDNN's and OpenBLAS's are the pin's own,
+  so a library the pin left out would differ);
 - ``native``: no pin, each library's own dispatch on this CPU;
 - ``native_avx2_cpu``: no pin, every library capped at AVX2 as on an AVX2-only CPU.
 
@@ -65,7 +66,7 @@ def environments() -> dict[str, dict[str, str]]:
     pinned = {**base, **isa.job_env()}
     return {
         "pinned": pinned,
-        "pinned_avx2_cpu": {**pinned, "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+        "pinned_avx2_cpu": {**pinned, **AVX2_CPU},  # fails if the pin leaves a library out
         "native": {**base, "BLOCKCOUPLING_ISA": "native"},
         "native_avx2_cpu": {**base, "BLOCKCOUPLING_ISA": "native", **AVX2_CPU},
     }

@@ -3,9 +3,10 @@
 ATen's vectorized kernels (elementwise ops, reductions, softmax, norms, AdamW), MKL (matmuls,
 SVD, QR), oneDNN (GELU, convolutions) and numpy's OpenBLAS each pick their kernels by the CPU's
 instruction set: an AVX-512 machine sums in another order than an AVX2 one, and training
-amplifies the last-bit difference into other weights. ``job_env`` pins all four to their AVX2
-(x86-64-v3) code path, which every x86-64 CPU since 2013-2015 runs (Intel Haswell, AMD
-Excavator/Zen); the thread count is pinned by each job's ``threads``. The variables must be set
+amplifies the last-bit difference into other weights. ``job_env`` pins ATen, oneDNN and OpenBLAS
+to their AVX2 (x86-64-v3) code path, which every x86-64 CPU since 2013-2015 runs (Intel Haswell,
+AMD Excavator/Zen), and MKL to its vendor-independent SSE2 branch; the thread count is each
+job's ``threads``. The variables must be set
 before torch and numpy load: the workflow sets them for every job (rules/common.smk), the
 command line before it imports torch. Imports nothing heavy.
 """
@@ -20,7 +21,9 @@ from pathlib import Path
 OPT_OUT = "BLOCKCOUPLING_ISA"  # =native: each library's own dispatch (machine-specific numbers)
 PINNED: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",  # torch's vectorized kernels
-    "MKL_CBWR": "AVX2,STRICT",  # MKL's AVX2 branch; STRICT: gemm identical for any thread count
+    # MKL's one branch documented to give the same results on Intel and AMD CPUs alike (SSE2, no
+    # approximate reciprocals); on an AMD CPU MKL takes AVX2 or AVX512 as AUTO, its own dispatch
+    "MKL_CBWR": "COMPATIBLE",
     "MKL_DYNAMIC": "FALSE",  # MKL's reproducibility also needs a fixed thread count
     "OMP_DYNAMIC": "FALSE",
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN's JIT kernels
