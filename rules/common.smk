@@ -52,8 +52,10 @@ except isa.ISAError as error:
 
 
 def script_hash(name):
-    """Hash of the library modules scripts/<name>.py imports (a param: edits re-run the rule)."""
-    return code_hash(os.path.join(workflow.basedir, "scripts", f"{name}.py"))
+    """Hash of the library modules scripts/<name>.py imports (a param: edits re-run the rule),
+    marked when the math libraries run unpinned (BLOCKCOUPLING_ISA=native: other numbers)."""
+    code = code_hash(os.path.join(workflow.basedir, "scripts", f"{name}.py"))
+    return code if isa.pinned() else f"{code}-native"
 
 
 def constraint(names):
