@@ -17,7 +17,7 @@ from blockcoupling.workflow import (
     science_params,
 )
 from blockcoupling.vit_config import science_extract as vit_science_extract
-from blockcoupling import cost
+from blockcoupling import cost, isa
 from blockcoupling.hub import HubSettings, hub_revisions, predecessor, revision_of
 from blockcoupling.models import is_local_gguf
 from blockcoupling.slurm import (
@@ -43,10 +43,19 @@ HUB = HubSettings.from_config(config)
 HUB_REVISIONS = {(r.repo, r.revision): r for r in hub_revisions(PLAN.models)}
 os.environ.update(HUB.job_env())
 
+# Every job's math libraries on one code path (AVX2), so that any x86-64 machine gives the same
+# numbers (blockcoupling.isa; the runner refuses a job without them).
+try:
+    os.environ.update(isa.job_env())
+except isa.ISAError as error:
+    sys.exit(f"error: {error}")
+
 
 def script_hash(name):
-    """Hash of the library modules scripts/<name>.py imports (a param: edits re-run the rule)."""
-    return code_hash(os.path.join(workflow.basedir, "scripts", f"{name}.py"))
+    """Hash of the library modules scripts/<name>.py imports (a param: edits re-run the rule),
+    marked when the math libraries run unpinned (BLOCKCOUPLING_ISA=native: other numbers)."""
+    code = code_hash(os.path.join(workflow.basedir, "scripts", f"{name}.py"))
+    return code if isa.pinned() else f"{code}-native"
 
 
 def constraint(names):

@@ -1,7 +1,12 @@
 """Shared test settings."""
 
 import pytest
-import torch
+
+from blockcoupling import isa
+
+isa.pin()  # the jobs' code path (AVX2) before torch loads: tests run what the jobs run
+
+import torch  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -280,6 +280,9 @@ def _check_measure_flags(args: argparse.Namespace) -> None:
 def measure_source(args: argparse.Namespace) -> str:
     """Load the model (or its twin), measure the prompts, return the summary table."""
     _check_measure_flags(args)
+    from blockcoupling import isa
+
+    isa.pin()  # the workflow jobs' code path (AVX2), set before torch loads
     import torch
 
     from blockcoupling.measure import MeasureConfig, measure

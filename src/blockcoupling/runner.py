@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from blockcoupling import manifest
+from blockcoupling import isa, manifest
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 
@@ -49,8 +49,9 @@ def reason(error: OSError) -> str:
 
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(snakemake)`` logging to the rule's log and stderr, with torch (when the script
-    uses it) set to the rule's threads, then record the hash of every output in the results'
-    manifest; a user error becomes one line (exit status 1) and its traceback stays in the log.
+    uses it) set to the rule's threads and its math libraries checked to be on the pinned code
+    path (``isa.check_job``), then record the hash of every output in the results' manifest; a
+    user error becomes one line (exit status 1) and its traceback stays in the log.
     """
     log_path = Path(snakemake.log[0]) if len(snakemake.log) else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
@@ -67,6 +68,7 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     if torch is not None:
         torch.set_num_threads(max(1, int(snakemake.threads)))
     try:
+        isa.check_job()
         main(snakemake)
         manifest.record(snakemake.output)
     except USER_ERRORS as error:

@@ -1,0 +1,217 @@
+"""What the instruction-set pin (blockcoupling.isa) changes: the numbers, and the time.
+
+Usage:
+  python bench/isa_pin.py [--repeats 3] [--steps 40] [--d-model 64] [--layers 4] [--width 576]
+  python bench/isa_pin.py --worker [same sizes]   (one run in this process: JSON on stdout)
+
+Each run, in a fresh process, trains a GPT-NeoX with the workflow's train code (``--steps`` AdamW
+steps, ``--layers`` blocks of width ``--d-model``) and a small ViT with the workflow's ViT code
+(2 epochs on the digits), then extracts: every block's depth Jacobian at the last token of a
+random GPT-NeoX of width ``--width`` (2 blocks, 16 tokens) and its full SVD. It reports a
+SHA-256 of the weights and of the Jacobians and singular triplets, and each part's seconds.
+Four environments run interleaved, ``--repeats`` times, on one thread each:
+
+- ``pinned``: the jobs' environment (``isa.job_env()``) on this CPU;
+- ``pinned_avx2_cpu``: the same, with every library told the CPU stops at AVX2 (``AVX2_CPU``:
+  the caps of ATen, MKL, oneDNN and OpenBLAS; ATen's, oneDNN's and OpenBLAS's are the pin's own,
+  so a library the pin left out would differ);
+- ``native``: no pin, each library's own dispatch on this CPU;
+- ``native_avx2_cpu``: no pin, every library capped at AVX2 as on an AVX2-only CPU.
+
+It prints a markdown report: whether pinned and pinned_avx2_cpu (and native and native_avx2_cpu)
+are bit-identical, and the median seconds of pinned over native per part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PIN_KEYS = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_DYNAMIC",
+    "OMP_DYNAMIC",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "OPENBLAS_CORETYPE",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "BLOCKCOUPLING_ISA",
+)
+AVX2_CPU = {  # what each library is told of an AVX2-only CPU
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "DNNL_MAX_CPU_ISA": "AVX2",
+    "OPENBLAS_CORETYPE": "Haswell",
+}
+PARTS = ("train_lm", "train_vit", "extract")
+
+
+def environments() -> dict[str, dict[str, str]]:
+    """The four environments: this process's, less every pin variable, plus each one's own."""
+    from blockcoupling import isa  # no torch
+
+    base = {k: v for k, v in os.environ.items() if k not in PIN_KEYS}
+    base.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    pinned = {**base, **isa.job_env()}
+    return {
+        "pinned": pinned,
+        "pinned_avx2_cpu": {**pinned, **AVX2_CPU},  # fails if the pin leaves a library out
+        "native": {**base, "BLOCKCOUPLING_ISA": "native"},
+        "native_avx2_cpu": {**base, "BLOCKCOUPLING_ISA": "native", **AVX2_CPU},
+    }
+
+
+def _digest(tensors: dict) -> str:
+    sha = hashlib.sha256()
+    for name in sorted(tensors):
+        sha.update(name.encode())
+        sha.update(tensors[name].detach().contiguous().cpu().numpy().tobytes())
+    return sha.hexdigest()
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """One run in this process (its environment already set): digests and seconds per part."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from blockcoupling import spectral, vision_data
+    from blockcoupling.jacobians import JacobianEngine
+    from blockcoupling.schedule import TrainConfig
+    from blockcoupling.train import train
+    from blockcoupling.vit_config import ViTRunConfig
+    from blockcoupling.vit_train import train_vit
+
+    out: dict = {"capability": torch.backends.cpu.get_cpu_capability()}
+    with tempfile.TemporaryDirectory() as tmp:
+        lm = TrainConfig(
+            n_layers=args.layers,
+            d_model=args.d_model,
+            n_heads=2,
+            context_length=32,
+            batch_size=8,
+            learning_rate=3e-3,
+            total_steps=args.steps,
+            vocab_size=300,
+            checkpoint_steps=[args.steps],
+            n_val_windows=8,
+            max_train_chars=150_000,
+        )
+        t0 = time.perf_counter()
+        last = train(lm, Path(tmp) / "lm", progress=False, threads=1)
+        out["train_lm"] = (_digest(load_file(last / "model.safetensors")), time.perf_counter() - t0)
+        vit = ViTRunConfig(
+            embed_dim=16, depth=2, num_heads=2, patch_size=4, epochs=2, warmup_epochs=1
+        )
+        digits = vision_data.digits(0)
+        t0 = time.perf_counter()
+        weights = train_vit(vit, digits, Path(tmp) / "vit", threads=1, progress=False)
+        out["train_vit"] = (_digest(load_file(str(weights))), time.perf_counter() - t0)
+    torch.manual_seed(0)
+    config = GPTNeoXConfig(
+        vocab_size=300,
+        hidden_size=args.width,
+        num_hidden_layers=2,
+        num_attention_heads=args.width // 64,
+        intermediate_size=4 * args.width,
+        attn_implementation="eager",
+    )
+    model = GPTNeoXForCausalLM(config).eval()
+    ids = torch.randint(0, 300, (1, 16), generator=torch.Generator().manual_seed(0))
+    t0 = time.perf_counter()
+    engine = JacobianEngine(model, {"input_ids": ids})
+    found = {}
+    for layer in range(config.num_hidden_layers):
+        jac = engine.output_token(layer, 15)  # (t1, d, d)
+        svd = spectral.svd(jac)
+        found.update({f"{layer}.jac": jac, f"{layer}.u": svd.u, f"{layer}.s": svd.s})
+        found[f"{layer}.v"] = svd.v
+    out["extract"] = (_digest(found), time.perf_counter() - t0)
+    return out
+
+
+def run_in(env: dict[str, str], sizes: list[str]) -> dict:
+    """The worker in a fresh process under ``env``: its JSON."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", *sizes],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"worker failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
+    """The markdown report of interleaved runs."""
+
+    def same(a: str, b: str, part: str) -> str:
+        digests = {r[part][0] for r in runs[a] + runs[b]}
+        return "identical" if len(digests) == 1 else "differ"
+
+    def median(name: str, part: str) -> float:
+        return statistics.median(r[part][1] for r in runs[name])
+
+    lines = [
+        f"# ISA pin: {platform.processor() or platform.machine()}, "
+        f"torch capability {runs['native'][0]['capability']} unpinned, "
+        f"{runs['pinned'][0]['capability']} pinned; {args.repeats} interleaved repeats, 1 thread",
+        "",
+        f"Sizes: GPT-NeoX {args.layers} x {args.d_model}, {args.steps} steps; ViT 16 wide, "
+        f"2 epochs; extraction at width {args.width}, 2 blocks, 16 tokens.",
+        "",
+        "| part | pinned vs pinned on an AVX2 CPU | unpinned vs unpinned on an AVX2 CPU "
+        "| pinned s | unpinned s | pinned / unpinned |",
+        "|---|---|---|---|---|---|",
+    ]
+    for part in PARTS:
+        pinned, native = median("pinned", part), median("native", part)
+        lines.append(
+            f"| {part} | {same('pinned', 'pinned_avx2_cpu', part)} "
+            f"| {same('native', 'native_avx2_cpu', part)} "
+            f"| {pinned:.2f} | {native:.2f} | {pinned / native:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help="one run in this process")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--d-model", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=576)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return
+    sizes = [
+        f"--steps={args.steps}",
+        f"--d-model={args.d_model}",
+        f"--layers={args.layers}",
+        f"--width={args.width}",
+    ]
+    envs = environments()
+    runs: dict[str, list[dict]] = {name: [] for name in envs}
+    for _ in range(args.repeats):  # interleaved: the machine's load hits every environment alike
+        for name, env in envs.items():
+            runs[name].append(run_in(env, sizes))
+    print(report(runs, args), end="")
+
+
+if __name__ == "__main__":
+    main()
