@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blockcoupling import hub
+from blockcoupling.hub_names import HubNameError, check_repo_id, check_revision, contained
 from blockcoupling.progress import on_terminal
 
 if TYPE_CHECKING:  # torch is imported where weights are touched: parsing sources stays light
@@ -143,6 +144,9 @@ class ModelSource:
 
 
 SOURCE_KEYS = ("hub", "path", "package")
+# every key a source mapping may have (the workflow's ``train``/``checkpoint`` sources become
+# ``path`` ones before they are parsed)
+ALLOWED_KEYS = {"hub": {"revision"}, "path": {"file"}, "package": {"file", "assemble"}}
 
 
 def parse_source(spec: dict[str, Any]) -> ModelSource:
@@ -157,6 +161,19 @@ def parse_source(spec: dict[str, Any]) -> ModelSource:
             f"a model source needs exactly one of {', '.join(SOURCE_KEYS)}; got keys {sorted(spec)}"
         )
     kind = kinds[0]
+    unknown = sorted(set(spec) - {kind, *ALLOWED_KEYS[kind]})
+    if unknown:
+        raise ModelSourceError(
+            f"{kind} source has unknown key(s) {', '.join(map(str, unknown))}; it takes "
+            f"{', '.join([kind, *sorted(ALLOWED_KEYS[kind])])}"
+        )
+    try:
+        if kind == "hub":
+            check_repo_id(str(spec["hub"]))
+        if spec.get("revision") is not None:
+            check_revision(str(spec["revision"]))
+    except HubNameError as error:
+        raise ModelSourceError(str(error)) from None
     if kind == "package" and spec.get("assemble"):
         return ModelSource("assembled", str(spec["package"]), spec.get("file"), None)
     if kind == "package" and not spec.get("file"):
@@ -259,7 +276,12 @@ def resolve(source: ModelSource) -> Resolved:
                 "call assemble_package_file first and pass its path"
             )
         folder = package_folder(source.location) if source.kind == "package" else None
-        path = (folder / source.file) if folder is not None else Path(str(source.file))
+        path = Path(str(source.file))
+        if folder is not None:
+            try:
+                path = contained(path, folder, f"package {source.location!r}: file")
+            except HubNameError as error:
+                raise ModelSourceError(str(error)) from None
         if not path.is_file():
             raise ModelSourceError(f"file {str(path)!r} not found (source {source.describe()})")
         gguf = path.name if path.suffix == ".gguf" else None

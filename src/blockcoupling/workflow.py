@@ -576,15 +576,24 @@ def _check_prompt_file(key: str, path: str) -> None:
 
 
 def _check_source(name: str, entry: ModelEntry) -> None:
-    """A local source's package or path exists (hub ids are checked when loaded)."""
-    from blockcoupling.models import ModelSourceError, check_local_source
+    """A local source's package or path exists; a hub source's id and the revision of every
+    step are ones the hub accepts (they become folders of the hub cache).
+    """
+    from blockcoupling.models import ModelSourceError, check_local_source, parse_source
 
     if entry.is_trained_here:
         return
     try:
         check_local_source(entry.source)
+        for step in entry.steps:
+            parse_source(entry.source_at(step))
     except ModelSourceError as error:
         raise ConfigError(f"models.{name}.source: {error}") from None
+    except (KeyError, IndexError, ValueError) as error:  # a revision_template that cannot format
+        raise ConfigError(
+            f"models.{name}.revision_template {entry.revision_template!r}: {error!r}; "
+            "use {step} for the step number"
+        ) from None
 
 
 def _rule_names_unique(kind: str, names: list[str]) -> None:
