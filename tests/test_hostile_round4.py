@@ -6,6 +6,7 @@ planner nonsense and late config errors."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,11 @@ def test_real_revisions_pass(revision: str) -> None:
     assert check_revision(revision) == revision
 
 
+def test_a_revision_with_a_slash_is_refused_by_the_workflow_not_missing_input() -> None:
+    message = refusal(with_model({"hub": "org/x", "revision": "refs/pr/1"}))
+    assert "refs/pr/1" in message and "commit hash" in message
+
+
 def test_a_revision_template_that_escapes_is_refused() -> None:
     config = with_model({"hub": "org/x"}, steps=[1], revision_template="../../{step}")
     assert "hub revision '../../1'" in refusal(config)
@@ -106,3 +112,72 @@ def test_a_package_file_outside_its_package_is_refused(tmp_path: Path) -> None:
     outside.mkdir()
     with pytest.raises(HubNameError):
         contained(outside, tmp_path / "inside", "file")
+
+
+# --- custom model code, emptied fetched folders -------------------------------------------
+
+
+def save_tiny_folder(folder: Path) -> Path:
+    """A 2-block llama with a character tokenizer saved to ``folder``."""
+    import tiny_models
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tiny_models.llama(layers=2).save_pretrained(folder)
+    vocab = {chr(97 + i): i for i in range(26)} | {"[UNK]": 26}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder
+
+
+def test_a_folder_with_custom_code_is_refused_and_its_code_never_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    folder = save_tiny_folder(tmp_path / "m")
+    config = yaml.safe_load((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "evil.EvilModel", "AutoConfig": "evil.Cfg"}
+    (folder / "config.json").write_text(json.dumps(config))
+    marker = tmp_path / "ran"
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    capsys.readouterr()
+    assert cli.main(["measure", str(folder), "hello", "--k", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "auto_map" in err[0] and "config.json" in err[0]
+    assert cli.main(["measure", str(folder), "hello", "--k", "2", "--random-twin"]) == 2
+    assert not marker.exists()
+
+
+def test_every_load_passes_trust_remote_code_false(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import transformers
+
+    from blockcoupling import models
+
+    folder = save_tiny_folder(tmp_path / "m")
+    seen: list[tuple[str, object]] = []
+    for cls in ("AutoModelForCausalLM", "AutoConfig", "AutoTokenizer"):
+        original = getattr(transformers, cls).from_pretrained
+
+        def spy(*args: object, _cls: str = cls, _orig: object = original, **kw: object) -> object:
+            seen.append((_cls, kw.get("trust_remote_code", "absent")))
+            return _orig(*args, **kw)  # type: ignore[operator]
+
+        monkeypatch.setattr(getattr(transformers, cls), "from_pretrained", spy)
+    source = parse_source({"path": str(folder)})
+    models.load_model(source)
+    models.load_random_twin(source, 0)
+    assert {cls for cls, _ in seen} == {"AutoModelForCausalLM", "AutoConfig", "AutoTokenizer"}
+    assert all(value is False for _, value in seen), seen
+
+
+def test_an_emptied_fetched_folder_says_fetch_it_again(tmp_path: Path) -> None:
+    from blockcoupling import hub, models
+
+    folder = tmp_path / "hub_cache" / "models" / "org" / "x" / "main"
+    folder.mkdir(parents=True)
+    (folder / "leftover.txt").write_text("")  # emptied of its model files
+    spec = {"name": "x", "source": {"hub": "org/x"}, "fetched": str(folder)}
+    with pytest.raises(hub.HubCacheError, match="no config.json.*fetch it again"):
+        models.load_for_job(spec)

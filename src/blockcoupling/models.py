@@ -252,8 +252,34 @@ class Resolved:
     revision: str | None = None
 
 
+def refuse_custom_code(folder: Path) -> None:
+    """ModelSourceError when a model folder's config or tokenizer config names its own code
+    (``auto_map``): blockcoupling never runs a model's code (``trust_remote_code=False``).
+    """
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            content = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(content, dict) and content.get("auto_map"):
+            raise ModelSourceError(
+                f"{folder / name} has auto_map (custom model code, {sorted(content['auto_map'])}"
+                "): blockcoupling never runs a model's own code; use a model whose architecture "
+                "transformers has built in"
+            )
+
+
 def resolve(source: ModelSource) -> Resolved:
-    """Turn a source into ``from_pretrained`` arguments, checking that local files exist."""
+    """Turn a source into ``from_pretrained`` arguments, checking that local files exist and
+    that a local folder names no custom code.
+    """
+    resolved = _resolve(source)
+    if Path(resolved.name_or_path).is_dir():
+        refuse_custom_code(Path(resolved.name_or_path))
+    return resolved
+
+
+def _resolve(source: ModelSource) -> Resolved:
     if source.kind == "hub":
         return Resolved(source.location, None, source.revision)
     if source.kind == "path":
@@ -341,7 +367,13 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     where = source
     if spec.get("fetched"):  # a hub revision: read offline from its folder in the hub cache
         what = f"models.{spec['name']}: revision {source.revision or 'main'} of {source.location}"
-        where = ModelSource("path", str(hub.require(spec["fetched"], what)))
+        folder = hub.require(spec["fetched"], what)
+        if not (folder / "config.json").is_file():
+            raise hub.HubCacheError(
+                f"{what}: {folder} has no config.json (emptied or cut short); delete that folder "
+                "and fetch it again (snakemake --cores 1 fetch, on the login node)"
+            )
+        where = ModelSource("path", str(folder))
     if spec.get("converted"):  # a GGUF source: its folder written once by convert_gguf
         where = ModelSource("path", spec["converted"])
     load = dict(spec.get("load", {}))
@@ -462,7 +494,7 @@ def load_random_twin(
     kwargs = {
         k: v
         for k, v in _pretrained_kwargs(where, options).items()
-        if k in ("gguf_file", "revision")
+        if k in ("gguf_file", "revision", "trust_remote_code")
     }
     try:
         config = transformers.AutoConfig.from_pretrained(where.name_or_path, **kwargs)
@@ -496,6 +528,7 @@ def _pretrained_kwargs(where: Resolved, options: LoadOptions) -> dict[str, Any]:
         "experts_implementation": "eager",
         "dtype": torch_dtype(options.dtype),
         **options.extra,
+        "trust_remote_code": False,  # never a model's own code (resolve refuses auto_map)
     }
     if where.gguf_file:
         kwargs["gguf_file"] = where.gguf_file
@@ -510,7 +543,9 @@ def _tokenizer(where: Resolved, options: LoadOptions) -> Any:
     import transformers
 
     kwargs = {k: v for k, v in (("gguf_file", where.gguf_file), ("revision", where.revision)) if v}
-    return transformers.AutoTokenizer.from_pretrained(where.name_or_path, **kwargs)
+    return transformers.AutoTokenizer.from_pretrained(
+        where.name_or_path, trust_remote_code=False, **kwargs
+    )
 
 
 def _seeded_init(

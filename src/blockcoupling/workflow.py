@@ -586,7 +586,9 @@ def _check_source(name: str, entry: ModelEntry) -> None:
     try:
         check_local_source(entry.source)
         for step in entry.steps:
-            parse_source(entry.source_at(step))
+            revision = str(parse_source(entry.source_at(step)).revision or "")
+            if "/" in revision:  # the hub cache keeps a revision as one folder
+                raise ModelSourceError(f"hub revision {revision!r} has '/'; give its commit hash")
     except ModelSourceError as error:
         raise ConfigError(f"models.{name}.source: {error}") from None
     except (KeyError, IndexError, ValueError) as error:  # a revision_template that cannot format
