@@ -223,3 +223,32 @@ def test_random_init_seed_out_of_range_is_refused_at_check_config(seed: int) -> 
     config["random_init"]["seed"] = seed
     message = refusal(config)
     assert message.startswith("random_init.seed")
+
+
+# --- the planner -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tflops", ["-5", "0", "nan", "inf"])
+def test_plan_refuses_a_gpu_rate_that_is_not_positive(
+    tflops: str, capsys: pytest.CaptureFixture
+) -> None:
+    config = str(REPO / "config" / "paper.yaml")
+    assert cli.main(["plan", "--configfile", config, f"--gpu-tflops={tflops}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--gpu-tflops" in err[0] and "above 0" in err[0]
+
+
+def test_plan_honours_a_given_gpu_rate(capsys: pytest.CaptureFixture) -> None:
+    config = str(REPO / "config" / "paper.yaml")
+    cli.main(["plan", "--configfile", config, "--gpu-tflops", "50"])
+    assert "50 TFLOP/s given" in capsys.readouterr().out
+
+
+def test_plan_refuses_a_model_it_cannot_cost(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = smoke()
+    config["models"] = {"nometa": {"source": {"hub": "org/x"}}}
+    config["figures"] = {}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    assert cli.main(["plan", "--configfile", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "models.nometa" in err and "meta.n_layers" in err and "cannot be costed" in err

@@ -221,9 +221,21 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
 
     from blockcoupling import cost
 
+    if args.gpu_tflops is not None and not 0 < args.gpu_tflops < float("inf"):
+        raise ValueError(
+            f"--gpu-tflops {args.gpu_tflops:g}: give your GPUs' achieved float32 TFLOP/s, a "
+            "number above 0 (or leave it out for the assumed H100)"
+        )
     plan = load_plan(args.configfile, args.workflow_dir, check_memory=False)
+    uncosted = [n for n, e in plan.models.items() if cost.shape_of(e.meta, e.load) is None]
+    if uncosted:
+        raise ValueError(
+            f"models.{uncosted[0]}: no meta.n_layers and meta.d_model, so its jobs cannot be "
+            f"costed ({len(uncosted)} such model(s): {', '.join(uncosted)}); add them under "
+            f"models.{uncosted[0]}.meta"
+        )
     gpu = cost.GPU
-    if args.gpu_tflops:
+    if args.gpu_tflops is not None:
         gpu = replace(
             gpu,
             name=f"GPU, float32 ({args.gpu_tflops:g} TFLOP/s given)",
