@@ -10,6 +10,7 @@ blockcoupling claims RESULTS --readme README.md            put a run's claims ta
 from __future__ import annotations
 
 import argparse
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -137,7 +138,13 @@ def render_claims(results: Path, readme: Path) -> str:
     source = results / "stats" / "claims.md"
     if not source.is_file():
         raise ValueError(f"{source} not found: run the workflow's stats_claims rule first")
-    write_text(readme, render_readme(readme, source.read_text(encoding="utf-8")))
+    target = readme.resolve()  # a symlinked README: its target is rewritten, the link kept
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
+    if mode is not None and not mode & stat.S_IWUSR:
+        raise ValueError(f"{readme} is read-only: make it writable (chmod u+w {readme}) first")
+    write_text(target, render_readme(target, source.read_text(encoding="utf-8")))
+    if mode is not None:
+        target.chmod(mode)  # its own permissions, not the umask's
     return f"{readme}: claims table from {source}"
 
 
