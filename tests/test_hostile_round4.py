@@ -303,3 +303,87 @@ def test_claims_keeps_a_readme_symlink_and_the_files_mode(claims_run: Path, tmp_
     assert cli.main(["claims", str(claims_run), "--readme", str(link)]) == 0
     assert link.is_symlink() and "| new table |" in real.read_text()
     assert (real.stat().st_mode & 0o777) == 0o640
+
+
+# --- spectra that cannot carry K ----------------------------------------------------------
+
+
+def zeroed_tiny(folder: Path, blocks: tuple[int, ...]) -> Path:
+    """A 3-block llama whose ``blocks`` (0-based) have their output projections zeroed: their
+    block Jacobians are exactly 0.
+    """
+    import torch
+    import transformers
+
+    save_tiny_folder(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        for block in blocks:
+            model.model.layers[block].self_attn.o_proj.weight.zero_()
+            model.model.layers[block].mlp.down_proj.weight.zero_()
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("blocks", [(1,), (0, 1)])
+def test_measure_names_a_zero_block_instead_of_printing_nan(
+    tmp_path: Path, blocks: tuple[int, ...], capsys: pytest.CaptureFixture
+) -> None:
+    folder = zeroed_tiny(tmp_path / "m", blocks)
+    capsys.readouterr()
+    assert cli.main(["measure", str(folder), "hello there", "--k", "4"]) == 2
+    captured = capsys.readouterr()
+    err = [line for line in captured.err.splitlines() if line.strip() and "it/s]" not in line]
+    assert len(err) == 1 and "nan" not in captured.out
+    assert f"layer {blocks[0] + 1} has rank below K=4" in err[0] and "s_1 = 0" in err[0]
+
+
+def test_the_metrics_rule_names_a_zero_block_not_nan_weights(tmp_path: Path) -> None:
+    import runpy
+    import types
+
+    from blockcoupling import io
+    from blockcoupling.measure import MeasureConfig, measure
+    from blockcoupling.models import load_model
+
+    folder = zeroed_tiny(tmp_path / "m", (1,))
+    model, tokenizer = load_model(parse_source({"path": str(folder)}))
+    data = measure(model, tokenizer, ["hello there"], MeasureConfig(k_max=4, token_prompts=0))
+    io.write_netcdf(data["depth"], tmp_path / "depth.nc")
+    io.write_netcdf(data["tokens"], tmp_path / "tokens.nc")
+    log = tmp_path / "metrics.log"
+    sm = types.SimpleNamespace(
+        log=[str(log)],
+        threads=1,
+        rule="metrics",
+        input=types.SimpleNamespace(depth=tmp_path / "depth.nc", tokens=tmp_path / "tokens.nc"),
+        output=types.SimpleNamespace(depth=tmp_path / "o.nc", tokens=tmp_path / "t.nc"),
+        params=types.SimpleNamespace(metrics={"ks": [2, 4]}),
+        wildcards=types.SimpleNamespace(model="zeroed", step="final"),
+    )
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(REPO / "scripts" / "metrics.py"), {"snakemake": sm})
+    text = log.read_text()
+    assert "model zeroed, step final: the Jacobian at prompt p0000, layer 2" in text
+    assert "rank below K=4" in text and "NaN/Inf" not in text
+    assert not (tmp_path / "o.nc").exists()
+
+
+def test_require_rank_agrees_with_numpys_rank() -> None:
+    import numpy as np
+    import xarray as xr
+
+    from blockcoupling.finite import require_rank
+
+    rng = np.random.default_rng(0)
+    d, k = 12, 5
+    for rank in range(0, d + 1):
+        jac = rng.normal(size=(d, rank)) @ rng.normal(size=(rank, d))
+        s = np.linalg.svd(jac.astype(np.float32), compute_uv=False)
+        values = xr.DataArray(s[None, :], dims=("layer", "rank"), coords={"layer": [1]})
+        deficient = np.linalg.matrix_rank(jac) < k
+        if deficient:
+            with pytest.raises(ValueError, match=f"rank below K={k}"):
+                require_rank(values, k, d, "m")
+        else:
+            require_rank(values, k, d, "m")

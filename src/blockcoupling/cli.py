@@ -301,6 +301,7 @@ def measure_source(args: argparse.Namespace) -> str:
     _check_measure_flags(args)
     import torch
 
+    from blockcoupling.finite import require_rank
     from blockcoupling.measure import MeasureConfig, measure
     from blockcoupling.metrics import MetricConfig, coupling_dataset
     from blockcoupling.models import (
@@ -330,6 +331,8 @@ def measure_source(args: argparse.Namespace) -> str:
         raise ValueError(f"--k {args.k} exceeds the model's hidden size {width}; give --k {width}")
     config = MeasureConfig(k_max=args.k, max_tokens=args.max_tokens, variants=(args.variant,))
     data = measure(model, tokenizer, args.prompts, config, attrs={"model": args.source})
+    width = int(data["depth"].attrs.get("hidden_size", width or data["depth"].sizes["rank"]))
+    require_rank(data["depth"]["singular_values"], args.k, width, source.describe())
     metrics = coupling_dataset(data["depth"], MetricConfig(ks=(args.k,), readings=(args.reading,)))
     at = {"k": args.k, "reading": args.reading, "variant": args.variant, "norm": "p"}
     coupling = metrics["coupling"].sel(at)

@@ -30,3 +30,30 @@ def require_finite(dataset: xr.Dataset, names: Iterable[str], where: str) -> Non
             f"({int(bad.sum())} of {bad.size} values not finite); check the model's weights "
             "for NaN/Inf: a non-finite value is not written"
         )
+
+
+def require_rank(singular_values: xr.DataArray, k: int, width: int, where: str) -> None:
+    """Raise a one-line ValueError naming ``where``, the first Jacobian (its coordinates) and its
+    spectrum when a Jacobian's K-th singular value is zero at float32 precision
+    (``s_K <= s_1 * width * eps``: a zero block, or rank below K). Its top-K bases are then
+    arbitrary and m_K undefined (0/0 for a zero block); averaging over the remaining pairs would
+    report a finite, wrong coupling. ``singular_values (..., rank)``, descending; ``width``: d.
+    """
+    values = singular_values.transpose(..., "rank")
+    s = values.values
+    top, kth = s[..., 0], s[..., k - 1]
+    bad = ~(kth > top * width * np.finfo(np.float32).eps)
+    if not bad.any():
+        return
+    index = np.unravel_index(int(np.argmax(bad)), bad.shape)
+    dims = values.dims[:-1]
+    at = ", ".join(
+        f"{dim} {values[dim].values[i] if dim in values.coords else i}"
+        for dim, i in zip(dims, index)
+    )
+    raise ValueError(
+        f"{where}: the Jacobian at {at} has rank below K={k} (s_1 = {top[index]:.3g}, "
+        f"s_{k} = {kth[index]:.3g}; {int(bad.sum())} of {bad.size} Jacobians): m_K is undefined "
+        "for a zero or rank-deficient block (e.g. zeroed weights); lower K below its rank or "
+        "leave the model out"
+    )
