@@ -1,12 +1,9 @@
 """Rule metrics: m_K for the configured K list, readings and norms, from stored statistics."""
 
-from blockcoupling.finite import require_finite, require_rank
+from blockcoupling.finite import SUMMARIES, require_finite, require_rank
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.runner import run_script
-
-# The per-prompt summaries the statistics use (those of them the metrics module computes).
-SUMMARIES = ("coupling", "adjacent_coupling", "coupling_null", "coupling_excess", "adjacent_excess")
 
 
 def main(sm):

@@ -387,3 +387,80 @@ def test_require_rank_agrees_with_numpys_rank() -> None:
                 require_rank(values, k, d, "m")
         else:
             require_rank(values, k, d, "m")
+
+
+# --- no statistic over a silently smaller set ---------------------------------------------
+
+
+def _run_combine(tmp_path: Path, name: str, datasets: dict[str, object]) -> Path:
+    """scripts/combine.py on per-model files ``datasets`` (model -> dataset, step final);
+    returns its log.
+    """
+    import runpy
+    import types
+
+    from blockcoupling import io
+
+    paths = {}
+    for model, dataset in datasets.items():
+        paths[model] = tmp_path / model / f"{name}.nc"
+        io.write_netcdf(dataset, paths[model])  # type: ignore[arg-type]
+    log = tmp_path / "combine.log"
+    sm = types.SimpleNamespace(
+        log=[str(log)],
+        threads=1,
+        rule="combine_models",
+        input=[str(path) for path in paths.values()],
+        output=[str(tmp_path / "combined" / f"{name}.nc")],
+        params=types.SimpleNamespace(
+            parts=[(model, "final", str(path)) for model, path in paths.items()],
+            along="init",
+            meta={},
+        ),
+    )
+    runpy.run_path(str(REPO / "scripts" / "combine.py"), {"snakemake": sm})
+    return log
+
+
+def _coupling(values: list[float]) -> object:
+    import numpy as np
+    import xarray as xr
+
+    prompts = [f"p{i:04d}" for i in range(len(values))]
+    return xr.Dataset(
+        {
+            "coupling": ("prompt", np.array(values)),
+            "depth_mis": (("prompt", "layer"), np.zeros((len(values), 2))),
+        },
+        coords={"prompt": prompts, "layer": [1, 2]},
+    )
+
+
+def test_a_nan_coupling_of_one_prompt_stops_the_combine_naming_file_and_prompt(
+    tmp_path: Path,
+) -> None:
+    good, bad = _coupling([-0.5, -0.4, -0.3]), _coupling([-0.5, float("nan"), -0.3])
+    with pytest.raises(SystemExit):
+        _run_combine(tmp_path, "coupling", {"a": good, "b": bad})
+    text = (tmp_path / "combine.log").read_text()
+    assert "b/coupling.nc (b, final): coupling is nan at prompt=p0001" in text
+    assert "verify" in text and "NaN/Inf" not in text
+    assert not (tmp_path / "combined" / "coupling.nc").exists()
+
+
+def test_finite_coupling_parts_combine(tmp_path: Path) -> None:
+    _run_combine(tmp_path, "coupling", {"a": _coupling([-0.5, -0.4]), "b": _coupling([-0.1, 0])})
+    assert (tmp_path / "combined" / "coupling.nc").is_file()
+
+
+def test_a_nan_bits_per_byte_stops_the_combine(tmp_path: Path) -> None:
+    import xarray as xr
+
+    def evaluation(bpb: float) -> xr.Dataset:
+        return xr.Dataset({"bits_per_byte": ((), bpb)}, attrs={"n_items": 0})
+
+    with pytest.raises(SystemExit):
+        _run_combine(tmp_path, "evaluation", {"a": evaluation(1.2), "b": evaluation(float("nan"))})
+    assert (
+        "b/evaluation.nc (b, final): bits_per_byte is nan" in (tmp_path / "combine.log").read_text()
+    )

@@ -9,10 +9,21 @@ from collections.abc import Iterable
 import numpy as np
 import xarray as xr
 
+WEIGHTS = "check the model's weights for NaN/Inf: a non-finite value is not written"
+CHANGED = (
+    "the file changed after its job wrote it (blockcoupling verify results/ names it): "
+    "delete it and rerun"
+)
+# The per-prompt summaries of a metrics file that the statistics read (defined from two layers).
+SUMMARIES = ("coupling", "adjacent_coupling", "coupling_null", "coupling_excess", "adjacent_excess")
 
-def require_finite(dataset: xr.Dataset, names: Iterable[str], where: str) -> None:
+
+def require_finite(
+    dataset: xr.Dataset, names: Iterable[str], where: str, fix: str = WEIGHTS
+) -> None:
     """Raise a one-line ValueError naming ``where`` (the model and step), the measure and the
-    coordinates of its first non-finite value, if any variable of ``names`` holds NaN or Inf.
+    coordinates of its first non-finite value, if any variable of ``names`` holds NaN or Inf;
+    ``fix``: what to do about it.
     """
     for name in names:
         values = dataset[name]
@@ -27,9 +38,23 @@ def require_finite(dataset: xr.Dataset, names: Iterable[str], where: str) -> Non
         value = values.values[index]
         raise ValueError(
             f"{where}: {name} is {value}{f' at {at}' if at else ''} "
-            f"({int(bad.sum())} of {bad.size} values not finite); check the model's weights "
-            "for NaN/Inf: a non-finite value is not written"
+            f"({int(bad.sum())} of {bad.size} values not finite); {fix}"
         )
+
+
+def statistic_inputs(dataset: xr.Dataset, name: str) -> list[str]:
+    """The variables of a per-model file (``name``: coupling or evaluation) that a statistic
+    reads and that must therefore be finite: the per-prompt summaries of a model of two or more
+    blocks, the defined evaluation scores.
+    """
+    if name == "coupling":
+        two = dataset.sizes.get("layer", 0) > 1
+        return [summary for summary in SUMMARIES if summary in dataset] if two else []
+    if name == "evaluation":
+        from blockcoupling.evaluate import scores_defined
+
+        return scores_defined(dataset)
+    return []
 
 
 def require_rank(singular_values: xr.DataArray, k: int, width: int, where: str) -> None:
