@@ -500,3 +500,33 @@ def test_a_full_disk_under_netcdf_says_disk_full_not_permission_denied(full_disk
     assert error.value.errno == errno.ENOSPC and error.value.filename == str(target)
     assert reason(error.value).startswith("the disk is full (No space left on device")
     assert not list(full_disk.iterdir())  # no partial file left
+
+
+# --- the smoke run's GGUF model -----------------------------------------------------------
+
+
+def test_the_tiny_gguf_is_byte_identical_and_loads_as_its_conversion(tmp_path: Path) -> None:
+    import hashlib
+
+    import torch
+
+    from blockcoupling import manifest
+    from blockcoupling.models import convert_gguf, load_model
+    from blockcoupling_tinygguf import D_MODEL, N_LAYERS, assemble
+
+    first, second = assemble(tmp_path / "a.gguf"), assemble(tmp_path / "b.gguf")
+    digest = [hashlib.sha256(path.read_bytes()).hexdigest() for path in (first, second)]
+    assert digest[0] == digest[1]
+    source = parse_source({"path": str(first)})
+    model, tokenizer = load_model(source)
+    assert (model.config.num_hidden_layers, model.config.hidden_size) == (N_LAYERS, D_MODEL)
+    text = "Whether 'tis nobler in the mind to suffer"
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    assert tokenizer.decode(ids[0]) == text
+    folder = convert_gguf(source, tmp_path / "results" / "models" / "tiny" / "converted")
+    manifest.record([folder])
+    converted, converted_tokenizer = load_model(parse_source({"path": str(folder)}))
+    assert torch.equal(converted_tokenizer(text, return_tensors="pt")["input_ids"], ids)
+    with torch.no_grad():
+        assert torch.equal(converted(ids).logits, model(ids).logits)
+    assert manifest.verify(tmp_path / "results") == []

@@ -22,6 +22,8 @@ from pathlib import Path
 RESULTS = "results"
 MANIFEST = ".manifest"
 _TEMP = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")  # a temp file of io.atomic_write
+# Snakemake's marker inside a directory() output, written after the job (no result)
+TIMESTAMP = ".snakemake_timestamp"
 # the workflow's temp() outputs, deleted by Snakemake once merged: their records outlive them
 TEMPORARY = re.compile(r"extract/[^/]+/[^/]+/shards/.+")
 
@@ -61,7 +63,7 @@ def record(paths: Iterable[str | Path]) -> None:
         if path.is_dir():  # its records are replaced: none of a file it no longer holds
             records = record_path(root, path).with_suffix("")
             shutil.rmtree(records, ignore_errors=True)
-            record(sorted(p for p in path.rglob("*") if p.is_file()))
+            record(sorted(p for p in path.rglob("*") if p.is_file() and p.name != TIMESTAMP))
             continue
         if not path.is_file():
             continue
@@ -85,11 +87,14 @@ def _write(path: Path, text: str) -> None:
 
 
 def _results(root: Path) -> Iterator[Path]:
-    """Every file under ``root`` but the manifest and training work folders, sorted."""
+    """Every file under ``root`` but the manifest, training work folders and Snakemake's
+    directory timestamps, sorted.
+    """
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(s for s in subfolders if s != MANIFEST and not s.startswith("work-"))
         for name in sorted(files):
-            yield Path(folder) / name
+            if name != TIMESTAMP:
+                yield Path(folder) / name
 
 
 def _missing(root: Path) -> Iterator[Path]:
