@@ -108,6 +108,10 @@ def test_a_package_file_outside_its_package_is_refused(tmp_path: Path) -> None:
         resolve(source)
     message = refusal(with_model({"package": "blockcoupling", "file": "../../../../etc/passwd"}))
     assert "models.evil.source" in message and "outside" in message
+    folder = tmp_path / "model"
+    folder.mkdir()
+    with pytest.raises(ModelSourceError, match="outside"):
+        resolve(parse_source({"path": str(folder), "file": "../../etc/passwd"}))
     outside = tmp_path / "x"
     outside.mkdir()
     with pytest.raises(HubNameError):

@@ -284,8 +284,11 @@ def _resolve(source: ModelSource) -> Resolved:
         return Resolved(source.location, None, source.revision)
     if source.kind == "path":
         path = Path(source.location)
-        if source.file:
-            path = path / source.file
+        if source.file:  # a file inside the folder, never beside it
+            try:
+                path = contained(source.file, path, f"model folder {source.location!r}: file")
+            except HubNameError as error:
+                raise ModelSourceError(str(error)) from None
         if not path.exists():
             raise ModelSourceError(f"model path {str(path)!r} does not exist")
         if path.is_file():
