@@ -22,6 +22,28 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
 
+@pytest.fixture(autouse=True)
+def _root_logging() -> object:
+    """The root logger's handlers as they were, less any writing to a closed stream: rule
+    scripts run in-process (run_script) point it at the test's stderr, closed once it ends.
+    """
+    import logging
+
+    handlers = [  # not one an earlier test left writing to its closed stderr
+        handler
+        for handler in logging.root.handlers
+        if not getattr(getattr(handler, "stream", None), "closed", False)
+    ]
+    logging.root.handlers[:] = handlers
+    level = logging.root.level
+    yield
+    for handler in logging.root.handlers:
+        if handler not in handlers:
+            handler.close()
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
+
+
 def smoke(**changes: dict) -> dict:
     """config/smoke.yaml with sections updated (one level deep), schema-validated."""
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
