@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from blockcoupling.combine import combine
+from blockcoupling.finite import CHANGED, require_finite, statistic_inputs
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.runner import run_script
 
@@ -12,6 +13,11 @@ def main(sm):
     files = {path: read_netcdf(path) for path in sm.input}
     parts = {(model, step): files[path] for model, step, path in sm.params.parts}
     name = Path(sm.output[0]).stem
+    for model, step, path in sm.params.parts:  # no statistic over a silently smaller set
+        dataset = files[path]
+        require_finite(
+            dataset, statistic_inputs(dataset, name), f"{path} ({model}, {step})", CHANGED
+        )
     write_netcdf(combine(parts, name, sm.params.along, sm.params.meta), sm.output[0])
 
 

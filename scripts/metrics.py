@@ -1,20 +1,21 @@
 """Rule metrics: m_K for the configured K list, readings and norms, from stored statistics."""
 
-from blockcoupling.finite import require_finite
+from blockcoupling.finite import SUMMARIES, require_finite, require_rank
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.runner import run_script
 
-# The per-prompt summaries the statistics use (those of them the metrics module computes).
-SUMMARIES = ("coupling", "adjacent_coupling", "coupling_null", "coupling_excess", "adjacent_excess")
-
 
 def main(sm):
     config = MetricConfig.from_config(sm.params.metrics)
-    depth = coupling_dataset(read_netcdf(sm.input.depth), config)
+    where = f"model {sm.wildcards.model}, step {sm.wildcards.step}"
+    extracted = read_netcdf(sm.input.depth)
+    width = int(extracted.attrs.get("hidden_size", extracted.sizes["rank"]))
+    require_rank(extracted["singular_values"], max(config.ks), width, where)
+    depth = coupling_dataset(extracted, config)
     if depth.sizes["layer"] > 1:  # each is a mean over layer pairs: defined from two layers
         names = [name for name in SUMMARIES if name in depth]
-        require_finite(depth, names, f"model {sm.wildcards.model}, step {sm.wildcards.step}")
+        require_finite(depth, names, where)
     write_netcdf(depth, sm.output.depth)
     write_netcdf(token_coupling_dataset(read_netcdf(sm.input.tokens), config), sm.output.tokens)
 

@@ -54,7 +54,7 @@ def test_profile_slurm_runs_exactly_the_configfiles_dag() -> None:
     assert "Using profile slurm" in text
     assert (REPO / "slurm").resolve() == (REPO / "profiles" / "slurm").resolve()
     finals = {f"fixed_size-f{f}-s{s}-final" for f in ("0.5", "1.0") for s in (0, 1)}
-    assert planned_models(text) == finals | {"emergence-s0"}
+    assert planned_models(text) == finals | {"emergence-s0", "tiny-gguf"}
 
 
 @pytest.mark.slow

@@ -129,3 +129,45 @@ def test_a_killed_writers_temp_file_is_removed_at_the_next_write(tmp_path: Path)
     io.write_text(target, "whole")
     assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "tokens.nc"]
     assert target.read_text() == "whole"
+
+
+def test_a_deleted_result_is_named(results: tuple[Path, list[Path]], capsys) -> None:
+    root, (nc, csv, png, pdf) = results
+    pdf.unlink()
+    nc.unlink()
+    assert manifest.verify(root) == [
+        f"{nc}: recorded but missing (deleted since its job wrote it); rerun the workflow",
+        f"{pdf}: recorded but missing (deleted since its job wrote it); rerun the workflow",
+    ]
+    assert cli.main(["verify", str(root)]) == 1
+    assert str(nc) in capsys.readouterr().out
+
+
+def test_merged_temporary_shards_are_not_missing(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    shard = root / "extract" / "m" / "final" / "shards" / "0" / "depth.nc"
+    shard.parent.mkdir(parents=True)
+    io.write_netcdf(xr.Dataset({"x": ("a", np.arange(3.0))}), shard)
+    manifest.record([shard])
+    shard.unlink()  # Snakemake deletes a temp() output once its consumer is done
+    assert manifest.verify(root) == []
+
+
+def test_a_directory_output_gets_a_record_per_file(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    folder = root / "models" / "m" / "converted"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "old.json").write_text("{}")
+    manifest.record([folder])
+    (folder / ".snakemake_timestamp").touch()  # Snakemake marks a directory() output after it
+    assert manifest.verify(root) == []
+    (folder / "old.json").unlink()  # the rule rewrote the folder without it, then recorded it
+    (folder / "config.json").write_text('{"a": 1}')
+    manifest.record([folder])
+    assert manifest.verify(root) == []
+    (folder / "config.json").unlink()
+    assert manifest.verify(root) == [
+        f"{folder / 'config.json'}: recorded but missing (deleted since its job wrote it); "
+        "rerun the workflow"
+    ]

@@ -10,6 +10,7 @@ blockcoupling claims RESULTS --readme README.md            put a run's claims ta
 from __future__ import annotations
 
 import argparse
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -137,7 +138,13 @@ def render_claims(results: Path, readme: Path) -> str:
     source = results / "stats" / "claims.md"
     if not source.is_file():
         raise ValueError(f"{source} not found: run the workflow's stats_claims rule first")
-    write_text(readme, render_readme(readme, source.read_text(encoding="utf-8")))
+    target = readme.resolve()  # a symlinked README: its target is rewritten, the link kept
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
+    if mode is not None and not mode & stat.S_IWUSR:
+        raise ValueError(f"{readme} is read-only: make it writable (chmod u+w {readme}) first")
+    write_text(target, render_readme(target, source.read_text(encoding="utf-8")))
+    if mode is not None:
+        target.chmod(mode)  # its own permissions, not the umask's
     return f"{readme}: claims table from {source}"
 
 
@@ -221,9 +228,21 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
 
     from blockcoupling import cost
 
+    if args.gpu_tflops is not None and not 0 < args.gpu_tflops < float("inf"):
+        raise ValueError(
+            f"--gpu-tflops {args.gpu_tflops:g}: give your GPUs' achieved float32 TFLOP/s, a "
+            "number above 0 (or leave it out for the assumed H100)"
+        )
     plan = load_plan(args.configfile, args.workflow_dir, check_memory=False)
+    uncosted = [n for n, e in plan.models.items() if cost.shape_of(e.meta, e.load) is None]
+    if uncosted:
+        raise ValueError(
+            f"models.{uncosted[0]}: no meta.n_layers and meta.d_model, so its jobs cannot be "
+            f"costed ({len(uncosted)} such model(s): {', '.join(uncosted)}); add them under "
+            f"models.{uncosted[0]}.meta"
+        )
     gpu = cost.GPU
-    if args.gpu_tflops:
+    if args.gpu_tflops is not None:
         gpu = replace(
             gpu,
             name=f"GPU, float32 ({args.gpu_tflops:g} TFLOP/s given)",
@@ -285,6 +304,7 @@ def measure_source(args: argparse.Namespace) -> str:
     isa.pin()  # the workflow jobs' code path (AVX2), set before torch loads
     import torch
 
+    from blockcoupling.finite import require_rank
     from blockcoupling.measure import MeasureConfig, measure
     from blockcoupling.metrics import MetricConfig, coupling_dataset
     from blockcoupling.models import (
@@ -314,6 +334,8 @@ def measure_source(args: argparse.Namespace) -> str:
         raise ValueError(f"--k {args.k} exceeds the model's hidden size {width}; give --k {width}")
     config = MeasureConfig(k_max=args.k, max_tokens=args.max_tokens, variants=(args.variant,))
     data = measure(model, tokenizer, args.prompts, config, attrs={"model": args.source})
+    width = int(data["depth"].attrs.get("hidden_size", width or data["depth"].sizes["rank"]))
+    require_rank(data["depth"]["singular_values"], args.k, width, source.describe())
     metrics = coupling_dataset(data["depth"], MetricConfig(ks=(args.k,), readings=(args.reading,)))
     at = {"k": args.k, "reading": args.reading, "variant": args.variant, "norm": "p"}
     coupling = metrics["coupling"].sel(at)

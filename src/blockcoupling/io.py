@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -130,9 +132,24 @@ def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
     for variable in dataset.variables.values():
         variable.encoding = {}
     encoding = {name: {"zlib": True, "complevel": 4} for name in dataset.data_vars}
-    return atomic_write(
-        path, lambda temp: dataset.to_netcdf(temp, engine="netcdf4", encoding=encoding)
-    )
+    try:
+        return atomic_write(
+            path, lambda temp: dataset.to_netcdf(temp, engine="netcdf4", encoding=encoding)
+        )
+    except (OSError, RuntimeError) as error:
+        # HDF5 reports a full disk as "Permission denied" or "NetCDF: HDF error": when there is
+        # not room for the data (the partial file is removed by now), say so
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            raise
+        free = shutil.disk_usage(Path(path).absolute().parent).free
+        if free >= dataset.nbytes + (1 << 20):
+            raise
+        raise OSError(
+            errno.ENOSPC,
+            f"No space left on device: {free:,} bytes free for {dataset.nbytes:,} bytes of "
+            f"data (netCDF said: {error})",
+            str(path),
+        ) from None
 
 
 def read_netcdf(path: str | Path) -> xr.Dataset:

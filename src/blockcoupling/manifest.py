@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -21,6 +22,10 @@ from pathlib import Path
 RESULTS = "results"
 MANIFEST = ".manifest"
 _TEMP = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")  # a temp file of io.atomic_write
+# Snakemake's marker inside a directory() output, written after the job (no result)
+TIMESTAMP = ".snakemake_timestamp"
+# the workflow's temp() outputs, deleted by Snakemake once merged: their records outlive them
+TEMPORARY = re.compile(r"extract/[^/]+/[^/]+/shards/.+")
 
 
 def results_root(path: str | Path) -> Path | None:
@@ -47,12 +52,20 @@ def record_path(root: Path, path: Path) -> Path:
 
 
 def record(paths: Iterable[str | Path]) -> None:
-    """Record the hash of every file of ``paths`` under a ``results`` folder (others: nothing);
-    each record is written atomically with the umask's permissions.
+    """Record the hash of every file of ``paths`` under a ``results`` folder, and of every file
+    inside a folder of ``paths`` (a ``directory()`` output); others: nothing. Each record is
+    written atomically with the umask's permissions.
     """
     for path in map(Path, paths):
         root = results_root(path)
-        if root is None or not path.is_file():
+        if root is None:
+            continue
+        if path.is_dir():  # its records are replaced: none of a file it no longer holds
+            records = record_path(root, path).with_suffix("")
+            shutil.rmtree(records, ignore_errors=True)
+            record(sorted(p for p in path.rglob("*") if p.is_file() and p.name != TIMESTAMP))
+            continue
+        if not path.is_file():
             continue
         entry = {"sha256": sha256(path), "size": path.stat().st_size}
         _write(record_path(root, path), json.dumps(entry, sort_keys=True) + "\n")
@@ -74,16 +87,29 @@ def _write(path: Path, text: str) -> None:
 
 
 def _results(root: Path) -> Iterator[Path]:
-    """Every file under ``root`` but the manifest and training work folders, sorted."""
+    """Every file under ``root`` but the manifest, training work folders and Snakemake's
+    directory timestamps, sorted.
+    """
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(s for s in subfolders if s != MANIFEST and not s.startswith("work-"))
         for name in sorted(files):
-            yield Path(folder) / name
+            if name != TIMESTAMP:
+                yield Path(folder) / name
+
+
+def _missing(root: Path) -> Iterator[Path]:
+    """The recorded results under ``root`` whose file is gone (but TEMPORARY ones), sorted."""
+    records = root / MANIFEST
+    for entry in sorted(records.rglob("*.json")):
+        relative = entry.relative_to(records).with_name(entry.name.removesuffix(".json"))
+        if not (root / relative).exists() and not TEMPORARY.fullmatch(relative.as_posix()):
+            yield root / relative
 
 
 def verify(root: str | Path) -> list[str]:
     """One line per file under ``root`` (a results folder) that is a leftover temp file, has no
-    record, differs from its record, or does not open as its type; empty when all hold.
+    record, differs from its record, or does not open as its type, and per recorded file that
+    is gone; empty when all hold.
     """
     root = Path(root)
     if not (root / MANIFEST).is_dir():
@@ -106,6 +132,10 @@ def verify(root: str | Path) -> list[str]:
         error = open_error(path)
         if error is not None:
             problems.append(f"{path}: does not open ({error})")
+    for path in _missing(root):
+        problems.append(
+            f"{path}: recorded but missing (deleted since its job wrote it); rerun the workflow"
+        )
     return problems
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blockcoupling import hub
+from blockcoupling.hub_names import HubNameError, check_repo_id, check_revision, contained
 from blockcoupling.progress import on_terminal
 
 if TYPE_CHECKING:  # torch is imported where weights are touched: parsing sources stays light
@@ -143,6 +144,9 @@ class ModelSource:
 
 
 SOURCE_KEYS = ("hub", "path", "package")
+# every key a source mapping may have (the workflow's ``train``/``checkpoint`` sources become
+# ``path`` ones before they are parsed)
+ALLOWED_KEYS = {"hub": {"revision"}, "path": {"file"}, "package": {"file", "assemble"}}
 
 
 def parse_source(spec: dict[str, Any]) -> ModelSource:
@@ -157,6 +161,19 @@ def parse_source(spec: dict[str, Any]) -> ModelSource:
             f"a model source needs exactly one of {', '.join(SOURCE_KEYS)}; got keys {sorted(spec)}"
         )
     kind = kinds[0]
+    unknown = sorted(set(spec) - {kind, *ALLOWED_KEYS[kind]})
+    if unknown:
+        raise ModelSourceError(
+            f"{kind} source has unknown key(s) {', '.join(map(str, unknown))}; it takes "
+            f"{', '.join([kind, *sorted(ALLOWED_KEYS[kind])])}"
+        )
+    try:
+        if kind == "hub":
+            check_repo_id(str(spec["hub"]))
+        if spec.get("revision") is not None:
+            check_revision(str(spec["revision"]))
+    except HubNameError as error:
+        raise ModelSourceError(str(error)) from None
     if kind == "package" and spec.get("assemble"):
         return ModelSource("assembled", str(spec["package"]), spec.get("file"), None)
     if kind == "package" and not spec.get("file"):
@@ -235,14 +252,43 @@ class Resolved:
     revision: str | None = None
 
 
+def refuse_custom_code(folder: Path) -> None:
+    """ModelSourceError when a model folder's config or tokenizer config names its own code
+    (``auto_map``): blockcoupling never runs a model's code (``trust_remote_code=False``).
+    """
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            content = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(content, dict) and content.get("auto_map"):
+            raise ModelSourceError(
+                f"{folder / name} has auto_map (custom model code, {sorted(content['auto_map'])}"
+                "): blockcoupling never runs a model's own code; use a model whose architecture "
+                "transformers has built in"
+            )
+
+
 def resolve(source: ModelSource) -> Resolved:
-    """Turn a source into ``from_pretrained`` arguments, checking that local files exist."""
+    """Turn a source into ``from_pretrained`` arguments, checking that local files exist and
+    that a local folder names no custom code.
+    """
+    resolved = _resolve(source)
+    if Path(resolved.name_or_path).is_dir():
+        refuse_custom_code(Path(resolved.name_or_path))
+    return resolved
+
+
+def _resolve(source: ModelSource) -> Resolved:
     if source.kind == "hub":
         return Resolved(source.location, None, source.revision)
     if source.kind == "path":
         path = Path(source.location)
-        if source.file:
-            path = path / source.file
+        if source.file:  # a file inside the folder, never beside it
+            try:
+                path = contained(source.file, path, f"model folder {source.location!r}: file")
+            except HubNameError as error:
+                raise ModelSourceError(str(error)) from None
         if not path.exists():
             raise ModelSourceError(f"model path {str(path)!r} does not exist")
         if path.is_file():
@@ -259,7 +305,12 @@ def resolve(source: ModelSource) -> Resolved:
                 "call assemble_package_file first and pass its path"
             )
         folder = package_folder(source.location) if source.kind == "package" else None
-        path = (folder / source.file) if folder is not None else Path(str(source.file))
+        path = Path(str(source.file))
+        if folder is not None:
+            try:
+                path = contained(path, folder, f"package {source.location!r}: file")
+            except HubNameError as error:
+                raise ModelSourceError(str(error)) from None
         if not path.is_file():
             raise ModelSourceError(f"file {str(path)!r} not found (source {source.describe()})")
         gguf = path.name if path.suffix == ".gguf" else None
@@ -319,7 +370,13 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     where = source
     if spec.get("fetched"):  # a hub revision: read offline from its folder in the hub cache
         what = f"models.{spec['name']}: revision {source.revision or 'main'} of {source.location}"
-        where = ModelSource("path", str(hub.require(spec["fetched"], what)))
+        folder = hub.require(spec["fetched"], what)
+        if not (folder / "config.json").is_file():
+            raise hub.HubCacheError(
+                f"{what}: {folder} has no config.json (emptied or cut short); delete that folder "
+                "and fetch it again (snakemake --cores 1 fetch, on the login node)"
+            )
+        where = ModelSource("path", str(folder))
     if spec.get("converted"):  # a GGUF source: its folder written once by convert_gguf
         where = ModelSource("path", spec["converted"])
     load = dict(spec.get("load", {}))
@@ -479,7 +536,7 @@ def load_random_twin(
     kwargs = {
         k: v
         for k, v in _pretrained_kwargs(where, options).items()
-        if k in ("gguf_file", "revision")
+        if k in ("gguf_file", "revision", "trust_remote_code")
     }
     try:
         config = transformers.AutoConfig.from_pretrained(where.name_or_path, **kwargs)
@@ -513,6 +570,7 @@ def _pretrained_kwargs(where: Resolved, options: LoadOptions) -> dict[str, Any]:
         "experts_implementation": "eager",
         "dtype": torch_dtype(options.dtype),
         **options.extra,
+        "trust_remote_code": False,  # never a model's own code (resolve refuses auto_map)
     }
     if where.gguf_file:
         kwargs["gguf_file"] = where.gguf_file
@@ -527,7 +585,9 @@ def _tokenizer(where: Resolved, options: LoadOptions) -> Any:
     import transformers
 
     kwargs = {k: v for k, v in (("gguf_file", where.gguf_file), ("revision", where.revision)) if v}
-    return transformers.AutoTokenizer.from_pretrained(where.name_or_path, **kwargs)
+    return transformers.AutoTokenizer.from_pretrained(
+        where.name_or_path, trust_remote_code=False, **kwargs
+    )
 
 
 def _seeded_init(

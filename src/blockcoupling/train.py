@@ -254,7 +254,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path) -> PreTrainedTokenizerFast:
         shutil.rmtree(tmp, ignore_errors=True)
         tokenizer.save_pretrained(tmp)
         os.replace(tmp, tok_dir)
-    return PreTrainedTokenizerFast.from_pretrained(tok_dir)
+    return PreTrainedTokenizerFast.from_pretrained(tok_dir, trust_remote_code=False)
 
 
 CHECKSUMS, RESUME = "checksums.json", "optimizer.pt"
@@ -418,7 +418,9 @@ def _init_or_resume(
         state: dict = {"step": 0, "history": [], "elapsed_s": 0.0}
     else:
         ckpt = out_dir / f"step{start}"
-        model = GPTNeoXForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+        model = GPTNeoXForCausalLM.from_pretrained(
+            ckpt, dtype=torch.float32, trust_remote_code=False
+        )
         state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])

