@@ -1,6 +1,8 @@
 # The checked config (one Plan, built and checked before any job), input functions and code
 # hashes. Every rules file reads only PLAN and the functions defined here.
+import dataclasses
 import functools
+import json
 import os
 import re
 import sys
@@ -36,6 +38,45 @@ try:
     SLURM = SlurmSettings.from_env()
 except (ConfigError, SlurmError) as error:
     sys.exit(f"config error: {error}")
+
+# The slurm profile says it is in use (profiles/slurm/config.yaml), so that a dry run with it
+# checks and shows what a real run would ask; a job on its node (not the main process) does not.
+SLURM_PROFILE = os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" and workflow.is_main_process
+partition_nodes = functools.cache(read_nodes)
+# The planner's rates of a model's jobs: GPU jobs at the GPU's, CPU jobs (and every job where
+# Slurm gives no GPU, BLOCKCOUPLING_SLURM_GPU=none) at the CPU's.
+JOB_RATES = cost.CPU if SLURM.gpu == "none" else cost.GPU
+
+
+def partition_limit(model):
+    """(partition, time limit in minutes or None) of the partition a model's jobs go to."""
+    _, needs = job_needs(PLAN, "extract", model, 1)
+    partition = SLURM.gpu_partition if SLURM.gpu_count(needs.gpu_mem_gb) else SLURM.partition
+    try:
+        nodes = partition_nodes(partition)
+    except SlurmError:  # check_slurm_jobs names the setting
+        return partition or "(default)", None
+    if nodes is None:
+        return partition or "(default)", None
+    return nodes.partition, nodes.time_limit
+
+
+# Shards sized to the partition's time limit (cost.fit_shards): decided by the main process
+# with the slurm profile, passed to the jobs on their nodes in SHARD_SIZES (sbatch passes the
+# environment), so that both see the same jobs.
+SHARD_SIZES = "BLOCKCOUPLING_SHARD_SIZES"
+if SLURM_PROFILE:
+    try:
+        PLAN = cost.sized_plan(
+            PLAN,
+            partition_limit,
+            lambda model: JOB_RATES if PLAN.on_gpu(model) else cost.CPU,
+        )
+    except cost.TooLong as error:
+        sys.exit(f"slurm: {error}")
+    os.environ[SHARD_SIZES] = json.dumps(PLAN.shard_sizes)
+elif not workflow.is_main_process and os.environ.get(SHARD_SIZES):
+    PLAN = dataclasses.replace(PLAN, shard_sizes=json.loads(os.environ[SHARD_SIZES]))
 
 # The hub cache (rules/fetch.smk): every compute job, here or on a node, runs with the hub offline
 # (the variables pass to local jobs and through sbatch's environment); the fetch rules go online.
@@ -145,32 +186,25 @@ def gpu_mem(wildcards):
 # Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none and the
 # planner cannot tell (no n_layers/d_model in its metadata).
 JOB_DEFAULTS = {"extract": (8000, 720), "evaluate": (8000, 240)}
+DEFAULT_RUNTIME = 60  # minutes of the other rules (profiles/slurm: default-resources)
 # The planner's longest job per (model or "vit", rule), at the rates of the device jobs get.
-PLANNED = {
-    (row.model, row.rule): row
-    for row in cost.plan_costs(PLAN, gpu=cost.CPU if SLURM.gpu == "none" else cost.GPU)
-}
+PLANNED = {(row.model, row.rule): row for row in cost.plan_costs(PLAN, gpu=JOB_RATES)}
 
 
-def job_defaults(rule_name, model, attempt, part=0):
+def job_defaults(rule_name, model, attempt, part=0, limit=None):
     """(mem_mb, runtime) of a job whose model declares none: runtime from the planner
-    (cost.runtime_minutes: safety factor and floor, doubled on a retry); ``part``: the first
-    prompt of an extract_shard job, None for an extract_tokens job (each its own time)."""
+    (cost.runtime_minutes: safety factor and floor, doubled on a retry; ``limit``: the
+    partition's, which the floor yields to); ``part``: the first prompt of an extract_shard
+    job, None for an extract_tokens job (each its own time)."""
     mem_mb, runtime = JOB_DEFAULTS.get(rule_name, (8000, 720))
     seconds = None
     if rule_name in {"extract_shard", "extract_tokens"}:
-        gpu = cost.CPU if SLURM.gpu == "none" else cost.GPU
-        seconds = cost.extract_job_seconds(PLAN, model, part, PLAN.on_gpu(model), gpu)
+        seconds = cost.extract_job_seconds(PLAN, model, part, PLAN.on_gpu(model), JOB_RATES)
     elif (model, rule_name) in PLANNED:
         seconds = PLANNED[(model, rule_name)].job_seconds
     if seconds is None:
         return mem_mb, runtime * attempt
-    return mem_mb, cost.runtime_minutes(seconds, attempt)
-
-
-# The slurm profile says it is in use (profiles/slurm/config.yaml), so that a dry run with it
-# checks and shows what a real run would ask; a job on its node (not the main process) does not.
-SLURM_PROFILE = os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" and workflow.is_main_process
+    return mem_mb, cost.runtime_minutes(seconds, attempt, limit)
 
 
 def on_slurm():
@@ -182,9 +216,6 @@ def on_slurm():
     return SLURM_PROFILE and (plugin is None or plugin.name == "dryrun")
 
 
-partition_nodes = functools.cache(read_nodes)
-
-
 @functools.cache
 def slurm_request(rule, model, threads, with_nodes, attempt=1, part=0):
     """What a model's (or the ViT sweep's, model "vit") job asks Slurm for
@@ -192,8 +223,17 @@ def slurm_request(rule, model, threads, with_nodes, attempt=1, part=0):
     (PLAN.on_gpu, options.runs_on_gpu); checked against sinfo's nodes when jobs go to Slurm."""
     name, needs = job_needs(PLAN, rule, model, threads)
     nodes_of = partition_nodes if with_nodes else lambda partition: None
-    defaults = job_defaults(rule, model, attempt, part)
-    return job_request(name, needs, defaults, SLURM, nodes_of)
+    limit = partition_limit(model)[1] if with_nodes else None
+    defaults = job_defaults(rule, model, attempt, part, limit)
+    request = job_request(name, needs, defaults, SLURM, nodes_of)
+    if request.asked_runtime:  # a default without a planned time: capped, and said (once)
+        print(
+            f"slurm: {name} (attempt {attempt}) has no planned runtime (no n_layers/d_model in "
+            f"its metadata): asks the partition's {request.runtime} min instead of "
+            f"{request.asked_runtime}; declare resources.runtime to choose",
+            file=sys.stderr,
+        )
+    return request
 
 
 def model_job_resources(rule, model=None):
@@ -223,8 +263,37 @@ def check_slurm_jobs():
     )
     try:
         check_plan(PLAN, SLURM, threads, partition_nodes)
-    except SlurmError as error:
+        check_runtimes()
+    except (SlurmError, cost.TooLong) as error:
         sys.exit(f"slurm: {error}")
+
+
+def check_runtimes():
+    """Raise ``cost.TooLong`` for the first job that cannot be split (evaluate, vit_train,
+    vit_extract) whose planned runtime, retry included, exceeds its partition's limit; say in
+    one line where the small rules' default runtime (the profile's 60 min) is capped."""
+    for (model, rule_name), row in PLANNED.items():
+        if rule_name == "extract":  # sized to fit (cost.fit_shards)
+            continue
+        where, limit = partition_limit(model)
+        if not cost.fits_limit(row.job_seconds, limit):
+            name = "vit" if model == "vit" else f"models.{model}"
+            fix = cost.PARTITION_FIX + (
+                ", or fewer vit epochs" if rule_name == "vit_train" else ""
+            )
+            raise cost.too_long(f"{name} ({rule_name})", row.job_seconds, limit, where, fix)
+    try:
+        nodes = partition_nodes(SLURM.partition)
+    except SlurmError:
+        return
+    if nodes is not None and nodes.time_limit and nodes.time_limit < DEFAULT_RUNTIME:
+        print(
+            f"slurm: partition {nodes.partition} allows {nodes.time_limit} min: the jobs "
+            f"without a planned runtime (metrics, combine, stats, figures, training) ask "
+            f"{nodes.time_limit} min instead of {DEFAULT_RUNTIME}; set-resources RULE:runtime=N "
+            "to choose",
+            file=sys.stderr,
+        )
 
 
 if SLURM_PROFILE:

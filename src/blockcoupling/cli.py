@@ -103,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--gpu-tflops", type=float, default=None, help="achieved float32 TFLOP/s of your GPUs"
     )
+    plan.add_argument(
+        "--time-limit",
+        default=None,
+        metavar="LIMIT",
+        help="a Slurm partition's time limit (minutes, HH:MM:SS or D-HH:MM:SS): shards sized to "
+        "it as the workflow does on Slurm, and each job's requested runtime",
+    )
     plan.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
     plan.add_argument("--workflow-dir", type=Path, default=None, help="as for check-config")
     verify = commands.add_parser(
@@ -229,6 +236,20 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
             name=f"GPU, float32 ({args.gpu_tflops:g} TFLOP/s given)",
             matmul=args.gpu_tflops * 1e12,
         )
+    limit = None
+    if args.time_limit:
+        from blockcoupling.slurm import minutes
+
+        try:
+            limit = minutes(args.time_limit)
+        except ValueError:
+            raise ValueError(
+                f"--time-limit {args.time_limit!r}: give minutes, HH:MM:SS or D-HH:MM:SS"
+            ) from None
+        where = f"of --time-limit {args.time_limit}"
+        plan = cost.sized_plan(
+            plan, lambda model: (where, limit), lambda m: gpu if plan.on_gpu(m) else cost.CPU
+        )
     rows = cost.plan_costs(plan, gpu=gpu)
     if args.csv:
         import pandas as pd
@@ -242,6 +263,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
                     "device": "gpu" if r.on_gpu else "cpu",
                     "hours": r.seconds / 3600,
                     "hours_per_job": r.job_seconds / 3600,
+                    "runtime_min": cost.runtime_minutes(r.job_seconds, 1, limit),
                     "peak_gb": r.peak_bytes / cost.GB,
                     "gpu_mem_gb": r.declared_gb,
                     "output_gb": r.output_bytes / cost.GB,
@@ -263,7 +285,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
         f"(hub.max_revisions={bound if bound is not None else 'unset: every revision kept'})"
     )
-    table = cost.plan_table(rows, gpu=gpu)
+    table = cost.plan_table(rows, gpu=gpu, limit=limit)
     return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)
 
 

@@ -328,6 +328,7 @@ class Request:
     mem_mb: int
     runtime: int
     gpus: int
+    asked_runtime: int = 0  # the default runtime before it was capped at the limit (0: not)
 
     def resources(self, settings: SlurmSettings) -> dict[str, Any]:
         """Resources of the Slurm executor plugin (gpu, gres, constraint; 0 and '' ask for
@@ -355,7 +356,8 @@ def job_request(
 ) -> Request:
     """The request of job ``name`` (named in errors) from its needs and the rule's default
     ``(mem_mb, runtime)``: defaults are capped at what the nodes of its partition offer (from
-    ``nodes_of``; None: unknown, nothing capped), declared needs that no node meets raise
+    ``nodes_of``; None: unknown, nothing capped; a capped runtime is kept in
+    ``asked_runtime``, for the workflow to say), declared needs that no node meets raise
     ``SlurmError``. Threads are capped by Snakemake (``max-threads``) but checked here too.
     """
     gpus = settings.gpu_count(needs.gpu_mem_gb)
@@ -395,11 +397,13 @@ def job_request(
             f"{nodes.cpus} CPUs: run with the slurm profile (it sets max-threads) or lower "
             "extract.threads"
         )
+    limit = nodes.time_limit or runtime
     return Request(
         partition,
         min(mem_mb, nodes.mem_mb),
-        min(runtime, nodes.time_limit or runtime),
+        min(runtime, limit),
         gpus,
+        runtime if runtime > limit else 0,
     )
 
 
