@@ -20,7 +20,14 @@ from blockcoupling.workflow import (
 )
 from blockcoupling.vit_config import science_extract as vit_science_extract
 from blockcoupling import cost
-from blockcoupling.hub import HubSettings, hub_revisions, predecessor, revision_of
+from blockcoupling.hub import (
+    HubSettings,
+    hub_revisions,
+    incomplete,
+    missing_files,
+    predecessor,
+    revision_of,
+)
 from blockcoupling.models import is_local_gguf
 from blockcoupling.slurm import (
     Request,
@@ -83,6 +90,20 @@ elif not workflow.is_main_process and os.environ.get(SHARD_SIZES):
 HUB = HubSettings.from_config(config)
 HUB_REVISIONS = {(r.repo, r.revision): r for r in hub_revisions(PLAN.models)}
 os.environ.update(HUB.job_env())
+
+
+def check_fetched():
+    """Stop before any job, in one line, where a fetched revision folder lacks files its
+    manifest lists (emptied or damaged; a job would fail on it and its retry again). A folder
+    that is missing, or has no manifest, is fetched again by its rule."""
+    for revision in HUB_REVISIONS.values():
+        folder = HUB.folder(revision.repo, revision.revision, revision.checkpoint)
+        if missing_files(folder):
+            model = revision.consumers[0][0]
+            sys.exit(incomplete(folder, f"models.{model}", revision.repo, revision.revision))
+
+
+check_fetched()
 
 
 def script_hash(name):
@@ -278,9 +299,7 @@ def check_runtimes():
         where, limit = partition_limit(model)
         if not cost.fits_limit(row.job_seconds, limit):
             name = "vit" if model == "vit" else f"models.{model}"
-            fix = cost.PARTITION_FIX + (
-                ", or fewer vit epochs" if rule_name == "vit_train" else ""
-            )
+            fix = cost.PARTITION_FIX + (", or fewer vit epochs" if rule_name == "vit_train" else "")
             raise cost.too_long(f"{name} ({rule_name})", row.job_seconds, limit, where, fix)
     try:
         nodes = partition_nodes(SLURM.partition)

@@ -4,6 +4,7 @@ blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one m
 blockcoupling check-config FILE [--profile slurm]       validate a config as the workflow does
 blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
 blockcoupling verify results/                            every result against its recorded hash
+blockcoupling fetch REPO REVISION FOLDER                 one hub revision into the hub cache
 blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
 """
 
@@ -112,6 +113,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
     plan.add_argument("--workflow-dir", type=Path, default=None, help="as for check-config")
+    fetch = commands.add_parser(
+        "fetch",
+        help="fetch one hub model revision into its folder of the hub cache, with its manifest",
+        description=(
+            "Fetch exactly one model revision (config, tokenizer, weights) into FOLDER, a "
+            "revision folder of the hub cache (HUB_CACHE/models/REPO/REVISION or "
+            "HUB_CACHE/checkpoints/REPO/REVISION), and write its manifest beside the others, "
+            "as the workflow's fetch rules do; what a job's 'not in the hub cache' line names."
+        ),
+    )
+    fetch.add_argument("repo", metavar="REPO", help="hub repo id, e.g. EleutherAI/pythia-160m")
+    fetch.add_argument("revision", metavar="REVISION", help="branch, tag or commit, e.g. main")
+    fetch.add_argument("folder", metavar="FOLDER", type=Path, help="its folder in the cache")
     verify = commands.add_parser(
         "verify",
         help="check every result against the content hash its job recorded",
@@ -355,6 +369,30 @@ def measure_source(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def fetch_revision(repo: str, revision: str, folder: Path) -> str:
+    """Fetch one model revision into ``folder`` (a revision folder of the hub cache) and write
+    its manifest where the fetch rules keep it; returns a one-line summary.
+    """
+    from blockcoupling import hub
+
+    parts = folder.parts
+    kinds = {"models": "model", "checkpoints": "checkpoint"}
+    tail = (*repo.split("/"), revision)
+    top = len(parts) - len(tail) - 1
+    if top < 0 or tuple(parts[top + 1 :]) != tail or parts[top] not in kinds:
+        raise ValueError(
+            f"{folder}: not the folder of {repo} at {revision} in a hub cache (expected "
+            f"HUB_CACHE/models/{repo}/{revision} or HUB_CACHE/checkpoints/{repo}/{revision})"
+        )
+    cache = Path(*parts[:top]) if top else Path(".")
+    hub.go_online()
+    manifest = hub.fetch_model(repo, revision, folder)
+    target = hub.HubSettings(cache_dir=str(cache)).manifest(kinds[parts[top]], repo, revision)
+    hub.write_manifest(manifest, target)
+    size = manifest["bytes"] / 1e9
+    return f"{repo}@{revision}: {len(manifest['files'])} files, {size:.2f} GB in {folder}"
+
+
 def verify_results(folder: Path) -> int:
     """Print each problem of ``folder`` (see ``manifest.verify``) and a summary; 1 if any."""
     from blockcoupling import manifest
@@ -381,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             report, fits = plan_report(args)
             print(report)
             return 0 if fits else 1
+        elif args.command == "fetch":
+            print(fetch_revision(args.repo, args.revision, args.folder))
         elif args.command == "verify":
             return verify_results(args.folder)
         else:

@@ -324,7 +324,8 @@ RETRIES = 1  # retries of the rules with a planned runtime (extract*, evaluate, 
 
 class TooLong(ValueError):
     """A job whose planned runtime, with its safety factor and retry, exceeds its partition's
-    time limit however it is split; the message names the rule, estimate, limit and fix."""
+    time limit however it is split; the message names the rule, estimate, limit and fix.
+    """
 
 
 def runtime_minutes(job_seconds: float, attempt: int = 1, limit: int | None = None) -> int:
@@ -345,7 +346,8 @@ def last_request(job_seconds: float, limit: int | None) -> int:
 
 def fits_limit(job_seconds: float, limit: int | None) -> bool:
     """Whether every attempt of a job of ``job_seconds`` fits a ``limit`` (minutes; None: no
-    limit)."""
+    limit).
+    """
     return limit is None or last_request(job_seconds, limit) <= limit
 
 
@@ -367,7 +369,8 @@ PARTITION_FIX = (
 def _first_shard_seconds(plan: Any, model: str, size: int, rates: Rates) -> float | None:
     """Planned seconds of the longest extraction job of ``model`` in shards of ``size`` prompts
     (the first shard: it holds the most Jacobian prompts); token families in jobs of their own
-    where the model is sharded (``Plan.token_jobs``)."""
+    where the model is sharded (``Plan.token_jobs``).
+    """
     entry = plan.models[model]
     shape = shape_of(entry.meta, entry.load)
     if shape is None:

@@ -318,8 +318,10 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     source = parse_source(spec["source"])
     where = source
     if spec.get("fetched"):  # a hub revision: read offline from its folder in the hub cache
-        what = f"models.{spec['name']}: revision {source.revision or 'main'} of {source.location}"
-        where = ModelSource("path", str(hub.require(spec["fetched"], what)))
+        fetched = hub.require(
+            spec["fetched"], f"models.{spec['name']}", source.location, source.revision or "main"
+        )
+        where = ModelSource("path", str(fetched))
     if spec.get("converted"):  # a GGUF source: its folder written once by convert_gguf
         where = ModelSource("path", spec["converted"])
     load = dict(spec.get("load", {}))
