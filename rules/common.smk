@@ -321,6 +321,8 @@ if SLURM_PROFILE:
 
 def revision_done(wildcards):
     """The outputs of the jobs of the checkpoint revision before this one in its lane."""
+    if HUB.ahead:  # every revision fetched ahead and kept: no lanes
+        return []
     revision = HUB_REVISIONS[(wildcards.repo, wildcards.revision)]
     before = predecessor(list(HUB_REVISIONS.values()), revision, HUB.max_revisions)
     if before is None:

@@ -243,3 +243,43 @@ def test_an_emptied_or_deleted_revision_stops_the_workflow_in_one_line(
         "Traceback" not in deleted.stderr
         and "ConnectError:" not in deleted.stderr.split("cannot reach")[0]
     )
+
+
+@pytest.mark.slow
+def test_fetch_ahead_then_the_run_needs_no_hub(hub_root: Path, tmp_path: Path) -> None:
+    """hub.max_revisions: all: `fetch` says the disk first and fetches every revision, checkpoints
+    too; with the hub stopped, the run then finishes and keeps them."""
+    import time
+
+    config = {**CONFIG, "hub": {"cache_dir": "cache", "max_revisions": "all"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--nolock"]
+    command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
+    command += ["--cores", "1"]
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"))
+    for name in hub.OFFLINE:
+        env.pop(name, None)
+    with LocalHub(hub_root) as server:
+        env["HF_ENDPOINT"] = server.endpoint
+        start = time.monotonic()
+        fetch = subprocess.run(
+            [*command, "fetch"], env=env, capture_output=True, text=True, timeout=600
+        )
+        seconds = time.monotonic() - start
+    assert fetch.returncode == 0, fetch.stderr[-3000:]
+    said = [line for line in fetch.stderr.splitlines() if line.startswith("hub: max_revisions")]
+    assert said and "3 model revisions and the datasets" in said[0], fetch.stderr[-2000:]
+    assert fetch.stderr.index(said[0]) < fetch.stderr.index("rule fetch_")  # before any fetch
+    print(f"fetch ahead: {said[0]} ({seconds:.1f} s)")
+    cache = tmp_path / "cache"
+    for step in ("step0", "step16"):
+        assert hub.missing_files(cache / "checkpoints" / MODEL / step) == []
+    fetched = len(server.requests)
+    # the hub is stopped: the compute part runs offline to the end
+    run = subprocess.run([*command, *TARGETS], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "rule fetch_" not in run.stdout + run.stderr  # nothing fetched again
+    assert len(server.requests) == fetched
+    for step in ("step0", "step16"):  # kept: nothing to fetch again
+        assert hub.missing_files(cache / "checkpoints" / MODEL / step) == []
+    assert hub.checkpoints_on_disk(cache) == 2

@@ -297,7 +297,8 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     hub = (
         f"hub: {download / cost.GB:,.0f} GB to download ({revisions} model revisions at "
         f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
-        f"(hub.max_revisions={bound if bound is not None else 'unset: every revision kept'})"
+        f"(hub.max_revisions={bound if bound is not None else 'unset: every revision kept'}"
+        + ("; every revision fetched ahead)" if bound == "all" else ")")
     )
     table = cost.plan_table(rows, gpu=gpu, limit=limit)
     return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)

@@ -36,13 +36,21 @@ class HubSettings:
     """
 
     cache_dir: str = "hub_cache"
-    max_revisions: int = 4
+    max_revisions: int | None = 4  # None (``all`` in the config): every revision fetched ahead
     offline_jobs: bool = True
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> HubSettings:
-        """From a schema-validated workflow config."""
-        return cls(**config.get("hub", {}))
+        """From a schema-validated workflow config (``max_revisions: all`` -> None)."""
+        section = dict(config.get("hub", {}))
+        if section.get("max_revisions") == "all":
+            section["max_revisions"] = None
+        return cls(**section)
+
+    @property
+    def ahead(self) -> bool:
+        """Whether every revision is fetched ahead (the fetch target) and kept: no lanes."""
+        return self.max_revisions is None
 
     def folder(self, repo: str, revision: str, checkpoint: bool) -> str:
         """The folder a model revision is fetched into."""
