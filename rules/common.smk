@@ -30,6 +30,7 @@ from blockcoupling.hub import (
 )
 from blockcoupling.models import is_local_gguf
 from blockcoupling.slurm import (
+    GROUPED_JOB_MEM_MB,
     Request,
     SlurmError,
     SlurmSettings,
@@ -38,17 +39,26 @@ from blockcoupling.slurm import (
     job_needs,
     job_request,
     read_nodes,
+    resource_text,
+    slurm_requested,
 )
 
 try:
     PLAN = check_config(config, workflow.basedir)
-    SLURM = SlurmSettings.from_env()
+    SLURM = SlurmSettings.from_env().with_resources(
+        workflow.resource_settings.default_resources,
+        workflow.resource_settings.overwrite_resources,
+    )
 except (ConfigError, SlurmError) as error:
     sys.exit(f"config error: {error}")
 
-# The slurm profile says it is in use (profiles/slurm/config.yaml), so that a dry run with it
-# checks and shows what a real run would ask; a job on its node (not the main process) does not.
-SLURM_PROFILE = os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" and workflow.is_main_process
+# Jobs go to Slurm: the shipped profile says so (profiles/slurm/config.yaml), or a site's own
+# profile or --executor slurm does (slurm_requested reads them as Snakemake finds them), so that
+# a dry run checks and shows what a real run would ask; a job on its node (not the main
+# process) does not.
+SLURM_PROFILE = workflow.is_main_process and (
+    os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" or slurm_requested(sys.argv, os.environ)
+)
 partition_nodes = functools.cache(read_nodes)
 # The planner's rates of a model's jobs: GPU jobs at the GPU's, CPU jobs (and every job where
 # Slurm gives no GPU, BLOCKCOUPLING_SLURM_GPU=none) at the CPU's.
@@ -207,7 +217,8 @@ def gpu_mem(wildcards):
 # Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none and the
 # planner cannot tell (no n_layers/d_model in its metadata).
 JOB_DEFAULTS = {"extract": (8000, 720), "evaluate": (8000, 240)}
-DEFAULT_RUNTIME = 60  # minutes of the other rules (profiles/slurm: default-resources)
+DEFAULT_RUNTIME = 60  # minutes of the other rules (apply_job_defaults)
+SMALL_JOB_MEM_MB = GROUPED_JOB_MEM_MB  # memory of the other rules
 # The planner's longest job per (model or "vit", rule), at the rates of the device jobs get.
 PLANNED = {(row.model, row.rule): row for row in cost.plan_costs(PLAN, gpu=JOB_RATES)}
 
@@ -271,7 +282,46 @@ def model_job_resources(rule, model=None):
 
         return value
 
+    OWN_MEMORY.add(rule)
     return {key: resource(key) for key in Request.RESOURCES}
+
+
+OWN_MEMORY = set()  # rules whose memory model_job_resources gives
+
+
+def small_job_runtime(wildcards, attempt):
+    """Runtime of a job without a planned one (DEFAULT_RUNTIME minutes; at most its CPU
+    partition's limit on Slurm, check_runtimes says so)."""
+    if not on_slurm():
+        return DEFAULT_RUNTIME
+    try:
+        nodes = partition_nodes(SLURM.partition)
+    except SlurmError:
+        return DEFAULT_RUNTIME
+    limit = nodes.time_limit if nodes is not None else None
+    return min(DEFAULT_RUNTIME, limit or DEFAULT_RUNTIME)
+
+
+def apply_job_defaults():
+    """Give every rule the workflow's own requests where neither the rule nor the user's
+    --default-resources sets them (mem_mb, runtime: what the shipped profile asked before),
+    so that any Slurm profile, a site's own too, gets the same per-job requests."""
+    from snakemake.resources import Resource, Resources
+
+    keys = ("mem", "mem_mb", "mem_mib")
+    user = workflow.resource_settings.default_resources
+    builtin_text = Resources.DEFAULTS["full"]["mem"]  # Snakemake's own, from the input's size
+    users_memory = any(resource_text(user, key) not in ("", builtin_text) for key in keys)
+    for each in workflow.rules:
+        given = [key for key in keys if key in each.resources.keys()]
+        # a function not of model_job_resources: Snakemake's own default (from the input's
+        # size); a number: the rule's own (or the user's)
+        builtin = all(each.resources.get(key).is_evaluable() for key in given)
+        if not users_memory and each.name not in OWN_MEMORY and builtin:
+            for key in given:
+                each.resources[key] = None
+            each.resources["mem_mb"] = Resource("mem_mb", SMALL_JOB_MEM_MB)
+        each.resources.setdefault("runtime", Resource("runtime", small_job_runtime))
 
 
 def check_slurm_jobs():

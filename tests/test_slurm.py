@@ -477,3 +477,112 @@ def test_each_rule_is_in_its_group_and_no_job_of_a_group_reads_anothers(tmp_path
     for source, target in edges:
         group = slurm.job_group(names[source])
         assert group is None or group != slurm.job_group(names[target]), (source, target)
+
+
+# --- a site's own profile: the workflow brings every job's requests and checks ---------------
+
+SITE_PROFILE = """\
+executor: slurm
+jobs: 10
+slurm-qos: high
+default-resources:
+  slurm_account: "'acct'"
+  slurm_partition: batch
+set-resources:
+  extract_shard:
+    slurm_partition: gpu
+"""
+
+
+def test_slurm_requested_reads_the_executor_and_the_profiles_snakemake_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "home" / ".config" / "snakemake" / "site"
+    site.mkdir(parents=True)
+    (site / "config.yaml").write_text(SITE_PROFILE)
+    local = tmp_path / "home" / ".config" / "snakemake" / "local"
+    local.mkdir()
+    (local / "config.yaml").write_text("cores: 2\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert slurm.slurm_requested(["snakemake", "--executor", "slurm"], {})
+    assert slurm.slurm_requested(["snakemake", "-e", "slurm"], {})
+    assert slurm.slurm_requested(["snakemake", "--executor=slurm"], {})
+    assert slurm.slurm_requested(["snakemake", "--profile", "site", "-n"], {})
+    assert slurm.slurm_requested(["snakemake"], {"SNAKEMAKE_PROFILE": "site"})
+    assert not slurm.slurm_requested(["snakemake", "--profile", "local"], {})
+    assert not slurm.slurm_requested(["snakemake", "--cores", "2"], {})
+    assert not slurm.slurm_requested(["snakemake", "--profile", "nowhere"], {})
+
+
+def test_partition_and_account_as_the_plugins_own_resources() -> None:
+    from snakemake.resources import Resources
+
+    defaults = Resources.parse(
+        ["slurm_account='acct'", "slurm_partition=batch"], allow_expressions=True, defaults="full"
+    )
+    overrides = {"extract_shard": Resources.parse(["slurm_partition=gpu"], allow_expressions=True)}
+    assert slurm.resource_text(defaults, "slurm_account") == "acct"
+    assert slurm.resource_text(defaults, "mem_mb") == ""  # Snakemake's own default: no text
+    found = settings().with_resources(defaults, overrides)
+    assert (found.account, found.partition, found.gpu_partition) == ("acct", "batch", "gpu")
+    # the variables stay shortcuts, and win
+    env = settings(PARTITION="cpu", ACCOUNT="a2").with_resources(defaults, overrides)
+    assert (env.account, env.partition, env.gpu_partition) == ("a2", "cpu", "gpu")
+    gpu = settings(GPU_PARTITION="big").with_resources(defaults, overrides)
+    assert gpu.gpu_partition == "big"
+    assert settings().with_resources(None, {}) == settings()
+
+
+def resources_by_rule(stdout: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for rule, body in re.findall(
+        r"rule (\w+):\n(.*?)(?=\n\[|\nrule |\nlocalrule |\Z)", stdout, re.S
+    ):
+        line = re.search(r"resources: (.*)", body)
+        if line:
+            kept = [p for p in line.group(1).split(", ") if not p.startswith(("tmpdir", "disk"))]
+            found.setdefault(rule, set()).add(", ".join(kept))
+    return found
+
+
+def test_a_site_profile_gets_the_same_requests_as_the_shipped_one(tmp_path: Path) -> None:
+    """A site's own profile (executor, account, partition as the plugin's resources) in
+    $HOME/.config/snakemake gets every job's memory and runtime from the workflow, and the
+    checks: the same requests as --profile slurm with the variables."""
+    cluster = "batch*|4|24105|(null)|20:00\ngpu|16|512000|gpu:4|1-00:00:00\n"
+    folder = fake_slurm(
+        tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path, cluster
+    )
+    site = tmp_path / "home" / ".config" / "snakemake" / "site"
+    site.mkdir(parents=True)
+    (site / "config.yaml").write_text(SITE_PROFILE)
+    environ = {
+        **os.environ,
+        "PATH": f"{folder}:{os.environ['PATH']}",
+        "HOME": str(tmp_path / "home"),
+    }
+    environ.pop("XDG_CONFIG_HOME", None)
+    environ.pop("BLOCKCOUPLING_SLURM_PROFILE", None)
+    runs = {}
+    for profile, env in [
+        ("site", {}),
+        (
+            "slurm",
+            {ENV + "ACCOUNT": "acct", ENV + "PARTITION": "batch", ENV + "GPU_PARTITION": "gpu"},
+        ),
+    ]:
+        command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", profile]
+        command += ["--configfile", "config/smoke.yaml", "--directory", str(tmp_path / "work")]
+        done = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, env={**environ, **env}
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        # the checks ran: the 20-minute partition caps the small rules' runtime, said once
+        assert "slurm: partition batch allows 20 min" in done.stderr
+        runs[profile] = resources_by_rule(done.stdout)
+    assert runs["site"] == runs["slurm"]
+    assert runs["site"]["metrics"] == {
+        "mem_mb=2000, mem=2 GB, mem_mib=1908, slurm_account=acct, slurm_partition=batch, runtime=20"
+    }
