@@ -47,6 +47,9 @@ include: "rules/vit.smk"
 include: "rules/figures.smk"
 
 
+apply_job_defaults()  # every rule's memory and runtime, whatever the profile
+
+
 onstart:
     check_slurm_jobs()  # jobs going to Slurm: stop before any if a model's job fits no node
 

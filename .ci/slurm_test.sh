@@ -6,7 +6,8 @@
 # starts munged, slurmctld and slurmd, and checks that
 #   - every job of the DAG went through sbatch, the short CPU jobs in batches of the profile's
 #     group width (each Slurm job the jobcomp log records COMPLETED),
-#   - a job killed with scancel is resubmitted (retries: 1) and the run completes,
+#   - a job killed with scancel says CANCELLED in its Slurm log, is resubmitted (retries: 1) and
+#     the run completes,
 #   - the results equal a local run of the same config (.ci/compare_results.py),
 #   - a rerun does nothing, and a run whose models need GPUs the partition lacks (config/paper.yaml)
 #     stops before any job with one line,
@@ -92,6 +93,9 @@ done
 grep -q "JobId=$cancelled .*JobState=CANCELLED" "$work/jobcomp.log" \
     || fail "job $cancelled is not CANCELLED in the jobcomp log"
 grep -q "Trying to restart job" "$work/run.log" || fail "Snakemake did not resubmit the cancelled job"
+# Slurm's own line, or the job's (blockcoupling.runner) where its script had started
+grep -rqsE "JOB $cancelled ON .* CANCELLED|CANCELLED \(SIGTERM to Slurm job $cancelled" \
+    "$slurm_run/.snakemake/slurm_logs" || fail "the cancelled job's Slurm log does not say CANCELLED"
 say "every job went through sbatch: $((expected - 1)) submissions completed + job $cancelled cancelled and resubmitted"
 
 "$python" .ci/compare_results.py "$local_run" "$slurm_run" || fail "the results differ from the local run"

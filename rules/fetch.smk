@@ -5,6 +5,9 @@
 # is deleted once its jobs are done, and a checkpoint is fetched only after the jobs of the one
 # hub.max_revisions places before it are done, so at most hub.max_revisions sit in the cache.
 #   snakemake --cores 1 fetch     (kept revisions and datasets now; checkpoints come in turn)
+# With hub.max_revisions: all, `fetch` fetches every revision, checkpoints too, and keeps them
+# (printing first what the planner says they take on disk), so that the compute part runs with
+# no network anywhere.
 # The bound is a DAG order, not a Snakemake resource (a resource is held only while a job runs,
 # not while its output sits on disk): the checkpoints form max_revisions lanes, each fetch
 # waiting for the outputs of the previous revision of its lane. Limits: at most max_revisions
@@ -61,11 +64,30 @@ if HUB.lock_file:
         if _reason:
             sys.exit(f"config error: {_reason}")
 
+if HUB.ahead and workflow.is_main_process:
+    download, peak, count = cost.hub_volume(PLAN)
+    print(
+        f"hub: max_revisions: all: the fetch target fetches every revision ahead ({count} model "
+        f"revisions and the datasets, ~{cost.size_text(download)} to keep in {HUB.cache_dir}, at "
+        f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter; blockcoupling plan), none is deleted",
+        file=sys.stderr,
+    )
+
+
+def checkpoint_folder(path):
+    """A checkpoint revision's folder: kept when fetched ahead (hub.max_revisions: all), else
+    temporary (deleted once its jobs are done)."""
+    return path if HUB.ahead else temp(path)
+
 
 rule fetch:
     """Fetch every kept hub model revision and prompt dataset into the hub cache."""
     input:
-        [HUB.folder(r.repo, r.revision, False) for r in HUB_REVISIONS.values() if not r.checkpoint],
+        [
+            HUB.folder(r.repo, r.revision, r.checkpoint)
+            for r in HUB_REVISIONS.values()
+            if HUB.ahead or not r.checkpoint
+        ],
         [HUB.dataset_folder(repo, revision) for repo, (_, revision) in HUB_DATASETS.items()],
 
 
@@ -94,7 +116,7 @@ rule fetch_checkpoint:
     input:
         revision_done,
     output:
-        folder=temp(directory(HUB.folder("{repo}", "{revision}", True))),
+        folder=checkpoint_folder(directory(HUB.folder("{repo}", "{revision}", True))),
         manifest=HUB.manifest("checkpoint", "{repo}", "{revision}"),
     log:
         "logs/fetch/checkpoint/{repo}/{revision}.log",

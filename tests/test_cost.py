@@ -153,3 +153,7 @@ def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
     plan = wf.check_config(config, REPO, check_memory=False)
     bounded = cost.hub_volume(plan)[1]
     assert bounded == pytest.approx(other_bytes + 2 * largest + cost.VIT_DATA_BYTES)
+    config["hub"] = {"max_revisions": "all"}  # fetched ahead: every revision on disk at once
+    wf.validate_config(config, REPO / "schemas" / "config.schema.yaml")
+    plan = wf.check_config(config, REPO, check_memory=False)
+    assert cost.hub_volume(plan)[1] == pytest.approx(download)

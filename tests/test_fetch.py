@@ -5,6 +5,7 @@ hub.max_revisions."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -128,3 +129,157 @@ def test_schema_defaults_equal_the_hub_settings_defaults() -> None:
     offline = hub.HubSettings().job_env()
     assert offline["HF_HUB_OFFLINE"] == offline["HF_DATASETS_OFFLINE"] == "1"
     assert hub.HubSettings(offline_jobs=False).job_env() == {}
+
+
+# --- hub faults in one line: an emptied or deleted revision folder, an unreachable hub -------
+
+
+def blockcoupling(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, **env}
+    for name in hub.OFFLINE:
+        environ.pop(name, None)
+    command = [sys.executable, "-m", "blockcoupling.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=environ, timeout=300)
+
+
+def test_a_revision_counts_as_fetched_when_its_manifest_files_are_there(
+    hub_root: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "cache" / "checkpoints" / MODEL / "step16"
+    with LocalHub(hub_root) as server:
+        done = blockcoupling("fetch", MODEL, "step16", str(folder), HF_ENDPOINT=server.endpoint)
+    assert done.returncode == 0, done.stderr
+    manifest = tmp_path / "cache" / "manifests" / "checkpoint" / MODEL / "step16.json"
+    assert hub.manifest_of(folder) == manifest
+    assert hub.missing_files(folder) == []
+    assert hub.require(folder, "models.neox-steps", MODEL, "step16") == folder
+    # emptied as Snakemake leaves a directory output: only its timestamp file
+    for path in folder.iterdir():
+        path.unlink()
+    (folder / ".snakemake_timestamp").touch()
+    listed = sorted(json.loads(manifest.read_text())["files"])
+    assert hub.missing_files(folder) == listed
+    with pytest.raises(hub.HubCacheError) as error:
+        hub.require(folder, "models.neox-steps", MODEL, "step16")
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"models.neox-steps: revision step16 of {MODEL} is incomplete in the hub cache "
+        f"({len(listed)} files missing"
+    )
+    assert f"blockcoupling fetch {MODEL} step16 {folder}" in message
+    with pytest.raises(ValueError, match="not the folder of"):
+        from blockcoupling.cli import fetch_revision
+
+        fetch_revision(MODEL, "step16", tmp_path / "elsewhere")
+
+
+def test_an_unreachable_hub_is_one_line_naming_endpoint_repo_and_revision(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    folder = tmp_path / "cache" / "models" / MODEL / "main"
+    done = blockcoupling("fetch", MODEL, "main", str(folder), HF_ENDPOINT=endpoint)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(
+        f"blockcoupling fetch: cannot reach the hub at {endpoint} to fetch {MODEL} at revision "
+        "main ("
+    )
+    assert "check this machine's network" in lines[0] and "HF_ENDPOINT" in lines[0]
+
+
+@pytest.mark.slow
+def test_an_emptied_or_deleted_revision_stops_the_workflow_in_one_line(
+    hub_root: Path, tmp_path: Path
+) -> None:
+    """The main revision fetched, then emptied (Snakemake's timestamp left): the dry run stops
+    in one line; deleted with the hub stopped: the fetch rule (local: never retried on Slurm)
+    fails in one line naming the endpoint."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    folder = tmp_path / "cache" / "models" / MODEL / "main"
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--nolock"]
+    command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
+    command += ["--cores", "1"]
+    with LocalHub(hub_root) as server:
+        env = dict(os.environ, HF_ENDPOINT=server.endpoint, HF_HOME=str(tmp_path / "hf_home"))
+        for name in hub.OFFLINE:
+            env.pop(name, None)
+        run = subprocess.run(
+            [*command, "fetch"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+    for path in folder.iterdir():
+        path.unlink()
+    (folder / ".snakemake_timestamp").touch()
+    target = "results/extract/neox/final/depth.nc"
+    emptied = subprocess.run(
+        [*command, "-n", target], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert emptied.returncode == 1
+    assert (
+        emptied.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"models.neox: revision main of {MODEL} is incomplete in the hub cache")
+    ), emptied.stderr[-2000:]
+    assert "Traceback" not in emptied.stderr
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+    deleted = subprocess.run(
+        [*command, "fetch"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert deleted.returncode == 1
+    errors = [line for line in deleted.stderr.splitlines() if "cannot reach the hub" in line]
+    assert errors and errors[0].split(" ERROR ")[-1].startswith(
+        f"fetch_model: cannot reach the hub at {server.endpoint} to fetch {MODEL} at revision main"
+    ), deleted.stderr[-3000:]
+    assert (
+        "Traceback" not in deleted.stderr
+        and "ConnectError:" not in deleted.stderr.split("cannot reach")[0]
+    )
+
+
+@pytest.mark.slow
+def test_fetch_ahead_then_the_run_needs_no_hub(hub_root: Path, tmp_path: Path) -> None:
+    """hub.max_revisions: all: `fetch` says the disk first and fetches every revision, checkpoints
+    too; with the hub stopped, the run then finishes and keeps them."""
+    import time
+
+    config = {**CONFIG, "hub": {"cache_dir": "cache", "max_revisions": "all"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--nolock"]
+    command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
+    command += ["--cores", "1"]
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"))
+    for name in hub.OFFLINE:
+        env.pop(name, None)
+    with LocalHub(hub_root) as server:
+        env["HF_ENDPOINT"] = server.endpoint
+        start = time.monotonic()
+        fetch = subprocess.run(
+            [*command, "fetch"], env=env, capture_output=True, text=True, timeout=600
+        )
+        seconds = time.monotonic() - start
+    assert fetch.returncode == 0, fetch.stderr[-3000:]
+    said = [line for line in fetch.stderr.splitlines() if line.startswith("hub: max_revisions")]
+    assert said and "3 model revisions and the datasets" in said[0], fetch.stderr[-2000:]
+    assert fetch.stderr.index(said[0]) < fetch.stderr.index("rule fetch_")  # before any fetch
+    print(f"fetch ahead: {said[0]} ({seconds:.1f} s)")
+    cache = tmp_path / "cache"
+    for step in ("step0", "step16"):
+        assert hub.missing_files(cache / "checkpoints" / MODEL / step) == []
+    fetched = len(server.requests)
+    # the hub is stopped: the compute part runs offline to the end
+    run = subprocess.run([*command, *TARGETS], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "rule fetch_" not in run.stdout + run.stderr  # nothing fetched again
+    assert len(server.requests) == fetched
+    for step in ("step0", "step16"):  # kept: nothing to fetch again
+        assert hub.missing_files(cache / "checkpoints" / MODEL / step) == []
+    assert hub.checkpoints_on_disk(cache) == 2

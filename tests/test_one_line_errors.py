@@ -3,6 +3,7 @@ traceback: bad devices, non-finite Jacobians, CLI flags, schema errors, a full d
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -186,3 +187,42 @@ run_script(sm, main)
     assert out.returncode == 1 and len(lines) == 1, out.stderr[-3000:]
     assert "ERROR extract: non-finite Jacobian (NaN/inf) at model m, prompt p0001" in lines[0]
     assert "Traceback" in (tmp_path / "extract.log").read_text()  # kept in the rule's log
+
+
+RULE_CANCELLED = """
+import logging, sys, time, types
+from blockcoupling.runner import run_script
+sm = types.SimpleNamespace(log=[sys.argv[1]], threads=1, rule="metrics", output=["out.nc"])
+def main(sm):
+    logging.info("started")
+    time.sleep(60)
+run_script(sm, main)
+"""
+
+
+def test_a_cancelled_job_says_cancelled_in_one_line(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    log = tmp_path / "metrics.log"
+    job = subprocess.Popen(
+        [sys.executable, "-c", RULE_CANCELLED, str(log)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SLURM_JOB_ID": "4242"},
+    )
+    for _ in range(200):  # until main runs
+        if log.exists() and "started" in log.read_text():
+            break
+        time.sleep(0.05)
+    job.send_signal(signal.SIGTERM)  # what scancel sends
+    _, err = job.communicate(timeout=30)
+    assert job.returncode == 128 + signal.SIGTERM
+    lines = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].endswith(
+        "ERROR metrics: CANCELLED (SIGTERM to Slurm job 4242: scancel, preemption or its time "
+        "limit; `sacct -j JOB` or the Slurm log says which); its outputs are incomplete and "
+        "not kept"
+    )
+    assert "CANCELLED" in log.read_text()  # the rule's log says it too

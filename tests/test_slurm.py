@@ -274,6 +274,128 @@ def test_no_rule_asks_more_time_than_its_partition_allows(tmp_path: Path) -> Non
     runtimes = [int(value) for value in re.findall(r"\bruntime=(\d+)", done.stdout)]
     assert runtimes and max(runtimes) <= 20
     assert re.search(r"rule vit_train:(.|\n)*?resources: .*runtime=", done.stdout)
+    # the small rules' 60 minutes are capped, and that is said in one line
+    assert "slurm: partition batch allows 20 min: the jobs without a planned runtime" in (
+        done.stderr
+    )
+    # a planned job's retry (twice its first request) fits too: the floor yields to the limit
+    planned = re.findall(r"rule (?:extract\w*|evaluate):(?:.|\n)*?runtime=(\d+)", done.stdout)
+    assert planned and all(2 * int(value) <= 20 for value in planned)
+
+
+def test_a_partition_no_job_fits_stops_the_dry_run_in_one_line(tmp_path: Path) -> None:
+    minute = "batch*|4|24105|(null)|1\n"  # MaxTime=1: the smallest extraction cannot fit
+    fake_slurm(tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path, minute)
+    environ = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", "slurm"]
+    command += ["--configfile", "config/smoke.yaml", "--directory", str(tmp_path / "work")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environ)
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if line.startswith("slurm: ")]
+    assert len(lines) == 1, done.stderr[-2000:]
+    assert re.search(
+        r"slurm: models\.\S+ \(extract_shard\): planned at [\d.]+ min per job, it asks \d+ min "
+        r"\(3x, doubled on its retry\) but partition batch allows 1 min: choose a partition",
+        lines[0],
+    ), lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def paper_plan():
+    from blockcoupling import cli
+
+    return cli.load_plan(REPO / "config" / "paper.yaml", check_memory=False)
+
+
+@pytest.mark.parametrize("limit", [24 * 60, 18 * 60])
+def test_shards_follow_from_the_time_limit_and_each_attempt_fits(limit: int) -> None:
+    from blockcoupling import cost
+
+    plan = paper_plan()
+    sized = cost.sized_plan(plan, lambda model: ("gpu", limit), lambda model: cost.GPU)
+    for model in plan.models:
+        entry = plan.models[model]
+        shape = cost.shape_of(entry.meta, entry.load)
+        first, count = sized.shards(model)[0]
+        assert sum(n for _, n in sized.shards(model)) == plan.n_prompts
+        seconds = [
+            cost.extract_job_seconds(sized, model, part, True)
+            for part in [first for first, _ in sized.shards(model)] + sized.token_jobs(model)[:1]
+        ]
+        for value in seconds:  # the retry of every job fits, none capped
+            assert cost.runtime_minutes(value, 2, limit) <= limit, (model, limit)
+        if model in sized.shard_sizes:  # resized: one more prompt per shard would not fit
+            bigger = cost.extract_cost(
+                shape,
+                cost.replace(plan.measure_options(model), token_prompts=0).for_shard(0),
+                count + 1,
+                cost.GPU,
+            )
+            over = sum(bigger["seconds"].values()) + cost.GPU.overhead
+            assert cost.runtime_minutes(over, 2, limit) > limit
+    # the longest job of the paper suite asks 1,779 min (llama-3-70b) in its configured shards
+    assert max(r.job_seconds for r in cost.plan_costs(plan)) * 3 / 60 > 24 * 60
+    assert (
+        "llama-3-70b"
+        in cost.sized_plan(plan, lambda model: ("gpu", 24 * 60), lambda model: cost.GPU).shard_sizes
+    )
+
+
+def test_a_job_that_no_shard_size_fits_is_refused_in_one_line() -> None:
+    from blockcoupling import cost
+
+    plan = paper_plan()
+    # 8 hours: llama-3-70b's shards fit, but one token prompt's own job (~136 min x 3 x 2) not
+    with pytest.raises(cost.TooLong) as error:
+        cost.sized_plan(plan, lambda model: ("gpu", 8 * 60), lambda model: cost.GPU)
+    message = str(error.value)
+    assert "\n" not in message
+    assert re.match(
+        r"models\.\S+ \(extract_tokens\): planned at [\d.]+ min per job, it asks \d+ min "
+        r"\(3x, doubled on its retry\) but partition gpu allows 480 min: choose a partition "
+        r"with a longer time limit .*, or lower extract.token_max_tokens or token_layers$",
+        message,
+    ), message
+    with pytest.raises(cost.TooLong, match=r"\(extract_shard\).* allows 1 min"):
+        cost.sized_plan(plan, lambda model: ("short", 1), lambda model: cost.CPU)
+
+
+@pytest.mark.slow
+def test_plan_and_the_dry_run_agree_on_shards_and_runtimes_under_a_24_hour_limit(
+    tmp_path: Path,
+) -> None:
+    import pandas as pd
+
+    from blockcoupling import cli
+
+    day = "batch*|16|256000|(null)|1-00:00:00\ngpu|32|1024000|gpu:h100:4|1-00:00:00\n"
+    fake_slurm(tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path, day)
+    environ = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    environ[ENV + "GPU_PARTITION"] = "gpu"
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", "slurm"]
+    command += ["--configfile", "config/paper.yaml", "--directory", str(tmp_path / "work")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    jobs: dict[str, int] = {}
+    longest: dict[str, int] = {}
+    for body in re.findall(
+        r"rule extract(?:_shard|_tokens)?:\n(.*?)(?=\n\[|\nrule |\Z)", done.stdout, re.S
+    ):
+        model = re.search(r"wildcards: model=([^,\s]+)", body).group(1)
+        runtime = int(re.search(r"runtime=(\d+)", body).group(1))
+        jobs[model] = jobs.get(model, 0) + 1
+        longest[model] = max(longest.get(model, 0), runtime)
+    table = tmp_path / "plan.csv"
+    paper = str(REPO / "config" / "paper.yaml")
+    assert (
+        cli.main(["plan", "--configfile", paper, "--time-limit", "1-00:00:00", "--csv", str(table)])
+        == 0
+    )
+    rows = pd.read_csv(table).query("rule == 'extract'")
+    assert len(rows) == len(jobs) == 44
+    for row in rows.itertuples():
+        assert (row.jobs, row.runtime_min) == (jobs[row.model], longest[row.model]), row.model
+        assert 2 * row.runtime_min <= 24 * 60
 
 
 def test_check_config_with_the_profile_runs_the_same_checks(
@@ -355,3 +477,112 @@ def test_each_rule_is_in_its_group_and_no_job_of_a_group_reads_anothers(tmp_path
     for source, target in edges:
         group = slurm.job_group(names[source])
         assert group is None or group != slurm.job_group(names[target]), (source, target)
+
+
+# --- a site's own profile: the workflow brings every job's requests and checks ---------------
+
+SITE_PROFILE = """\
+executor: slurm
+jobs: 10
+slurm-qos: high
+default-resources:
+  slurm_account: "'acct'"
+  slurm_partition: batch
+set-resources:
+  extract_shard:
+    slurm_partition: gpu
+"""
+
+
+def test_slurm_requested_reads_the_executor_and_the_profiles_snakemake_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "home" / ".config" / "snakemake" / "site"
+    site.mkdir(parents=True)
+    (site / "config.yaml").write_text(SITE_PROFILE)
+    local = tmp_path / "home" / ".config" / "snakemake" / "local"
+    local.mkdir()
+    (local / "config.yaml").write_text("cores: 2\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert slurm.slurm_requested(["snakemake", "--executor", "slurm"], {})
+    assert slurm.slurm_requested(["snakemake", "-e", "slurm"], {})
+    assert slurm.slurm_requested(["snakemake", "--executor=slurm"], {})
+    assert slurm.slurm_requested(["snakemake", "--profile", "site", "-n"], {})
+    assert slurm.slurm_requested(["snakemake"], {"SNAKEMAKE_PROFILE": "site"})
+    assert not slurm.slurm_requested(["snakemake", "--profile", "local"], {})
+    assert not slurm.slurm_requested(["snakemake", "--cores", "2"], {})
+    assert not slurm.slurm_requested(["snakemake", "--profile", "nowhere"], {})
+
+
+def test_partition_and_account_as_the_plugins_own_resources() -> None:
+    from snakemake.resources import Resources
+
+    defaults = Resources.parse(
+        ["slurm_account='acct'", "slurm_partition=batch"], allow_expressions=True, defaults="full"
+    )
+    overrides = {"extract_shard": Resources.parse(["slurm_partition=gpu"], allow_expressions=True)}
+    assert slurm.resource_text(defaults, "slurm_account") == "acct"
+    assert slurm.resource_text(defaults, "mem_mb") == ""  # Snakemake's own default: no text
+    found = settings().with_resources(defaults, overrides)
+    assert (found.account, found.partition, found.gpu_partition) == ("acct", "batch", "gpu")
+    # the variables stay shortcuts, and win
+    env = settings(PARTITION="cpu", ACCOUNT="a2").with_resources(defaults, overrides)
+    assert (env.account, env.partition, env.gpu_partition) == ("a2", "cpu", "gpu")
+    gpu = settings(GPU_PARTITION="big").with_resources(defaults, overrides)
+    assert gpu.gpu_partition == "big"
+    assert settings().with_resources(None, {}) == settings()
+
+
+def resources_by_rule(stdout: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for rule, body in re.findall(
+        r"rule (\w+):\n(.*?)(?=\n\[|\nrule |\nlocalrule |\Z)", stdout, re.S
+    ):
+        line = re.search(r"resources: (.*)", body)
+        if line:
+            kept = [p for p in line.group(1).split(", ") if not p.startswith(("tmpdir", "disk"))]
+            found.setdefault(rule, set()).add(", ".join(kept))
+    return found
+
+
+def test_a_site_profile_gets_the_same_requests_as_the_shipped_one(tmp_path: Path) -> None:
+    """A site's own profile (executor, account, partition as the plugin's resources) in
+    $HOME/.config/snakemake gets every job's memory and runtime from the workflow, and the
+    checks: the same requests as --profile slurm with the variables."""
+    cluster = "batch*|4|24105|(null)|20:00\ngpu|16|512000|gpu:4|1-00:00:00\n"
+    folder = fake_slurm(
+        tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path, cluster
+    )
+    site = tmp_path / "home" / ".config" / "snakemake" / "site"
+    site.mkdir(parents=True)
+    (site / "config.yaml").write_text(SITE_PROFILE)
+    environ = {
+        **os.environ,
+        "PATH": f"{folder}:{os.environ['PATH']}",
+        "HOME": str(tmp_path / "home"),
+    }
+    environ.pop("XDG_CONFIG_HOME", None)
+    environ.pop("BLOCKCOUPLING_SLURM_PROFILE", None)
+    runs = {}
+    for profile, env in [
+        ("site", {}),
+        (
+            "slurm",
+            {ENV + "ACCOUNT": "acct", ENV + "PARTITION": "batch", ENV + "GPU_PARTITION": "gpu"},
+        ),
+    ]:
+        command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", profile]
+        command += ["--configfile", "config/smoke.yaml", "--directory", str(tmp_path / "work")]
+        done = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, env={**environ, **env}
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        # the checks ran: the 20-minute partition caps the small rules' runtime, said once
+        assert "slurm: partition batch allows 20 min" in done.stderr
+        runs[profile] = resources_by_rule(done.stdout)
+    assert runs["site"] == runs["slurm"]
+    assert runs["site"]["metrics"] == {
+        "mem_mb=2000, mem=2 GB, mem_mib=1908, slurm_account=acct, slurm_partition=batch, runtime=20"
+    }

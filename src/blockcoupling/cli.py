@@ -4,6 +4,7 @@ blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one m
 blockcoupling check-config FILE [--profile slurm]       validate a config as the workflow does
 blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
 blockcoupling verify results/                            every result against its recorded hash
+blockcoupling fetch REPO REVISION FOLDER                 one hub revision into the hub cache
 blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
 """
 
@@ -104,8 +105,28 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--gpu-tflops", type=float, default=None, help="achieved float32 TFLOP/s of your GPUs"
     )
+    plan.add_argument(
+        "--time-limit",
+        default=None,
+        metavar="LIMIT",
+        help="a Slurm partition's time limit (minutes, HH:MM:SS or D-HH:MM:SS): shards sized to "
+        "it as the workflow does on Slurm, and each job's requested runtime",
+    )
     plan.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
     plan.add_argument("--workflow-dir", type=Path, default=None, help="as for check-config")
+    fetch = commands.add_parser(
+        "fetch",
+        help="fetch one hub model revision into its folder of the hub cache, with its manifest",
+        description=(
+            "Fetch exactly one model revision (config, tokenizer, weights) into FOLDER, a "
+            "revision folder of the hub cache (HUB_CACHE/models/REPO/REVISION or "
+            "HUB_CACHE/checkpoints/REPO/REVISION), and write its manifest beside the others, "
+            "as the workflow's fetch rules do; what a job's 'not in the hub cache' line names."
+        ),
+    )
+    fetch.add_argument("repo", metavar="REPO", help="hub repo id, e.g. EleutherAI/pythia-160m")
+    fetch.add_argument("revision", metavar="REVISION", help="branch, tag or commit, e.g. main")
+    fetch.add_argument("folder", metavar="FOLDER", type=Path, help="its folder in the cache")
     verify = commands.add_parser(
         "verify",
         help="check every result against the content hash its job recorded",
@@ -248,6 +269,20 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
             name=f"GPU, float32 ({args.gpu_tflops:g} TFLOP/s given)",
             matmul=args.gpu_tflops * 1e12,
         )
+    limit = None
+    if args.time_limit:
+        from blockcoupling.slurm import minutes
+
+        try:
+            limit = minutes(args.time_limit)
+        except ValueError:
+            raise ValueError(
+                f"--time-limit {args.time_limit!r}: give minutes, HH:MM:SS or D-HH:MM:SS"
+            ) from None
+        where = f"of --time-limit {args.time_limit}"
+        plan = cost.sized_plan(
+            plan, lambda model: (where, limit), lambda m: gpu if plan.on_gpu(m) else cost.CPU
+        )
     rows = cost.plan_costs(plan, gpu=gpu)
     if args.csv:
         import pandas as pd
@@ -261,6 +296,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
                     "device": "gpu" if r.on_gpu else "cpu",
                     "hours": r.seconds / 3600,
                     "hours_per_job": r.job_seconds / 3600,
+                    "runtime_min": cost.runtime_minutes(r.job_seconds, 1, limit),
                     "peak_gb": r.peak_bytes / cost.GB,
                     "gpu_mem_gb": r.declared_gb,
                     "output_gb": r.output_bytes / cost.GB,
@@ -280,9 +316,10 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     hub = (
         f"hub: {download / cost.GB:,.0f} GB to download ({revisions} model revisions at "
         f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
-        f"(hub.max_revisions={bound if bound is not None else 'unset: every revision kept'})"
+        f"(hub.max_revisions={bound if bound is not None else 'unset: every revision kept'}"
+        + ("; every revision fetched ahead)" if bound == "all" else ")")
     )
-    table = cost.plan_table(rows, gpu=gpu)
+    table = cost.plan_table(rows, gpu=gpu, limit=limit)
     return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)
 
 
@@ -358,6 +395,30 @@ def measure_source(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def fetch_revision(repo: str, revision: str, folder: Path) -> str:
+    """Fetch one model revision into ``folder`` (a revision folder of the hub cache) and write
+    its manifest where the fetch rules keep it; returns a one-line summary.
+    """
+    from blockcoupling import hub
+
+    parts = folder.parts
+    kinds = {"models": "model", "checkpoints": "checkpoint"}
+    tail = (*repo.split("/"), revision)
+    top = len(parts) - len(tail) - 1
+    if top < 0 or tuple(parts[top + 1 :]) != tail or parts[top] not in kinds:
+        raise ValueError(
+            f"{folder}: not the folder of {repo} at {revision} in a hub cache (expected "
+            f"HUB_CACHE/models/{repo}/{revision} or HUB_CACHE/checkpoints/{repo}/{revision})"
+        )
+    cache = Path(*parts[:top]) if top else Path(".")
+    hub.go_online()
+    manifest = hub.fetch_model(repo, revision, folder)
+    target = hub.HubSettings(cache_dir=str(cache)).manifest(kinds[parts[top]], repo, revision)
+    hub.write_manifest(manifest, target)
+    size = manifest["bytes"] / 1e9
+    return f"{repo}@{revision}: {len(manifest['files'])} files, {size:.2f} GB in {folder}"
+
+
 def verify_results(folder: Path) -> int:
     """Print each problem of ``folder`` (see ``manifest.verify``) and a summary; 1 if any."""
     from blockcoupling import manifest
@@ -384,6 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             report, fits = plan_report(args)
             print(report)
             return 0 if fits else 1
+        elif args.command == "fetch":
+            print(fetch_revision(args.repo, args.revision, args.folder))
         elif args.command == "verify":
             return verify_results(args.folder)
         else:

@@ -38,14 +38,22 @@ class HubSettings:
     """
 
     cache_dir: str = "hub_cache"
-    max_revisions: int = 4
+    max_revisions: int | None = 4  # None (``all`` in the config): every revision fetched ahead
     offline_jobs: bool = True
     lock_file: str | None = "hub.lock"
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> HubSettings:
-        """From a schema-validated workflow config."""
-        return cls(**config.get("hub", {}))
+        """From a schema-validated workflow config (``max_revisions: all`` -> None)."""
+        section = dict(config.get("hub", {}))
+        if section.get("max_revisions") == "all":
+            section["max_revisions"] = None
+        return cls(**section)
+
+    @property
+    def ahead(self) -> bool:
+        """Whether every revision is fetched ahead (the fetch target) and kept: no lanes."""
+        return self.max_revisions is None
 
     def folder(self, repo: str, revision: str, checkpoint: bool) -> str:
         """The folder a model revision is fetched into."""
@@ -123,19 +131,57 @@ def _download(
     }
 
 
+# Exceptions (by class name, anywhere in the class's MRO) that mean the hub was not reached:
+# huggingface_hub's HTTP client (httpx's transport errors), requests', and its own fallback.
+UNREACHABLE = ("TransportError", "ConnectionError", "LocalEntryNotFoundError", "TimeoutError")
+
+
+def endpoint() -> str:
+    """The hub's address (``HF_ENDPOINT``, else huggingface.co)."""
+    return os.environ.get("HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
+
+
+def hub_fault(error: Exception, repo: str, revision: str) -> HubCacheError | None:
+    """One line for a hub that could not be reached, or that refused ``repo`` at ``revision``
+    (None: another error, left as it is).
+    """
+    names = {cls.__name__ for cls in type(error).__mro__}
+    short = (str(error).splitlines() or [""])[0][:200]
+    if names & set(UNREACHABLE):
+        return HubCacheError(
+            f"cannot reach the hub at {endpoint()} to fetch {repo} at revision {revision} "
+            f"({type(error).__name__}: {short}): check this machine's network (fetch rules run "
+            "where Snakemake runs: the login node), HF_ENDPOINT and HTTPS_PROXY, then rerun"
+        )
+    if "HfHubHTTPError" in names:
+        return HubCacheError(
+            f"the hub at {endpoint()} refused {repo} at revision {revision} "
+            f"({type(error).__name__}: {short}): check the repo id and revision (and HF_TOKEN "
+            "for a gated repo)"
+        )
+    return None
+
+
 def fetch_model(
     repo: str, revision: str, target: str | Path, commit: str | None = None
 ) -> dict[str, Any]:
     """Fetch one model revision: config, tokenizer and weights (safetensors where the revision
     has them, else the PyTorch .bin files); ``commit``: the commit to fetch instead of what
-    ``revision`` points to now (the lock file's). Returns the manifest.
+    ``revision`` points to now (the lock file's). Returns the manifest; a hub not reached, or one
+    that refuses the revision, raises ``HubCacheError`` in one line (``hub_fault``).
     """
     from huggingface_hub import HfApi
 
-    info = HfApi().repo_info(repo, revision=commit or revision)
-    names = [sibling.rfilename for sibling in info.siblings or []]
-    weights = "*.safetensors" if any(n.endswith(".safetensors") for n in names) else "*.bin"
-    return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target), info)
+    try:
+        info = HfApi().repo_info(repo, revision=commit or revision)
+        names = [sibling.rfilename for sibling in info.siblings or []]
+        weights = "*.safetensors" if any(n.endswith(".safetensors") for n in names) else "*.bin"
+        return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target), info)
+    except Exception as error:
+        fault = hub_fault(error, repo, revision)
+        if fault is None:
+            raise
+        raise fault from None
 
 
 def dataset_patterns(readme: str, config: str | None) -> list[str]:
@@ -178,14 +224,20 @@ def fetch_dataset(
 
     from huggingface_hub import HfApi, hf_hub_download
 
-    info = HfApi().dataset_info(repo, revision=commit or revision)
-    with tempfile.TemporaryDirectory() as folder:
-        card = hf_hub_download(
-            repo, "README.md", repo_type="dataset", revision=info.sha, local_dir=folder
-        )
-        readme = Path(card).read_text("utf-8")
-    patterns = ["README.md", *dataset_patterns(readme, config)]
-    return _download(repo, revision, "dataset", patterns, Path(target), info)
+    try:
+        info = HfApi().dataset_info(repo, revision=commit or revision)
+        with tempfile.TemporaryDirectory() as folder:
+            card = hf_hub_download(
+                repo, "README.md", repo_type="dataset", revision=info.sha, local_dir=folder
+            )
+            readme = Path(card).read_text("utf-8")
+        patterns = ["README.md", *dataset_patterns(readme, config)]
+        return _download(repo, revision, "dataset", patterns, Path(target), info)
+    except Exception as error:
+        fault = hub_fault(error, repo, revision)
+        if fault is None:
+            raise
+        raise fault from None
 
 
 def write_manifest(manifest: dict[str, Any], path: str | Path) -> None:
@@ -200,15 +252,89 @@ def checkpoints_on_disk(cache_dir: str | Path) -> int:
     return sum(1 for folder in folders if not folder.name.endswith(".partial"))
 
 
-def require(folder: str | Path, what: str) -> Path:
-    """The fetched folder of ``what`` (a revision or dataset), or one error naming it and the
-    fix (compute jobs are offline: they never download).
+KINDS = {"models": "model", "checkpoints": "checkpoint", "datasets": "dataset"}
+
+
+def manifest_of(folder: str | Path) -> Path | None:
+    """The manifest a fetch wrote for a folder of the cache (``HubSettings.folder``:
+    ``<kind>s/<repo>/<revision>``, ``dataset_folder``: ``datasets/<repo>``), where it exists;
+    None otherwise.
     """
     folder = Path(folder)
-    if not folder.is_dir() or not any(folder.iterdir()):
+    for top in list(folder.parents)[:3]:  # the repo id has one or two parts
+        kind = KINDS.get(top.name)
+        if kind is None:
+            continue
+        name = str(folder.relative_to(top)) + ("/main" if kind == "dataset" else "")
+        candidate = top.parent / "manifests" / kind / f"{name}.json"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def missing_files(folder: str | Path) -> list[str] | None:
+    """The files a fetched folder's manifest lists that are missing or of another size ([]:
+    complete); None where there is no manifest or no folder.
+    """
+    manifest = manifest_of(folder)
+    if manifest is None or not Path(folder).is_dir():
+        return None
+    try:
+        files = json.loads(manifest.read_text("utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    missing = []
+    for name, size in sorted(files.items()):
+        path = Path(folder) / name
+        if not path.is_file() or path.stat().st_size != size:
+            missing.append(name)
+    return missing
+
+
+def fetch_command(folder: str | Path, repo: str, revision: str) -> str:
+    """The command that fetches exactly one revision into its folder (with its manifest)."""
+    return f"blockcoupling fetch {repo} {revision} {folder}"
+
+
+def incomplete(folder: str | Path, what: str, repo: str, revision: str) -> str | None:
+    """One line where ``folder`` (the fetched revision ``repo`` at ``revision``, ``what``: e.g.
+    the model) is missing or incomplete against its manifest, naming the command that fetches
+    exactly it; None where it is complete.
+    """
+    where = Path(folder)
+    missing = missing_files(where)
+    if missing == []:
+        return None
+    if not where.is_dir():
+        state = "is not in the hub cache"
+    elif missing is None:
+        state = "has no manifest in the hub cache (an interrupted or foreign fetch)"
+    else:
+        state = f"is incomplete in the hub cache ({len(missing)} files missing, e.g. {missing[0]})"
+    return (
+        f"{what}: revision {revision} of {repo} {state} ({where}); fetch exactly it where the "
+        f"network is (the login node): {fetch_command(where, repo, revision)}, and check that "
+        "hub.cache_dir is on a filesystem the nodes share"
+    )
+
+
+def require(folder: str | Path, what: str, repo: str = "", revision: str = "main") -> Path:
+    """The fetched folder of ``what`` (a revision or dataset): there, with every file its
+    manifest lists; else one error naming it and the fix (compute jobs are offline: they
+    never download). ``repo``: the hub id, for the fetch command ('': a dataset, fetched by
+    the fetch target).
+    """
+    folder = Path(folder)
+    if repo:
+        line = incomplete(folder, what, repo, revision)
+        if line is not None:
+            raise HubCacheError(line)
+        return folder
+    if missing_files(folder) != []:
         raise HubCacheError(
-            f"{what} is not in the hub cache ({folder}); fetch it where the network is "
-            f"(snakemake --cores 1 fetch, on the login node) and check hub.cache_dir is shared"
+            f"{what} is not (completely) in the hub cache ({folder}); fetch it where the "
+            f"network is (snakemake --cores 1 fetch, on the login node) and check "
+            "hub.cache_dir is shared"
         )
     return folder
 

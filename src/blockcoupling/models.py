@@ -369,14 +369,10 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     source = parse_source(spec["source"])
     where = source
     if spec.get("fetched"):  # a hub revision: read offline from its folder in the hub cache
-        what = f"models.{spec['name']}: revision {source.revision or 'main'} of {source.location}"
-        folder = hub.require(spec["fetched"], what)
-        if not (folder / "config.json").is_file():
-            raise hub.HubCacheError(
-                f"{what}: {folder} has no config.json (emptied or cut short); delete that folder "
-                "and fetch it again (snakemake --cores 1 fetch, on the login node)"
-            )
-        where = ModelSource("path", str(folder))
+        fetched = hub.require(
+            spec["fetched"], f"models.{spec['name']}", source.location, source.revision or "main"
+        )
+        where = ModelSource("path", str(fetched))
     if spec.get("converted"):  # a GGUF source: its folder written once by convert_gguf
         where = ModelSource("path", spec["converted"])
     load = dict(spec.get("load", {}))

@@ -1,11 +1,14 @@
 """The job side of every rule: run a script's ``main(snakemake)`` with its log, threads and
-one-line errors. Imports nothing heavy, so a rule's code hash covers only what its script uses.
+one-line errors (a cancelled job says CANCELLED). Imports nothing heavy, so a rule's code hash
+covers only what its script uses.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -47,6 +50,28 @@ def reason(error: OSError) -> str:
     return str(error)
 
 
+CANCELLED_STATUS = 128 + signal.SIGTERM  # a shell's status of a job ended by SIGTERM
+
+
+def cancelled(rule: str) -> Callable[[int, Any], None]:
+    """A SIGTERM handler that says, in one line, that the job was CANCELLED (Slurm sends
+    SIGTERM on scancel, preemption and the time limit) and ends it with ``CANCELLED_STATUS``.
+    """
+
+    def handler(signum: int, frame: Any) -> None:
+        job = os.environ.get("SLURM_JOB_ID")
+        where = f"Slurm job {job}" if job else "the job"
+        logging.error(
+            "%s: CANCELLED (SIGTERM to %s: scancel, preemption or its time limit; `sacct -j "
+            "JOB` or the Slurm log says which); its outputs are incomplete and not kept",
+            rule,
+            where,
+        )
+        sys.exit(CANCELLED_STATUS)
+
+    return handler
+
+
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(snakemake)`` logging to the rule's log and stderr, with torch (when the script
     uses it) set to the rule's threads and its math libraries checked to be on the pinned code
@@ -64,6 +89,7 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
         handlers=handlers,
         force=True,
     )
+    signal.signal(signal.SIGTERM, cancelled(snakemake.rule))
     torch = sys.modules.get("torch")  # imported by the script's own imports, if it needs it
     if torch is not None:
         torch.set_num_threads(max(1, int(snakemake.threads)))

@@ -39,7 +39,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatch
 from typing import Any, ClassVar
 
@@ -79,6 +79,65 @@ def slurm_jobs(rule_counts: Mapping[str, int], width: int) -> int:
         else:
             grouped[group] = grouped.get(group, 0) + count
     return single + sum(math.ceil(count / width) for count in grouped.values())
+
+
+# The rules whose jobs may get GPUs (their partition: BLOCKCOUPLING_SLURM_GPU_PARTITION, or the
+# first of them given a slurm_partition by --set-resources).
+GPU_RULES = ("extract_shard", "extract", "extract_tokens", "evaluate", "vit_train", "vit_extract")
+
+
+def resource_text(resources: Any, key: str) -> str:
+    """The text of resource ``key`` in Snakemake's resource settings (a mapping, or its
+    ``Resources`` of parsed ``KEY=VALUE`` expressions; quotes removed); '' where unset.
+    """
+    if resources is None:
+        return ""
+    value = resources.get(key)
+    if value is None:
+        return ""
+    if hasattr(value, "is_evaluable"):  # snakemake.resources.Resource (an expression: its text)
+        value = value.raw if value.is_evaluable() else value.value
+    if value is None:
+        return ""
+    text = str(value).strip()
+    return text[1:-1] if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"" else text
+
+
+def slurm_requested(argv: list[str], environ: Mapping[str, str]) -> bool:
+    """Whether this Snakemake invocation (its ``argv``) sends jobs to Slurm: ``--executor
+    slurm`` (``-e slurm``), or a profile (``--profile``, ``SNAKEMAKE_PROFILE``), found where
+    Snakemake finds it, whose config says ``executor: slurm``. Read when the workflow is
+    parsed, before Snakemake tells it its executor, so that the checks and the shard sizes
+    apply with any Slurm profile: the shipped one or a site's own.
+    """
+    import yaml
+
+    profiles: list[str] = []
+    for index, arg in enumerate(argv):
+        name, _, value = arg.partition("=")
+        if name in ("--executor", "-e"):
+            if (value or (argv[index + 1] if index + 1 < len(argv) else "")) == "slurm":
+                return True
+        if name == "--profile":
+            following = argv[index + 1 :]
+            profiles += [value] if value else following[:1]
+    if not profiles and environ.get("SNAKEMAKE_PROFILE"):
+        profiles = [environ["SNAKEMAKE_PROFILE"]]
+    try:
+        from snakemake.cli import get_profile_dir
+    except ImportError:  # no Snakemake here: no profile to read
+        return False
+    for profile in profiles:
+        found = get_profile_dir(profile)
+        if found is None:
+            continue
+        try:
+            config = yaml.safe_load(found[1].read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(config, dict) and str(config.get("executor", "")) == "slurm":
+            return True
+    return False
 
 
 class SlurmError(ValueError):
@@ -130,6 +189,26 @@ class SlurmSettings:
             batch=None if batch == "node" else int(batch),
         )
 
+    def with_resources(self, defaults: Any, overrides: Mapping[str, Any]) -> SlurmSettings:
+        """The settings with the partition and account given as the Slurm plugin's own
+        resources where the variables leave them unset: ``slurm_partition`` and
+        ``slurm_account`` of ``--default-resources`` (``defaults``), and the GPU partition from
+        ``--set-resources RULE:slurm_partition=...`` of a GPU rule (``overrides``, ``GPU_RULES``
+        in order).
+        """
+        partition = self.partition or resource_text(defaults, "slurm_partition")
+        gpu_partition = self.gpu_partition if self.gpu_partition != self.partition else ""
+        for rule in GPU_RULES:
+            gpu_partition = gpu_partition or resource_text(
+                (overrides or {}).get(rule), "slurm_partition"
+            )
+        return replace(
+            self,
+            partition=partition,
+            gpu_partition=gpu_partition or partition,
+            account=self.account or resource_text(defaults, "slurm_account"),
+        )
+
     def gpu_count(self, gpu_mem_gb: int) -> int:
         """GPUs for a job needing ``gpu_mem_gb`` GB of GPU memory (0: none, or GPUs off)."""
         if self.gpu == "none" or gpu_mem_gb <= 0:
@@ -151,19 +230,6 @@ class SlurmSettings:
         ):
             return "squeue"
         return None
-
-    def runtime_cap(
-        self, minutes: int, nodes_of: Callable[[str], Nodes | None] | None = None
-    ) -> int:
-        """``minutes`` capped at the time limit of the (CPU) partition (the profile's default
-        runtime of the small rules); unchanged where sinfo cannot tell.
-        """
-        try:
-            nodes = (nodes_of or read_nodes)(self.partition)
-        except SlurmError:  # the workflow's check names the setting
-            return minutes
-        limit = nodes.time_limit if nodes is not None else None
-        return min(minutes, limit) if limit else minutes
 
     def max_threads(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> int | None:
         """The most CPUs of one node in both partitions (the profile's ``max-threads``); None
@@ -328,6 +394,7 @@ class Request:
     mem_mb: int
     runtime: int
     gpus: int
+    asked_runtime: int = 0  # the default runtime before it was capped at the limit (0: not)
 
     def resources(self, settings: SlurmSettings) -> dict[str, Any]:
         """Resources of the Slurm executor plugin (gpu, gres, constraint; 0 and '' ask for
@@ -355,7 +422,8 @@ def job_request(
 ) -> Request:
     """The request of job ``name`` (named in errors) from its needs and the rule's default
     ``(mem_mb, runtime)``: defaults are capped at what the nodes of its partition offer (from
-    ``nodes_of``; None: unknown, nothing capped), declared needs that no node meets raise
+    ``nodes_of``; None: unknown, nothing capped; a capped runtime is kept in
+    ``asked_runtime``, for the workflow to say), declared needs that no node meets raise
     ``SlurmError``. Threads are capped by Snakemake (``max-threads``) but checked here too.
     """
     gpus = settings.gpu_count(needs.gpu_mem_gb)
@@ -395,11 +463,13 @@ def job_request(
             f"{nodes.cpus} CPUs: run with the slurm profile (it sets max-threads) or lower "
             "extract.threads"
         )
+    limit = nodes.time_limit or runtime
     return Request(
         partition,
         min(mem_mb, nodes.mem_mb),
-        min(runtime, nodes.time_limit or runtime),
+        min(runtime, limit),
         gpus,
+        runtime if runtime > limit else 0,
     )
 
 

@@ -352,6 +352,9 @@ class Plan:
     n_prompts: int = 0  # prompts of the extraction set (hub sets: the most they can hold)
     vit: ViTPlan | None = None  # the ViT sweep, when enabled
     measure: MeasureConfig = field(default_factory=MeasureConfig)  # the checked extract section
+    # model -> prompts per shard sized to its Slurm partition's time limit (cost.fit_shards);
+    # it replaces the configured prompts_per_shard where set
+    shard_sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def prompt_set(self) -> str:
@@ -394,16 +397,20 @@ class Plan:
     def shards(self, model: str) -> list[tuple[int, int]]:
         """``(first prompt, prompt count)`` of each extraction job of a model: one job over every
         prompt, or consecutive shards of ``prompts_per_shard`` (the model's ``resources`` or
-        ``extract``), merged afterwards into the same files.
+        ``extract``; or the size that fits the partition's time limit, ``shard_sizes``), merged
+        afterwards into the same files.
         """
-        size = self.models[model].resources.get("prompts_per_shard") or self.config["extract"].get(
-            "prompts_per_shard"
-        )
+        size = self.shard_sizes.get(model) or self.configured_shard(model)
         if not size or size >= self.n_prompts:
             return [(0, self.n_prompts)]
         return [
             (first, min(size, self.n_prompts - first)) for first in range(0, self.n_prompts, size)
         ]
+
+    def configured_shard(self, model: str) -> int | None:
+        """The configured prompts per shard of a model (its ``resources``, else ``extract``)."""
+        size = self.models[model].resources.get("prompts_per_shard")
+        return size or self.config["extract"].get("prompts_per_shard")
 
     def sharded(self, sharded: bool) -> list[str]:
         """The models extracted in several shards (``True``) or in one job (``False``)."""
