@@ -147,7 +147,7 @@ def test_merged_temporary_shards_are_not_missing(tmp_path: Path) -> None:
     root = tmp_path / "results"
     shard = root / "extract" / "m" / "final" / "shards" / "0" / "depth.nc"
     shard.parent.mkdir(parents=True)
-    io.write_netcdf(xr.Dataset({"x": ("a", np.arange(3.0))}), shard)
+    io.write_netcdf(xr.Dataset({"lss": ("a", np.arange(3.0))}), shard)
     manifest.record([shard])
     shard.unlink()  # Snakemake deletes a temp() output once its consumer is done
     assert manifest.verify(root) == []

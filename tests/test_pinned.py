@@ -38,9 +38,12 @@ def online_env(server: LocalHub, home: Path) -> dict[str, str]:
 FETCH = """
 import json, sys
 from blockcoupling import hub, lockfile, prompts
-repo, target, revision, lock = sys.argv[1:5]
+repo, cache, revision, lock = sys.argv[1:5]
+settings = hub.HubSettings(cache_dir=cache)
+target = settings.dataset_folder(repo, revision)
 commit = lockfile.locked_commit(lock, "dataset", repo, revision)
 manifest = hub.fetch_dataset(repo, "ARC-Challenge", target, revision, commit)
+hub.write_manifest(manifest, settings.manifest("dataset", repo, revision))
 texts = [p.text for p in prompts.load_hub_prompts("arc", 5, 0, target)]
 print(json.dumps({"commit": manifest["commit"], "revision": manifest["revision"], "texts": texts}))
 """
@@ -49,7 +52,7 @@ print(json.dumps({"commit": manifest["commit"], "revision": manifest["revision"]
 def fetch(server: LocalHub, tmp: Path, revision: str, lock: Path) -> dict:
     """hub.fetch_dataset as the fetch rule calls it (the lock's commit, when it has one)."""
     run = subprocess.run(
-        [sys.executable, "-c", FETCH, ARC, str(tmp / revision / "data"), revision, str(lock)],
+        [sys.executable, "-c", FETCH, ARC, str(tmp / "hub_cache"), revision, str(lock)],
         env=online_env(server, tmp / "home"),
         capture_output=True,
         text=True,

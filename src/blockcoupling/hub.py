@@ -257,7 +257,8 @@ KINDS = {"models": "model", "checkpoints": "checkpoint", "datasets": "dataset"}
 
 def manifest_of(folder: str | Path) -> Path | None:
     """The manifest a fetch wrote for a folder of the cache (``HubSettings.folder``:
-    ``<kind>s/<repo>/<revision>``, ``dataset_folder``: ``datasets/<repo>``), where it exists;
+    ``<kind>s/<repo>/<revision>``, ``dataset_folder``: ``datasets/<repo>/<revision>``), where
+    it exists;
     None otherwise.
     """
     folder = Path(folder)
@@ -265,8 +266,7 @@ def manifest_of(folder: str | Path) -> Path | None:
         kind = KINDS.get(top.name)
         if kind is None:
             continue
-        name = str(folder.relative_to(top)) + ("/main" if kind == "dataset" else "")
-        candidate = top.parent / "manifests" / kind / f"{name}.json"
+        candidate = top.parent / "manifests" / kind / f"{folder.relative_to(top)}.json"
         if candidate.is_file():
             return candidate
     return None
