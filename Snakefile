@@ -6,6 +6,7 @@ import sys
 
 from snakemake.utils import min_version
 
+from blockcoupling.report_text import report_models
 from blockcoupling.workflow import ConfigError, validate_config
 
 min_version("9.0")
@@ -39,6 +40,11 @@ include: "rules/combine.smk"
 include: "rules/stats.smk"
 include: "rules/vit.smk"
 include: "rules/figures.smk"
+
+
+# The report's opening text (report/workflow.rst) names every measured model: its template sees
+# only the config, so the list resolved from the plan joins it (a key the schema refuses as input).
+config["report_models"] = report_models(PLAN)
 
 
 onstart:
