@@ -14,7 +14,7 @@ import xarray as xr
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
-from blockcoupling.figures.common import MIS_LABEL, no_data, save, style
+from blockcoupling.figures.common import MIS_LABEL, no_data, save, style, wrap_name
 from blockcoupling.stats.core import select
 
 HEATMAP_CMAP = "viridis"
@@ -41,10 +41,11 @@ def heatmap_grid(
         fig, axes = plt.subplots(
             n_rows,
             n_cols,
-            figsize=(2.8 * n_cols + 1.5, 2.8 * n_rows + 0.5),
+            figsize=(2.8 * n_cols + 1.5, 2.9 * n_rows + 0.5),
             squeeze=False,
-            gridspec_kw={"wspace": 0.25, "hspace": 0.35},
+            layout="constrained",
         )
+        fig.get_layout_engine().set(h_pad=0.08, hspace=0.04)  # a row's ticks clear the next titles
         for r, row in enumerate(panels):
             for c in range(n_cols):
                 ax = axes[r, c]
@@ -56,7 +57,7 @@ def heatmap_grid(
                     no_data(ax)
                 else:
                     draw_heatmap(ax, frame, norm)
-                ax.set_title(panel_title)
+                ax.set_title(wrap_name(panel_title, 22), fontsize="small")
                 ax.set_xlabel(axis_labels[1] if r == n_rows - 1 else "")
                 ax.set_ylabel(f"{row_labels[r]}\n{axis_labels[0]}" if c == 0 else "")
         fig.colorbar(
