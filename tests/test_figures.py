@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from matplotlib.collections import PathCollection
 
 from blockcoupling import figures
 from blockcoupling.figures import common
@@ -360,12 +361,17 @@ def _overlap(a: np.ndarray, b: np.ndarray, tolerance: float = 1.0) -> bool:
 
 
 def _has_content(ax) -> bool:
-    """Whether ``ax`` shows anything: a line or collection with a finite point, an image, a
-    patch, a text or a legend.
+    """Whether ``ax`` shows anything: a data line (not a reference line such as ``axhline``)
+    or collection with a finite point, an image, a patch, a text or a legend.
     """
-    lines = any(np.isfinite(line.get_xydata()).all(axis=1).any() for line in ax.lines)
+    lines = any(
+        line.get_transform() == ax.transData and np.isfinite(line.get_xydata()).all(axis=1).any()
+        for line in ax.lines
+    )
     collections = any(
-        len(c.get_paths()) or np.isfinite(np.asarray(c.get_offsets())).any() for c in ax.collections
+        any(np.isfinite(path.vertices).all(axis=1).any() for path in c.get_paths())
+        or (isinstance(c, PathCollection) and np.isfinite(np.asarray(c.get_offsets())).any())
+        for c in ax.collections
     )
     texts = any(t.get_visible() and t.get_text().strip() for t in ax.texts)
     return bool(lines or collections or ax.images or ax.patches or texts or ax.get_legend())

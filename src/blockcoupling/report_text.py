@@ -57,9 +57,8 @@ def report_models(plan: Plan) -> str:
         finals = [e for e in entries if not e.is_checkpoint_suite]
         pieces = []
         if finals:
-            pieces.append(
-                f"{len(finals)} at final weights{_twins(finals)}: {_names([e.name for e in finals])}"
-            )
+            names = _names([e.name for e in finals])
+            pieces.append(f"{len(finals)} at final weights{_twins(finals)}: {names}")
         if suites:
             steps = [s for e in suites for s in e.steps]
             pieces.append(f"{len(suites)} at {_steps(steps)}: {_names([e.name for e in suites])}")

@@ -112,9 +112,9 @@ def label(column: str, width: int = 30) -> str:
     return text.replace(" (", "\n(", 1) if len(text) > width else text
 
 
-def no_data(ax: plt.Axes, text: str = "no data") -> None:
-    """Mark an empty panel."""
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+def no_data(ax: plt.Axes, text: str = "no data", y: float = 0.5) -> None:
+    """Mark an empty panel (``text`` centred at height ``y``, axes fraction)."""
+    ax.text(0.5, y, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 
 def require_columns(table: pd.DataFrame, columns: list[str] | tuple[str, ...]) -> None:

@@ -171,12 +171,20 @@ def _score_panel(
         _fit_line(ax, x, data[y].to_numpy(float))
 
 
+def populated(table: pd.DataFrame) -> list[str]:
+    """The subsets of a correlation table with at least one model (all of them if none has)."""
+    n = pd.to_numeric(table["n"], errors="coerce").fillna(0).groupby(table["subset"]).max()
+    subsets = list(dict.fromkeys(table["subset"]))
+    return [s for s in subsets if n.get(s, 0) > 0] or subsets
+
+
 def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Path]:
     """Bars of r (with CI error bars) per predictor, hue = method, one panel per subset.
 
-    `corr`: a `stats.correlations` table. Missing r (n too small) is marked "n/a".
+    `corr`: a `stats.correlations` table. Missing r (n too small) is marked "n/a"; a subset
+    with no models has no panel.
     """
-    subsets = list(dict.fromkeys(corr["subset"]))
+    subsets = populated(corr)
     predictors = list(dict.fromkeys(corr["predictor"]))
     methods = list(dict.fromkeys(corr["method"]))
     width = 0.8 / max(len(methods), 1)
@@ -185,9 +193,10 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
         fig, axes = plt.subplots(
             1,
             max(len(subsets), 1),
-            figsize=(1.3 * len(predictors) * len(subsets) + 2, 4),
+            figsize=(0.9 * len(predictors) * len(subsets) + 2, 4),
             sharey=True,
             squeeze=False,
+            layout="constrained",
         )
         for ax, subset in zip(axes[0], subsets):
             part = corr[corr["subset"] == subset].set_index(["predictor", "method"])
@@ -222,10 +231,15 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
 
     `sweep`: a `stats.k_sweep` table.
     """
-    subsets = list(dict.fromkeys(sweep["subset"]))
+    subsets = populated(sweep)
     with style():
         fig, axes = plt.subplots(
-            1, max(len(subsets), 1), figsize=(4.5 * len(subsets) + 1, 4), sharey=True, squeeze=False
+            1,
+            max(len(subsets), 1),
+            figsize=(4.5 * len(subsets) + 1, 4),
+            sharey=True,
+            squeeze=False,
+            layout="constrained",
         )
         for ax, subset in zip(axes[0], subsets):
             part = sweep[sweep["subset"] == subset].sort_values("k")
@@ -234,13 +248,18 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
                 ax.plot(rows["k"], rows["r"], marker="o", color=color, label=method)
                 ax.fill_between(rows["k"], rows["ci_low"], rows["ci_high"], color=color, alpha=0.2)
             n = int(part["n"].max()) if len(part) else 0
-            ok = part["r"].notna().any()
+            if not part["r"].notna().any():
+                no_data(ax, f"no correlation: n ≤ {n} models\n(at least 4 needed)", y=0.75)
             ax.axhline(0, color="0.3", lw=0.8)
+            ks = np.unique(part["k"].to_numpy(dtype=int))
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.set_xlim(ks.min() - 0.1 * np.ptp(ks) - 0.5, ks.max() + 0.1 * np.ptp(ks) + 0.5)
             ax.set(
-                title=f"{subset} models (n ≤ {n})" + ("" if ok else ": n too small"),
+                title=f"{subset} models (n ≤ {n})",
                 xlabel="K (top singular vectors in m_K)",
                 ylim=(-1.05, 1.05),
             )
         axes[0, 0].set_ylabel("correlation of coupling with score (r, 95% CI)")
-        axes[0, 0].legend(title="method")
+        if sweep["r"].notna().any():
+            axes[0, 0].legend(title="method")
         return save(fig, path)
