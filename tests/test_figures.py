@@ -3,6 +3,7 @@ single-model cases."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -523,3 +524,13 @@ def test_no_text_overlaps_and_no_empty_axes(name, registered, tmp_path, monkeypa
 
 
 LAYOUT_MODULES = ("checkpoints", "heatmaps", "trajectories", "vit")
+
+
+def test_every_caption_names_its_paper_figure():
+    """Each registered figure's report caption opens with the paper figure it corresponds to
+    (or says it has none)."""
+    root = Path(__file__).resolve().parents[1] / "report"
+    for name in figures.FIGURES:
+        caption = (root / f"{name}.rst").read_text()
+        first = caption.split(". ")[0]
+        assert re.match(r"Paper: (Figures? \d|the .*\(labels? ``|no figure)", first), name
