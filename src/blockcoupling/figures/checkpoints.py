@@ -32,6 +32,7 @@ from blockcoupling.figures.common import (
     save,
     stat_title,
     step_axis,
+    step_label,
     style,
 )
 from blockcoupling.figures.heatmaps import heatmap_grid, matrix, require_dims
@@ -226,11 +227,16 @@ def coupling_vs_validation_loss(
                 fontsize="x-small",
                 frameon=False,
             )
-        grid.figure.colorbar(
+        bar = grid.figure.colorbar(
             ScalarMappable(norm=norm, cmap="viridis"),
             ax=grid.axes.ravel().tolist(),
-            label="log10(step + 1)",
+            label="training step (colour: log10(step + 1))",
         )
+        ticks = np.log10(np.unique(data["step"].to_numpy(dtype=float)) + 1)
+        if len(ticks) > 10:  # a long suite: the measured steps nearest 8 even places
+            near = np.abs(ticks[:, None] - np.linspace(ticks[0], ticks[-1], 8)).argmin(axis=0)
+            ticks = ticks[np.unique(near)]
+        bar.set_ticks(ticks, labels=[step_label(round(10**t - 1)) for t in ticks])
         return save(grid.figure, path)
 
 
