@@ -84,6 +84,7 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
     fig.set_dpi(DPI)
+    fig.draw_without_rendering()  # the layout engine places everything before the box is taken
     bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
         matplotlib.rcParams["savefig.pad_inches"]
     )

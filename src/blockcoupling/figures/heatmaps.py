@@ -49,8 +49,8 @@ def heatmap_grid(
         for r, row in enumerate(panels):
             for c in range(n_cols):
                 ax = axes[r, c]
-                if c >= len(row):
-                    ax.axis("off")
+                if c >= len(row):  # a wrapped row's end: no panel, not an empty frame
+                    ax.remove()
                     continue
                 panel_title, frame = row[c]
                 if frame.size == 0 or not np.isfinite(frame.to_numpy(dtype=float)).any():
@@ -61,7 +61,10 @@ def heatmap_grid(
                 ax.set_xlabel(axis_labels[1] if r == n_rows - 1 else "")
                 ax.set_ylabel(f"{row_labels[r]}\n{axis_labels[0]}" if c == 0 else "")
         fig.colorbar(
-            ScalarMappable(norm=norm, cmap=HEATMAP_CMAP), ax=axes, label=cbar_label, shrink=0.8
+            ScalarMappable(norm=norm, cmap=HEATMAP_CMAP),
+            ax=[ax for ax in axes.flat if ax.figure is not None],
+            label=cbar_label,
+            shrink=0.8,
         )
         if title:
             fig.suptitle(title)
