@@ -221,7 +221,8 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
             ax.set(title=f"{subset} models (n ≤ {n})", ylim=(-1.05, 1.05))
         target = str(corr["target"].iloc[0]) if len(corr) else "score"
         axes[0, 0].set_ylabel(f"correlation with {target} (r, 95% CI)")
-        axes[0, 0].legend(title="method")
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        fig.legend(handles, labels, title="method", loc="outside right upper", frameon=False)
         return save(fig, path)
 
 
@@ -245,7 +246,10 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
             part = sweep[sweep["subset"] == subset].sort_values("k")
             for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
                 color = sns.color_palette()[i]
-                ax.plot(rows["k"], rows["r"], marker="o", color=color, label=method)
+                err = np.abs(np.vstack([rows["r"] - rows["ci_low"], rows["ci_high"] - rows["r"]]))
+                ax.errorbar(
+                    rows["k"], rows["r"], yerr=err, marker="o", capsize=3, color=color, label=method
+                )
                 ax.fill_between(rows["k"], rows["ci_low"], rows["ci_high"], color=color, alpha=0.2)
             n = int(part["n"].max()) if len(part) else 0
             if not part["r"].notna().any():
@@ -261,5 +265,6 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
             )
         axes[0, 0].set_ylabel("correlation of coupling with score (r, 95% CI)")
         if sweep["r"].notna().any():
-            axes[0, 0].legend(title="method")
+            handles, labels = axes[0, 0].get_legend_handles_labels()
+            fig.legend(handles, labels, title="method", loc="outside right upper", frameon=False)
         return save(fig, path)
