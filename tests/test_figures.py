@@ -437,24 +437,29 @@ RUNS = ["emergence-lr0.001-s0", "emergence-lr0.001-s1", "emergence-lr0.004-s0"]
 STEPS = [0, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]
 
 
-def registered_inputs(folder: Path) -> dict[str, tuple[Path, list[Path], dict]]:
+def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, list[Path], dict]]:
     """A smoke-like input file (and statistics tables) for every figure of ``figures.FIGURES``,
-    written under ``folder``: name -> (source, tables, options).
+    written under ``folder``: name -> (source, tables, options). ``few``: as few models, runs,
+    checkpoints and ViTs as the smoke run has, so that every statistic is too small to estimate.
     """
     from test_vit_stats import SEL as VIT_SEL
     from test_vit_stats import make_combined
 
     from blockcoupling.stats import vit
 
-    ds = make_coupling(LONG)
-    ds = ds.assign_coords(family=("model", ["fixed_size"] * 4 + ["SmolLM2", "Gemma-3"]))
+    models = LONG[:2] if few else LONG
+    ds = make_coupling(models)
+    families = ["fixed_size"] * 2 if few else ["fixed_size"] * 4 + ["SmolLM2", "Gemma-3"]
+    ds = ds.assign_coords(family=("model", families))
     table = with_calibration(crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50)))
     subsets = crossmodel.table_subsets(table)
-    checkpoint, depth = make_checkpoint_table(RUNS, STEPS)
+    checkpoint, depth = (
+        make_checkpoint_table(RUNS[:1], [0, 2, 8]) if few else make_checkpoint_table(RUNS, STEPS)
+    )
     checkpoint = with_calibration(checkpoint)
-    vit_ds = make_combined()
+    vit_ds = make_combined().isel(wd=[1], seed=[0]) if few else make_combined()
     excess = vit_ds["coupling"] * 0 + np.random.default_rng(4).normal(
-        0.1, 0.02, (3, 2, 3, 1, 1, 1, 2, 5)
+        0.1, 0.02, vit_ds["coupling"].shape
     )
     vit_ds = vit_ds.assign(  # calibrated, as vit_results writes it (test_vit_stats)
         coupling_excess=excess,
@@ -480,8 +485,8 @@ def registered_inputs(folder: Path) -> dict[str, tuple[Path, list[Path], dict]]:
         core.write_table(frame, folder / name)
     ds.to_netcdf(folder / "coupling.nc")
     ds.to_netcdf(folder / "tokens.nc")
-    make_trajectories(LONG).to_netcdf(folder / "trajectories.nc")
-    make_spectra(LONG).to_netcdf(folder / "spectra.nc")
+    make_trajectories(models).to_netcdf(folder / "trajectories.nc")
+    make_spectra(models).to_netcdf(folder / "spectra.nc")
     depth.to_dataset(name="depth_mis").to_netcdf(folder / "checkpoint_coupling.nc")
     files = {
         "results/combined/checkpoints/coupling.nc": folder / "checkpoint_coupling.nc",
@@ -501,15 +506,20 @@ def registered_inputs(folder: Path) -> dict[str, tuple[Path, list[Path], dict]]:
 
 
 @pytest.fixture(scope="module")
-def registered(tmp_path_factory) -> dict[str, tuple[Path, list[Path], dict]]:
-    return registered_inputs(tmp_path_factory.mktemp("registered"))
+def registered(tmp_path_factory) -> dict[str, dict[str, tuple[Path, list[Path], dict]]]:
+    return {
+        size: registered_inputs(tmp_path_factory.mktemp(size), few=size == "few")
+        for size in ("many", "few")
+    }
 
 
+@pytest.mark.parametrize("size", ["many", "few"])
 @pytest.mark.parametrize("name", list(figures.FIGURES))
-def test_no_text_overlaps_and_no_empty_axes(name, registered, tmp_path, monkeypatch):
-    """Every registered figure, drawn from smoke-like tables with long model names and many
-    checkpoints: no two text elements (titles, labels, tick labels, legend entries) overlap and
-    no panel slot is empty."""
+def test_no_text_overlaps_and_no_empty_axes(name, size, registered, tmp_path, monkeypatch):
+    """Every registered figure, drawn from smoke-like tables with long model names, with many
+    models and checkpoints and with as few as the smoke run (no statistic estimable): no two
+    text elements (titles, labels, tick labels, legend entries) overlap, no text lies over
+    another panel and no panel slot is empty."""
     found = []
 
     def checked_save(fig, path):
@@ -518,7 +528,7 @@ def test_no_text_overlaps_and_no_empty_axes(name, registered, tmp_path, monkeypa
 
     for module in (figure_crossmodel, *(getattr(figures, m) for m in LAYOUT_MODULES)):
         monkeypatch.setattr(module, "save", checked_save)
-    source, tables, options = registered[name]
+    source, tables, options = registered[size][name]
     assert_written(figures.render(name, source, tmp_path / name, tables=tables, **options))
     assert not found, f"{name}: " + "; ".join(found)
 

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 DPI = 150
 MIN_N_FIT = 3
 MIS_LABEL = "mis-coupling m_K (lower = more coupled)"
-STEP_LABEL = "training step (symlog axis; 0 = initialization)"
+STEP_LABEL = "training step (log scale; 0 = initialization)"
 LABELS = {
     "coupling": "raw coupling (−mean m_K over l≠l')",
     "adjacent_coupling": "adjacent-layer coupling (−mean m_K, |l−l'|=1)",
