@@ -186,9 +186,10 @@ def vit_coupling_vs_accuracy(
                     title="least-squares line per rate",
                     frameon=False,
                 )
-        grid.figure.colorbar(
+        bar = grid.figure.colorbar(
             ScalarMappable(norm=norm, cmap=CMAP), ax=grid.axes.ravel().tolist(), label=RATE_LABEL
         )
+        bar.set_ticks(rates, labels=[f"{r:g}" for r in rates])  # the rates trained
         return save(grid.figure, path)
 
 
