@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import matplotlib.image as mpimg
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -544,3 +545,30 @@ def test_every_caption_names_its_paper_figure():
         caption = (root / f"{name}.rst").read_text()
         first = caption.split(". ")[0]
         assert re.match(r"Paper: (Figures? \d|the .*\(labels? ``|no figure)", first), name
+
+
+def test_fit_lines_only_beside_their_statistics_row(monkeypatch):
+    """coupling_vs_score draws a least-squares line in a panel only where the correlations table
+    estimates that design's correlation for that measure (27e3f5c drew one under "no row")."""
+    ds = make_coupling(MANY).assign_coords(family=("model", ["grid"] * 4 + ["other"]))
+    table = with_calibration(crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=20)))
+    shown = ("coupling", "coupling_excess", "overlap_u")
+    correlations = crossmodel.correlations(
+        table, predictors=shown, subsets=crossmodel.table_subsets(table)
+    )
+    drawn: dict[tuple[str, str], int] = {}
+
+    def count(fig, path):
+        for ax in fig.axes:
+            fits = [line for line in ax.lines if line.get_color() == "0.3"]
+            column = ax.get_subplotspec().colspan.start  # 0: the family "grid", 1: the others
+            drawn[(column, ax.get_xlabel().split("\n")[0])] = len(fits)
+        plt.close(fig)
+
+    monkeypatch.setattr(figure_crossmodel, "save", count)
+    figures.coupling_vs_score(table, "unused", correlations=None)
+    assert drawn and not any(drawn.values())  # no table: no line anywhere
+    only = correlations[correlations["predictor"] == "coupling"]
+    figures.coupling_vs_score(table, "unused", correlations=only)
+    lines = {key: n for key, n in drawn.items() if n}
+    assert lines == {(0, "raw coupling"): 1}, drawn
