@@ -6,6 +6,7 @@ import sys
 
 from snakemake.utils import min_version
 
+from blockcoupling.report_text import report_models
 from blockcoupling.workflow import ConfigError, validate_config
 
 min_version("9.0")
@@ -48,6 +49,10 @@ include: "rules/figures.smk"
 
 
 apply_job_defaults()  # every rule's memory and runtime, whatever the profile
+
+# The report's opening text (report/workflow.rst) names every measured model: its template sees
+# only the config, so the list resolved from the plan joins it (a key the schema refuses as input).
+config["report_models"] = report_models(PLAN)
 
 
 onstart:

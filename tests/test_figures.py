@@ -3,13 +3,16 @@ single-model cases."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib.image as mpimg
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from matplotlib.collections import PathCollection
 
 from blockcoupling import figures
 from blockcoupling.figures import common
@@ -326,3 +329,246 @@ def test_render_reads_the_tables_the_registry_names(tmp_path):
     assert_written(
         figures.render("coupling_vs_score", summary, tmp_path / "fig", tables=[correlations])
     )
+
+
+# --------------------------------------------------------------------------- layout of every figure
+def _corners(text, renderer) -> np.ndarray:
+    """(4, 2) display corners of ``text``'s (possibly rotated) box: its unrotated size turned by
+    its rotation, placed so its axis-aligned extent is ``get_window_extent``'s.
+    """
+    box = text.get_window_extent(renderer)
+    rotation = text.get_rotation()
+    text.set_rotation(0)
+    flat = text.get_window_extent(renderer)
+    text.set_rotation(rotation)
+    theta = np.deg2rad(rotation)
+    turn = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+    corners = np.array([[0, 0], [flat.width, 0], [flat.width, flat.height], [0, flat.height]])
+    corners = corners @ turn.T
+    return corners - corners.min(axis=0) + [box.x0, box.y0]
+
+
+def _overlap(a: np.ndarray, b: np.ndarray, tolerance: float = 1.0) -> bool:
+    """Whether two convex quadrilaterals overlap by more than ``tolerance`` pixels along every
+    separating axis (their edges' normals).
+    """
+    for poly in (a, b):
+        for i in range(4):
+            edge = poly[(i + 1) % 4] - poly[i]
+            normal = np.array([-edge[1], edge[0]]) / (np.hypot(*edge) or 1.0)
+            pa, pb = a @ normal, b @ normal
+            if min(pa.max(), pb.max()) - max(pa.min(), pb.min()) <= tolerance:
+                return False
+    return True
+
+
+def _has_content(ax) -> bool:
+    """Whether ``ax`` shows anything: a data line (not a reference line such as ``axhline``)
+    or collection with a finite point, an image, a patch, a text or a legend.
+    """
+    lines = any(
+        line.get_transform() == ax.transData and np.isfinite(line.get_xydata()).all(axis=1).any()
+        for line in ax.lines
+    )
+    collections = any(
+        any(np.isfinite(path.vertices).all(axis=1).any() for path in c.get_paths())
+        or (isinstance(c, PathCollection) and np.isfinite(np.asarray(c.get_offsets())).any())
+        for c in ax.collections
+    )
+    texts = any(t.get_visible() and t.get_text().strip() for t in ax.texts)
+    return bool(lines or collections or ax.images or ax.patches or texts or ax.get_legend())
+
+
+def layout_problems(fig) -> list[str]:
+    """Every pair of drawn, non-empty text elements whose boxes overlap, every text of one axes
+    (a label, tick label, title, legend) that lies over another's plotting area, and every axes
+    with nothing in it (an empty or switched-off panel slot).
+    """
+    import matplotlib.text
+
+    drawn = []
+    original = matplotlib.text.Text.draw
+
+    def record(self, renderer):
+        original(self, renderer)
+        if self.get_visible() and self.get_text().strip() and self.get_alpha() != 0:
+            drawn.append(self)
+
+    fig.canvas.draw()  # the layout engine settles over the first draws, as saving redraws
+    matplotlib.text.Text.draw = record
+    try:
+        fig.canvas.draw()
+    finally:
+        matplotlib.text.Text.draw = original
+    renderer = fig.canvas.get_renderer()
+    shapes = [(t, _corners(t, renderer)) for t in dict.fromkeys(drawn)]
+    problems = [
+        f"text {a.get_text()!r} overlaps {b.get_text()!r}"
+        for i, (a, pa) in enumerate(shapes)
+        for b, pb in shapes[i + 1 :]
+        if _overlap(pa, pb)
+    ]
+    panels = [(ax, ax.patch.get_window_extent(renderer)) for ax in fig.axes if ax.axison]
+    problems += [
+        f"text {t.get_text()!r} lies over another panel"
+        for t, shape in shapes
+        for ax, box in panels
+        if t.axes is not None
+        and t.axes is not ax
+        and _overlap(
+            shape,
+            np.array([[box.x0, box.y0], [box.x1, box.y0], [box.x1, box.y1], [box.x0, box.y1]]),
+        )
+    ]
+    problems += [
+        f"empty axes at {ax.get_position().bounds}" for ax in fig.axes if not _has_content(ax)
+    ]
+    return problems
+
+
+LONG = [
+    "fixed_size-f0.02-wd0.0-s0-final",
+    "fixed_size-f0.02-wd1.0-s1-final",
+    "fixed_size-f0.2-wd0.0-s0-final",
+    "fixed_size-f1.0-wd1.0-s1-final",
+    "smollm2-135m",
+    "gemma3-270m",
+]
+RUNS = ["emergence-lr0.001-s0", "emergence-lr0.001-s1", "emergence-lr0.004-s0"]
+STEPS = [0, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]
+
+
+def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, list[Path], dict]]:
+    """A smoke-like input file (and statistics tables) for every figure of ``figures.FIGURES``,
+    written under ``folder``: name -> (source, tables, options). ``few``: as few models, runs,
+    checkpoints and ViTs as the smoke run has, so that every statistic is too small to estimate.
+    """
+    from test_vit_stats import SEL as VIT_SEL
+    from test_vit_stats import make_combined
+
+    from blockcoupling.stats import vit
+
+    models = LONG[:2] if few else LONG
+    ds = make_coupling(models)
+    families = ["fixed_size"] * 2 if few else ["fixed_size"] * 4 + ["SmolLM2", "Gemma-3"]
+    ds = ds.assign_coords(family=("model", families))
+    table = with_calibration(crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50)))
+    subsets = crossmodel.table_subsets(table)
+    checkpoint, depth = (
+        make_checkpoint_table(RUNS[:1], [0, 2, 8]) if few else make_checkpoint_table(RUNS, STEPS)
+    )
+    checkpoint = with_calibration(checkpoint)
+    vit_ds = make_combined().isel(wd=[1], seed=[0]) if few else make_combined()
+    excess = vit_ds["coupling"] * 0 + np.random.default_rng(4).normal(
+        0.1, 0.02, vit_ds["coupling"].shape
+    )
+    vit_ds = vit_ds.assign(  # calibrated, as vit_results writes it (test_vit_stats)
+        coupling_excess=excess,
+        coupling_null=vit_ds["coupling"] + excess,
+        overlap_u=excess * 2 + 0.3,
+        overlap_null=xr.full_like(vit_ds["test_accuracy"], 0.25).expand_dims(k=[4], axis=-1),
+    )
+    vit_table = vit.vit_model_table(vit_ds, **VIT_SEL, n_boot=50, seed=0)
+    frames = {
+        "summary.csv": table,
+        "correlations.csv": crossmodel.correlations(
+            table, predictors=("coupling", "coupling_excess", "overlap_u"), subsets=subsets
+        ),
+        "k_sweep.csv": crossmodel.k_sweep(ds, table, subsets=subsets),
+        "checkpoint_table.csv": checkpoint,
+        "checkpoint_correlations.csv": checkpoints.checkpoint_correlations(checkpoint),
+        "vit_coupling_vs_sd.csv": vit.vit_coupling_by_rate(vit_ds, **VIT_SEL, n_boot=50, seed=0),
+        "vit_sd_trend.csv": vit.vit_sd_trend(vit_table),
+        "vit_models.csv": vit_table,
+        "vit_coupling_vs_accuracy.csv": vit.vit_coupling_accuracy(vit_table),
+    }
+    for name, frame in frames.items():
+        core.write_table(frame, folder / name)
+    ds.to_netcdf(folder / "coupling.nc")
+    ds.to_netcdf(folder / "tokens.nc")
+    make_trajectories(models).to_netcdf(folder / "trajectories.nc")
+    make_spectra(models).to_netcdf(folder / "spectra.nc")
+    depth.to_dataset(name="depth_mis").to_netcdf(folder / "checkpoint_coupling.nc")
+    files = {
+        "results/combined/checkpoints/coupling.nc": folder / "checkpoint_coupling.nc",
+        **{f"results/combined/{n}": folder / n for n in ("coupling.nc", "tokens.nc")},
+        **{f"results/combined/{n}": folder / n for n in ("trajectories.nc", "spectra.nc")},
+        **{f"results/stats/{n}": folder / n for n in frames},
+    }
+    options = {"selection": SEL, "token_model": LONG[0]}
+    return {
+        name: (
+            files[source],
+            [files[t] for t in tables],
+            {key: options[key] for key in takes},
+        )
+        for name, (_, source, takes, tables) in figures.FIGURES.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory) -> dict[str, dict[str, tuple[Path, list[Path], dict]]]:
+    return {
+        size: registered_inputs(tmp_path_factory.mktemp(size), few=size == "few")
+        for size in ("many", "few")
+    }
+
+
+@pytest.mark.parametrize("size", ["many", "few"])
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+def test_no_text_overlaps_and_no_empty_axes(name, size, registered, tmp_path, monkeypatch):
+    """Every registered figure, drawn from smoke-like tables with long model names, with many
+    models and checkpoints and with as few as the smoke run (no statistic estimable): no two
+    text elements (titles, labels, tick labels, legend entries) overlap, no text lies over
+    another panel and no panel slot is empty."""
+    found = []
+
+    def checked_save(fig, path):
+        found.extend(layout_problems(fig))
+        return common.save(fig, path)
+
+    for module in (figure_crossmodel, *(getattr(figures, m) for m in LAYOUT_MODULES)):
+        monkeypatch.setattr(module, "save", checked_save)
+    source, tables, options = registered[size][name]
+    assert_written(figures.render(name, source, tmp_path / name, tables=tables, **options))
+    assert not found, f"{name}: " + "; ".join(found)
+
+
+LAYOUT_MODULES = ("checkpoints", "heatmaps", "trajectories", "vit")
+
+
+def test_every_caption_names_its_paper_figure():
+    """Each registered figure's report caption opens with the paper figure it corresponds to
+    (or says it has none)."""
+    root = Path(__file__).resolve().parents[1] / "report"
+    for name in figures.FIGURES:
+        caption = (root / f"{name}.rst").read_text()
+        first = caption.split(". ")[0]
+        assert re.match(r"Paper: (Figures? \d|the .*\(labels? ``|no figure)", first), name
+
+
+def test_fit_lines_only_beside_their_statistics_row(monkeypatch):
+    """coupling_vs_score draws a least-squares line in a panel only where the correlations table
+    estimates that design's correlation for that measure (27e3f5c drew one under "no row")."""
+    ds = make_coupling(MANY).assign_coords(family=("model", ["grid"] * 4 + ["other"]))
+    table = with_calibration(crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=20)))
+    shown = ("coupling", "coupling_excess", "overlap_u")
+    correlations = crossmodel.correlations(
+        table, predictors=shown, subsets=crossmodel.table_subsets(table)
+    )
+    drawn: dict[tuple[str, str], int] = {}
+
+    def count(fig, path):
+        for ax in fig.axes:
+            fits = [line for line in ax.lines if line.get_color() == "0.3"]
+            column = ax.get_subplotspec().colspan.start  # 0: the family "grid", 1: the others
+            drawn[(column, ax.get_xlabel().split("\n")[0])] = len(fits)
+        plt.close(fig)
+
+    monkeypatch.setattr(figure_crossmodel, "save", count)
+    figures.coupling_vs_score(table, "unused", correlations=None)
+    assert drawn and not any(drawn.values())  # no table: no line anywhere
+    only = correlations[correlations["predictor"] == "coupling"]
+    figures.coupling_vs_score(table, "unused", correlations=only)
+    lines = {key: n for key, n in drawn.items() if n}
+    assert lines == {(0, "raw coupling"): 1}, drawn

@@ -14,19 +14,25 @@ import seaborn as sns
 import xarray as xr
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
+from matplotlib.lines import Line2D
 
 from blockcoupling.figures.common import (
     ADJACENT,
     MARKERS,
     MIS_LABEL,
     STEP_LABEL,
-    first_text,
+    declutter,
+    draw_panels,
+    first_row,
     label,
+    long_form,
     measures,
     no_data,
-    null_values,
     require_columns,
     save,
+    stat_title,
+    step_axis,
+    step_label,
     style,
 )
 from blockcoupling.figures.heatmaps import heatmap_grid, matrix, require_dims
@@ -45,72 +51,79 @@ def _model_order(table: pd.DataFrame) -> list[str]:
     return list(order.sort_values(["size", "model"])["model"])
 
 
-def _lines_vs_step(
-    table: pd.DataFrame, rows: Sequence[Sequence[str]], path: str | Path
-) -> list[Path]:
-    """A grid of panels (``rows`` of column names): value vs step (symlog x), one line per model
-    (ordered by size), a band where the table has the column's CI (``*_low``, ``*_high``) and a
-    dashed line per model at the column's chance level where it has one (common.MEASURES).
+def wrapped_grid(
+    data: pd.DataFrame, panels: Sequence[str], height: float = 3.3, aspect: float = 1.3
+) -> tuple[sns.FacetGrid, plt.Axes | None]:
+    """A FacetGrid with one panel per ``panels`` (column ``panel`` of ``data``), wrapped at 3
+    columns (2 for 4 panels), constrained layout; returns it and an axes (axis off) filling its
+    first vacant slot, for the legend, or None when there is none. Map the panels with
+    ``common.draw_panels``.
     """
-    require_columns(table, ["model", "step", *(c for row in rows for c in row)])
+    n_cols = len(panels) if len(panels) <= 3 else 2 if len(panels) == 4 else 3
+    grid = sns.FacetGrid(
+        data,
+        col="panel",
+        col_order=list(panels),
+        col_wrap=n_cols if len(panels) > n_cols else None,
+        sharey=False,
+        height=height,
+        aspect=aspect,
+        despine=False,
+    )
+    n_rows = -(-len(panels) // n_cols)
+    if len(panels) == n_rows * n_cols:
+        return grid, None
+    vacant = grid.figure.add_subplot(n_rows, n_cols, len(panels) + 1)
+    vacant.axis("off")
+    return grid, vacant
+
+
+def model_legend(grid: sns.FacetGrid, vacant: plt.Axes | None, palette: dict) -> None:
+    """One legend of the model lines: in the grid's vacant slot, else outside on the right."""
+    handles = [Line2D([], [], color=c, marker="o", label=m) for m, c in palette.items()]
+    where = vacant if vacant is not None else grid.figure
+    loc = "center" if vacant is not None else "outside right upper"
+    where.legend(handles=handles, loc=loc, title="model", fontsize="small", frameon=False)
+
+
+def _lines_vs_step(table: pd.DataFrame, panels: Sequence[str], path: str | Path) -> list[Path]:
+    """One panel per column of ``panels`` (a seaborn FacetGrid): value vs step (symlog x, a
+    tick at every step), one line per model (ordered by size), a band where the table has the
+    column's CI (``*_low``, ``*_high``) and a dashed line per model at the column's chance level
+    where it has one (common.MEASURES).
+    """
+    require_columns(table, ["model", "step", *panels])
     order = _model_order(table)
     palette = dict(zip(order, sns.color_palette(n_colors=len(order))))
-    n_cols = max(len(row) for row in rows)
+    data = long_form(table, list(panels), "panel").astype({"model": str})
     with style():
-        fig, axes = plt.subplots(
-            len(rows), n_cols, figsize=(4.8 * n_cols + 1.5, 3.6 * len(rows) + 0.4), squeeze=False
-        )
-        for r, row in enumerate(rows):
-            for c in range(n_cols):
-                ax = axes[r, c]
-                if c >= len(row):
-                    ax.axis("off")
-                    continue
-                _step_panel(ax, table, row[c], palette, legend=(r, c) == (0, n_cols - 1))
-        if axes[0, -1].get_legend() is not None:
-            sns.move_legend(axes[0, -1], "upper left", bbox_to_anchor=(1.02, 1), title="model")
-        fig.tight_layout()
-        return save(fig, path)
+        grid, vacant = wrapped_grid(data, panels)
+        draw_panels(grid, _step_panel, palette=palette)
+        for column, ax in grid.axes_dict.items():
+            step_axis(ax, table["step"])
+            ax.set_title("")
+            ax.set_ylabel(label(column))
+        grid.set_xlabels(STEP_LABEL)
+        model_legend(grid, vacant, palette)
+        declutter(grid.figure)
+        return save(grid.figure, path)
 
 
-def _step_panel(
-    ax: plt.Axes, table: pd.DataFrame, column: str, palette: dict, legend: bool
-) -> None:
-    """One panel of ``_lines_vs_step``."""
-    data = table.dropna(subset=[column]).sort_values("step")
+def _step_panel(data: pd.DataFrame, palette: dict, **_: object) -> None:
+    """One panel of ``_lines_vs_step`` (long rows of one column), on the current axes."""
+    ax = plt.gca()
+    data = data.dropna(subset=["value"]).sort_values("step")
     if data.empty:
         no_data(ax)
-    else:
-        sns.lineplot(
-            data=data,
-            x="step",
-            y=column,
-            hue="model",
-            hue_order=list(palette),
-            palette=palette,
-            marker="o",
-            errorbar=None,
-            ax=ax,
-            legend=legend,
-        )
-        null = null_values(data, column)
-        for model, rows in data.groupby("model"):
-            color = palette[str(model)]
-            if {f"{column}_low", f"{column}_high"} <= set(data.columns):
-                ax.fill_between(
-                    rows["step"],
-                    rows[f"{column}_low"],
-                    rows[f"{column}_high"],
-                    color=color,
-                    alpha=0.15,
-                    lw=0,
-                )
-            if null is not None:
-                at = (data["model"] == model).to_numpy()
-                ax.plot(rows["step"], null[at], color=color, ls="--", lw=0.8)
-    ax.set_xscale("symlog", linthresh=1)
-    ax.set_xlim(left=-0.3)
-    ax.set(xlabel=STEP_LABEL, ylabel=label(column))
+    for model, rows in data.groupby("model", sort=False):
+        color = palette[str(model)]
+        ax.plot(rows["step"], rows["value"], color=color, marker="o", ms=4, lw=1.2, zorder=3)
+        if rows["low"].notna().any():
+            ax.fill_between(
+                rows["step"], rows["low"], rows["high"], color=color, alpha=0.15, lw=0, zorder=2
+            )
+        if rows["null"].notna().any():
+            ax.plot(rows["step"], rows["null"], color=color, ls="--", lw=0.8, zorder=1)
 
 
 def coupling_vs_step(table: pd.DataFrame, path: str | Path) -> list[Path]:
@@ -118,15 +131,18 @@ def coupling_vs_step(table: pd.DataFrame, path: str | Path) -> list[Path]:
     present), over all pairs and adjacent blocks, vs training step, one line per model; dashed:
     the chance level.
     """
-    rows = [
-        [m] + ([ADJACENT[m]] if ADJACENT.get(m) in table.columns else []) for m in measures(table)
+    panels = [
+        column
+        for m in measures(table)
+        for column in (m, ADJACENT.get(m))
+        if column in table.columns and table[column].notna().any()
     ]
-    return _lines_vs_step(table, rows or [["coupling", "adjacent_coupling"]], path)
+    return _lines_vs_step(table, panels or ["coupling", "adjacent_coupling"], path)
 
 
 def trajectory_metrics_vs_step(table: pd.DataFrame, path: str | Path) -> list[Path]:
     """Mean LSS and expodistance vs training step, one line per model (a `checkpoint_table`)."""
-    return _lines_vs_step(table, [["lss", "expodistance"]], path)
+    return _lines_vs_step(table, ["lss", "expodistance"], path)
 
 
 def pick_steps(steps: Sequence[int]) -> list[int]:
@@ -158,10 +174,7 @@ def depth_heatmaps_over_training(
         have = [int(s) for s in part["step"].values if np.isfinite(part.sel(step=s).values).any()]
         chosen = pick_steps(have) if steps is None else list(steps)
         panels.append(
-            [
-                (f"{model}, step {s}", matrix(select(part, step=s), "layer", "layer_ref"))
-                for s in chosen
-            ]
+            [(f"step {s}", matrix(select(part, step=s), "layer", "layer_ref")) for s in chosen]
             or [(model, pd.DataFrame())]
         )
     return heatmap_grid(panels, models, ("block l", "reference block l'"), MIS_LABEL, path)
@@ -170,54 +183,83 @@ def depth_heatmaps_over_training(
 def coupling_vs_validation_loss(
     table: pd.DataFrame, path: str | Path, correlations: pd.DataFrame | None = None
 ) -> list[Path]:
-    """Each coupling measure vs validation loss over checkpoints and models (one panel per
-    measure): colour = log10(step + 1), marker = model, grey ``_``: the chance level. Titles:
-    the run-level estimate from ``correlations`` (a `checkpoint_correlations` table).
+    """Each coupling measure vs validation loss over checkpoints and models (a seaborn
+    FacetGrid, one panel per measure): colour = log10(step + 1), marker = model, a thin line
+    through each run's checkpoints, light grey ``_``: the chance level. Titles: the run-level
+    estimate from ``correlations`` (a `checkpoint_correlations` table: the mean within-run r,
+    t over runs) with its verdict; no line is fitted through the pooled points.
     """
     require_columns(table, ["model", "step", "coupling", "val_loss"])
     shown = measures(table) or ["coupling"]
-    data = table.dropna(subset=["val_loss"]).sort_values("step")
+    data = table.dropna(subset=["val_loss"]).sort_values("step").astype({"model": str})
     log_step = np.log10(data["step"].to_numpy(dtype=float) + 1)
     norm = Normalize(*(log_step.min(), log_step.max()) if len(data) else (0, 1))
     models = [m for m in _model_order(table) if m in set(data["model"])]
+    long = long_form(data.assign(log_step=log_step), shown, "measure")
     with style():
-        fig, axes = plt.subplots(
-            1, len(shown), figsize=(5.2 * len(shown) + 1.5, 4.6), squeeze=False
+        grid = sns.FacetGrid(
+            long,
+            col="measure",
+            col_order=shown,
+            sharey=False,
+            height=3.6,
+            aspect=1.2,
+            despine=False,
         )
-        for ax, measure in zip(axes[0], shown):
-            null = null_values(data, measure)
-            for i, model in enumerate(models):
-                at = (data["model"] == model).to_numpy() & data[measure].notna().to_numpy()
-                x, y = data.loc[at, "val_loss"], data.loc[at, measure]
-                ax.plot(x, y, color="0.8", lw=0.6, zorder=1)
-                if null is not None:
-                    ax.scatter(x, null[at], marker="_", color="0.5", s=30, zorder=1)
-                ax.scatter(
-                    x,
-                    y,
-                    c=log_step[at],
-                    cmap="viridis",
-                    norm=norm,
-                    marker=MARKERS[i % len(MARKERS)],
-                    edgecolor="0.2",
-                    lw=0.3,
-                    label=model,
-                    zorder=2,
-                )
-            if not data[measure].notna().any():
-                no_data(ax)
-            stat = first_text(
+        draw_panels(grid, _loss_panel, models=models, norm=norm)
+        for measure, ax in grid.axes_dict.items():
+            row = first_row(
                 correlations,
-                "run-level slope",
-                dict(subset="all runs", design="mixed model (run as group)", predictor=measure),
+                dict(design="runs combined (t over runs)", predictor=measure, method="pearson"),
             )
-            ax.set_title(stat, fontsize="small", wrap=True)
+            ax.set_title(stat_title(row, "mean within-run r"), fontsize="small")
             ax.set(xlabel=label("val_loss"), ylabel=label(measure))
         if models:
-            legend = axes[0, 0].legend(title="model", loc="best", fontsize="x-small")
-            for handle in legend.legend_handles:
-                handle.set_facecolor("0.6")
-        fig.colorbar(
-            ScalarMappable(norm=norm, cmap="viridis"), ax=axes[0, -1], label="log10(step + 1)"
+            handles = [
+                Line2D([], [], ls="", marker=MARKERS[i % len(MARKERS)], color="0.5", label=m)
+                for i, m in enumerate(models)
+            ]
+            grid.figure.legend(
+                handles=handles,
+                title="model",
+                loc="outside lower center",
+                ncol=3,
+                fontsize="x-small",
+                frameon=False,
+            )
+        bar = grid.figure.colorbar(
+            ScalarMappable(norm=norm, cmap="viridis"),
+            ax=grid.axes.ravel().tolist(),
+            label="training step (colour: log10(step + 1))",
         )
-        return save(fig, path)
+        ticks = np.log10(np.unique(data["step"].to_numpy(dtype=float)) + 1)
+        if len(ticks) > 10:  # a long suite: the measured steps nearest 8 even places
+            near = np.abs(ticks[:, None] - np.linspace(ticks[0], ticks[-1], 8)).argmin(axis=0)
+            ticks = ticks[np.unique(near)]
+        bar.set_ticks(ticks, labels=[step_label(round(10**t - 1)) for t in ticks])
+        return save(grid.figure, path)
+
+
+def _loss_panel(data: pd.DataFrame, models: list[str], norm: Normalize, **_: object) -> None:
+    """One panel of ``coupling_vs_validation_loss`` (one measure), on the current axes."""
+    ax = plt.gca()
+    data = data.dropna(subset=["value"])
+    if data.empty:
+        no_data(ax)
+        return
+    if data["null"].notna().any():
+        ax.scatter(data["val_loss"], data["null"], marker="_", color="0.7", s=30, zorder=0)
+    for i, model in enumerate(models):
+        rows = data[data["model"] == model]
+        ax.plot(rows["val_loss"], rows["value"], color="0.8", lw=0.6, zorder=1)
+        ax.scatter(
+            rows["val_loss"],
+            rows["value"],
+            c=rows["log_step"],
+            cmap="viridis",
+            norm=norm,
+            marker=MARKERS[i % len(MARKERS)],
+            edgecolor="0.2",
+            lw=0.3,
+            zorder=2,
+        )

@@ -5,7 +5,8 @@ a statistic themselves).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,13 +15,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 matplotlib.use("Agg")
 
 DPI = 150
 MIN_N_FIT = 3
 MIS_LABEL = "mis-coupling m_K (lower = more coupled)"
-STEP_LABEL = "training step (symlog axis; 0 = initialization)"
+STEP_LABEL = "training step (log scale; 0 = initialization)"
 LABELS = {
     "coupling": "raw coupling (−mean m_K over l≠l')",
     "adjacent_coupling": "adjacent-layer coupling (−mean m_K, |l−l'|=1)",
@@ -82,6 +84,7 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
     fig.set_dpi(DPI)
+    fig.draw_without_rendering()  # the layout engine places everything before the box is taken
     bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
         matplotlib.rcParams["savefig.pad_inches"]
     )
@@ -102,14 +105,17 @@ def seeded_numpy(seed: int) -> Iterator[None]:
         np.random.set_state(state)
 
 
-def label(column: str) -> str:
-    """Axis label with units for a table column (the column name if unknown)."""
-    return LABELS.get(column, column)
+def label(column: str, width: int = 30) -> str:
+    """Axis label with units for a table column (the column name if unknown); one longer than
+    ``width`` characters puts its parenthesis on a second line, so it fits beside its panel.
+    """
+    text = LABELS.get(column, column)
+    return text.replace(" (", "\n(", 1) if len(text) > width else text
 
 
-def no_data(ax: plt.Axes, text: str = "no data") -> None:
-    """Mark an empty panel."""
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+def no_data(ax: plt.Axes, text: str = "no data", y: float = 0.5) -> None:
+    """Mark an empty panel (``text`` centred at height ``y``, axes fraction)."""
+    ax.text(0.5, y, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 
 def require_columns(table: pd.DataFrame, columns: list[str] | tuple[str, ...]) -> None:
@@ -158,6 +164,37 @@ def score_column_label(table: pd.DataFrame, column: str) -> str:
     return label(column)
 
 
+def long_form(table: pd.DataFrame, columns: list[str], key: str) -> pd.DataFrame:
+    """``table`` once per column of ``columns`` in long form for a seaborn grid: its rows with
+    ``key`` (the column's name), value, low and high (the column's CI, see ``interval``) and
+    null (its chance level, see ``null_values``), NaN where the table has none.
+    """
+    parts = []
+    for column in columns:
+        value = table[column].to_numpy(dtype=float)
+        err, null = interval(table, column), null_values(table, column)
+        parts.append(
+            table.assign(
+                **{key: column},
+                value=value,
+                low=np.nan if err is None else value - err[0],
+                high=np.nan if err is None else value + err[1],
+                null=np.nan if null is None else null,
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def draw_panels(grid: sns.FacetGrid, panel: Callable[..., None], **options: object) -> None:
+    """``grid.map_dataframe(panel, **options)`` (``panel`` draws one facet's rows on the current
+    axes), then the constrained layout back (seaborn's mapping applies a tight layout once).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The figure layout has changed to tight")
+        grid.map_dataframe(panel, **options)
+    grid.figure.set_layout_engine("constrained")
+
+
 # --------------------------------------------------------------------------- statistics text
 def stat_row(table: pd.DataFrame | None, **match: object) -> pd.Series | None:
     """The first row of a statistics table whose columns equal ``match`` (None when the table
@@ -194,10 +231,12 @@ def stat_text(row: pd.Series | None, what: str) -> str:
         reason = row.get("reason", "") or row.get("note", "") or "not estimable"
         return f"{what}: {reason}" + ("" if "n=" in str(reason) else f" ({n_text})")
     unit = row.get("unit", "")
+    low, high, p = _value(row, "ci_low"), _value(row, "ci_high"), _value(row, "p")
+    bounds = f"[{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else ""
     text = (
-        f"{what} {estimate:+.2f} [{_value(row, 'ci_low'):+.2f}, {_value(row, 'ci_high'):+.2f}]"
+        f"{what} {estimate:+.2f} {bounds or '(no interval)'}"
         + (f" {unit}" if isinstance(unit, str) and unit else "")
-        + f", p = {_value(row, 'p'):.2g}"
+        + (f", p = {p:.2g}" if np.isfinite(p) else ", no p")
     )
     p_holm = _value(row, "p_holm")
     text += (f", Holm p = {p_holm:.2g}" if np.isfinite(p_holm) else "") + f", {n_text}"
@@ -206,10 +245,100 @@ def stat_text(row: pd.Series | None, what: str) -> str:
     return text
 
 
-def first_text(table: pd.DataFrame | None, what: str, *matches: Mapping[str, object]) -> str:
-    """``stat_text`` of the first of ``matches`` that ``table`` has a row for."""
+def first_row(table: pd.DataFrame | None, *matches: Mapping[str, object]) -> pd.Series | None:
+    """The row of the first of ``matches`` that ``table`` has (None if it has none)."""
     for match in matches:
         row = stat_row(table, **match)
         if row is not None:
-            return stat_text(row, what)
-    return stat_text(None, what)
+            return row
+    return None
+
+
+def first_text(table: pd.DataFrame | None, what: str, *matches: Mapping[str, object]) -> str:
+    """``stat_text`` of the first of ``matches`` that ``table`` has a row for."""
+    return stat_text(first_row(table, *matches), what)
+
+
+def estimable(row: pd.Series | None) -> bool:
+    """Whether a statistics row has a finite estimate (a fit or trend may then be drawn)."""
+    return row is not None and bool(np.isfinite(_value(row, "estimate", "r", "coef")))
+
+
+def verdict(row: pd.Series) -> str:
+    """The row's verdict: its own ``verdict`` column, else from its numbers: 'above 0' / 'below
+    0' when the interval excludes 0 and p (Holm-adjusted where the row has it) < 0.05, else
+    'inconclusive'.
+    """
+    own = row.get("verdict", "")
+    if isinstance(own, str) and own:
+        return own
+    low, high = _value(row, "ci_low"), _value(row, "ci_high")
+    p = _value(row, "p_holm", "p")
+    if np.isfinite(p) and p < 0.05 and (low > 0 or high < 0):
+        return "above 0" if low > 0 else "below 0"
+    return "inconclusive"
+
+
+def stat_title(row: pd.Series | None, what: str) -> str:
+    """``stat_text`` on two lines (estimate and interval; p, n, role and verdict) so that a
+    panel title stays within its panel.
+    """
+    if row is not None and "r" in row.index and isinstance(row.get("unit"), str):
+        row = row.drop("unit")  # a correlation's unit column names its units of analysis
+    text = stat_text(row, what)
+    if not estimable(row):
+        return text.replace(": ", ":\n", 1)
+    cut = min(i for i in (text.find(", p = "), text.find(", no p"), len(text)) if i >= 0)
+    return f"{text[:cut]}\n{text[cut + 2 :]}; {verdict(row)}"
+
+
+def wrap_name(name: str, width: int = 16) -> str:
+    """A long model name broken onto lines at its hyphens (each line at most ``width``
+    characters where the name allows).
+    """
+    lines: list[str] = []
+    for part in name.split("-"):
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += "-" + part
+        else:
+            lines.append(part if not lines else "-" + part)
+    return "\n".join(lines)
+
+
+def step_label(step: float) -> str:
+    """A checkpoint step as a tick label: 1000 -> '1000', 143000 -> '143k'."""
+    return f"{step / 1000:g}k" if step >= 10000 else f"{step:g}"
+
+
+def step_axis(ax: plt.Axes, steps: np.ndarray) -> None:
+    """Symlog x axis (linear below 1, so step 0 shows) with a tick at every step plotted, each
+    labelled with its value (``declutter`` hides those that would collide).
+    """
+    steps = np.unique(np.asarray(steps, dtype=float))
+    ax.set_xscale("symlog", linthresh=1, linscale=0.5)
+    ax.xaxis.set_major_locator(FixedLocator(steps))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: step_label(value)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(-0.3, steps.max() * 1.15 if len(steps) else 1)
+
+
+def declutter(fig: plt.Figure, pad: float = 6.0) -> None:
+    """Hide the x tick labels that would collide, on every axes of ``fig``: the first and the
+    last stay, and from the left each one that clears the last shown and the final one; the
+    ticks themselves stay.
+    """
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        if len(labels) < 3:
+            continue
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        order = np.argsort([box.x0 for box in boxes])
+        right, last = -np.inf, boxes[order[-1]]
+        for i in order[:-1]:
+            box = boxes[i]
+            if box.x0 < right + pad or box.x1 + pad > last.x0:
+                labels[i].set_visible(False)
+            else:
+                right = box.x1

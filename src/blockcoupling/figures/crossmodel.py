@@ -16,15 +16,18 @@ from blockcoupling.figures.common import (
     MEASURES,
     MIN_N_FIT,
     SHORT_LABELS,
-    first_text,
-    interval,
+    draw_panels,
+    estimable,
+    first_row,
     label,
+    long_form,
     measures,
     no_data,
-    null_values,
     save,
     score_column_label,
+    stat_title,
     style,
+    wrap_name,
 )
 
 OTHER = "other models"
@@ -50,11 +53,10 @@ def designs(table: pd.DataFrame, y: str = "score") -> list[tuple[str, pd.DataFra
 
 
 def _fit_line(ax: plt.Axes, x: np.ndarray, y: np.ndarray) -> None:
-    """Least-squares line over the x range (descriptive; its statistics are in the table)."""
-    if len(x) >= MIN_N_FIT and np.ptp(x) > 0:
-        slope, intercept = np.polyfit(x, y, 1)
-        xs = np.array([x.min(), x.max()])
-        ax.plot(xs, intercept + slope * xs, color="0.3", lw=1, zorder=1)
+    """Least-squares line over the x range (drawn only beside its statistics row)."""
+    slope, intercept = np.polyfit(x, y, 1)
+    xs = np.array([x.min(), x.max()])
+    ax.plot(xs, intercept + slope * xs, color="0.3", lw=1, zorder=2)
 
 
 def coupling_vs_score(
@@ -63,99 +65,126 @@ def coupling_vs_score(
     y: str = "score",
     correlations: pd.DataFrame | None = None,
 ) -> list[Path]:
-    """Score vs each coupling measure (rows: raw m_K-based coupling, calibrated excess, overlap,
-    as the table has them) per design (columns: a family of at least MIN_N_FIT models with its
-    own fit; the other models beside, no fit, never pooled).
+    """Score vs each coupling measure (a seaborn FacetGrid; rows: raw m_K-based coupling,
+    calibrated excess, overlap, as the table has them) per design (columns: a family of at
+    least MIN_N_FIT models; the other models beside it, never pooled).
 
     One marker per model (legend under each column, no text on the points); horizontal bars:
-    the table's CI (``{measure}_low/_high``); grey ``|`` joined to each point: that model's
-    chance level (``coupling_null``, ``overlap_null``; 0 for the excess). Panel titles: the
-    correlation from ``correlations`` (a stats table) for the design's subset, never computed
-    here.
+    the table's CI (``{measure}_low/_high``); light grey ``|`` behind each point: that model's
+    chance level (``coupling_null``, ``overlap_null``), a dashed line at the excess's 0. A
+    least-squares line only in a panel whose correlation ``correlations`` (a stats table) holds
+    for that design's subset; the title quotes it (estimate, interval, p, n, verdict), never
+    computed here.
     """
     shown = measures(table) or ["coupling"]
     groups = designs(table.dropna(subset=[y]) if y in table.columns else table, y)
+    long = pd.concat(
+        [long_form(rows, shown, "measure").assign(design=name) for name, rows in groups],
+        ignore_index=True,
+    ).astype({"model": str})
     with style():
-        fig, axes = plt.subplots(
-            len(shown),
-            len(groups),
-            figsize=(4.3 * len(groups) + 0.5, 3.4 * len(shown) + 0.5),
-            squeeze=False,
+        grid = sns.FacetGrid(
+            long,
+            row="measure",
+            col="design",
+            row_order=shown,
+            col_order=[name for name, _ in groups],
+            sharex=False,
+            sharey="col",
+            height=3.0,
+            aspect=1.35,
+            despine=False,
         )
-        for c, (design, rows) in enumerate(groups):
-            models = list(dict.fromkeys(rows["model"].astype(str)))
-            palette = sns.color_palette("tab20" if len(models) > 10 else "tab10", len(models))
-            subset = "all" if design in ("all models",) else f"family:{design}"
-            for r, measure in enumerate(shown):
-                ax = axes[r, c]
-                data = rows.dropna(subset=[measure, y])
-                err = interval(data, measure)
-                null = null_values(data, measure)
-                constant_null = MEASURES[measure] if measure in MEASURES else None
-                constant_null = constant_null if isinstance(constant_null, float) else None
-                for i, model in enumerate(models):
-                    at = (data["model"].astype(str) == model).to_numpy()
-                    if not at.any():
-                        continue
-                    xs, ys = data.loc[at, measure], data.loc[at, y]
-                    if constant_null is None and null is not None and np.isfinite(null[at]).any():
-                        for x0, x1, yy in zip(null[at], xs, ys):
-                            ax.plot([x0, x1], [yy, yy], color="0.75", lw=0.6, zorder=1)
-                        ax.scatter(null[at], ys, marker="|", color="0.5", s=40, zorder=1)
-                    if err is not None:
-                        ax.errorbar(
-                            xs, ys, xerr=err[:, at], fmt="none", ecolor="0.7", lw=0.8, zorder=1
-                        )
-                    ax.scatter(
-                        xs,
-                        ys,
-                        color=palette[i],
-                        marker=MARKERS[i % len(MARKERS)],
-                        edgecolor="0.2",
-                        lw=0.3,
-                        s=30,
-                        zorder=2,
-                        label=model if r == 0 else None,
-                    )
-                if data.empty:
-                    no_data(ax)
-                elif design != OTHER:
-                    _fit_line(ax, data[measure].to_numpy(float), data[y].to_numpy(float))
-                if constant_null is not None:
-                    ax.axvline(constant_null, color="0.5", ls="--", lw=0.8)
-                stat = (
-                    "no fit: these models are not one design"
-                    if design == OTHER
-                    else first_text(
-                        correlations,
-                        "Pearson r",
-                        dict(subset=subset, predictor=measure, method="pearson"),
-                    )
-                )
-                ax.set_title(f"{design}\n{stat}" if r == 0 else stat, fontsize="small", wrap=True)
-                ax.set(xlabel=label(measure), ylabel="")
-                ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
-            if models:
-                axes[-1, c].legend(
-                    *axes[0, c].get_legend_handles_labels(),
+        draw_panels(grid, _score_panel, y=y, correlations=correlations)
+        for (measure, design), ax in grid.axes_dict.items():
+            row = _correlation_row(correlations, design, measure)
+            stat = (
+                "no fit: these models are not one design"
+                if design == OTHER
+                else stat_title(row, "Pearson r")
+            )
+            ax.set_title(f"{design}\n{stat}" if measure == shown[0] else stat, fontsize="small")
+            ax.set(xlabel=label(measure), ylabel="")
+            ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
+        for c in range(len(groups)):
+            handles, labels = grid.axes[0, c].get_legend_handles_labels()
+            if handles:
+                grid.axes[-1, c].legend(
+                    handles,
+                    [wrap_name(name, 24) for name in labels],
                     loc="upper center",
-                    bbox_to_anchor=(0.5, -0.3),
+                    bbox_to_anchor=(0.5, -0.5),
                     ncol=2,
                     fontsize="x-small",
                     title="model",
                     frameon=False,
                 )
-        fig.supylabel(score_column_label(table, y))
-        fig.tight_layout()
-        return save(fig, path)
+        grid.figure.supylabel(score_column_label(table, y))
+        return save(grid.figure, path)
+
+
+def _correlation_row(
+    correlations: pd.DataFrame | None, design: str, measure: str
+) -> pd.Series | None:
+    """The Pearson row of ``correlations`` for ``measure`` on ``design``'s subset."""
+    if design == OTHER:
+        return None
+    subset = "all" if design == "all models" else f"family:{design}"
+    return first_row(correlations, dict(subset=subset, predictor=measure, method="pearson"))
+
+
+def _score_panel(
+    data: pd.DataFrame, y: str, correlations: pd.DataFrame | None, **_: object
+) -> None:
+    """One panel of ``coupling_vs_score`` (one measure, one design), on the current axes."""
+    ax = plt.gca()
+    measure, design = str(data["measure"].iloc[0]), str(data["design"].iloc[0])
+    models = list(dict.fromkeys(data["model"]))
+    palette = sns.color_palette("tab20" if len(models) > 10 else "tab10", len(models))
+    data = data.dropna(subset=["value", y])
+    if data.empty:
+        no_data(ax)
+        return
+    constant = MEASURES.get(measure)
+    if isinstance(constant, float):
+        ax.axvline(constant, color="0.6", ls="--", lw=0.8, zorder=0)
+    elif data["null"].notna().any():
+        ax.scatter(data["null"], data[y], marker="|", color="0.7", s=60, lw=1, zorder=0)
+    if data["low"].notna().any():
+        err = np.abs(np.vstack([data["value"] - data["low"], data["high"] - data["value"]]))
+        ax.errorbar(data["value"], data[y], xerr=err, fmt="none", ecolor="0.55", lw=0.8, zorder=1)
+    for i, model in enumerate(models):
+        rows = data[data["model"] == model]
+        ax.scatter(
+            rows["value"],
+            rows[y],
+            color=palette[i],
+            marker=MARKERS[i % len(MARKERS)],
+            edgecolor="0.2",
+            lw=0.3,
+            s=30,
+            zorder=3,
+            label=model,
+        )
+    x = data["value"].to_numpy(float)
+    if estimable(_correlation_row(correlations, design, measure)) and np.ptp(x) > 0:
+        _fit_line(ax, x, data[y].to_numpy(float))
+
+
+def populated(table: pd.DataFrame) -> list[str]:
+    """The subsets of a correlation table with at least one model (all of them if none has)."""
+    n = pd.to_numeric(table["n"], errors="coerce").fillna(0).groupby(table["subset"]).max()
+    subsets = list(dict.fromkeys(table["subset"]))
+    return [s for s in subsets if n.get(s, 0) > 0] or subsets
 
 
 def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Path]:
     """Bars of r (with CI error bars) per predictor, hue = method, one panel per subset.
 
-    `corr`: a `stats.correlations` table. Missing r (n too small) is marked "n/a".
+    `corr`: a `stats.correlations` table. Missing r (n too small) is marked "n/a"; a subset
+    with no models has no panel.
     """
-    subsets = list(dict.fromkeys(corr["subset"]))
+    subsets = populated(corr)
     predictors = list(dict.fromkeys(corr["predictor"]))
     methods = list(dict.fromkeys(corr["method"]))
     width = 0.8 / max(len(methods), 1)
@@ -164,9 +193,10 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
         fig, axes = plt.subplots(
             1,
             max(len(subsets), 1),
-            figsize=(1.3 * len(predictors) * len(subsets) + 2, 4),
+            figsize=(0.9 * len(predictors) * len(subsets) + 2, 4),
             sharey=True,
             squeeze=False,
+            layout="constrained",
         )
         for ax, subset in zip(axes[0], subsets):
             part = corr[corr["subset"] == subset].set_index(["predictor", "method"])
@@ -191,7 +221,8 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
             ax.set(title=f"{subset} models (n ≤ {n})", ylim=(-1.05, 1.05))
         target = str(corr["target"].iloc[0]) if len(corr) else "score"
         axes[0, 0].set_ylabel(f"correlation with {target} (r, 95% CI)")
-        axes[0, 0].legend(title="method")
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        fig.legend(handles, labels, title="method", loc="outside right upper", frameon=False)
         return save(fig, path)
 
 
@@ -201,25 +232,39 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
 
     `sweep`: a `stats.k_sweep` table.
     """
-    subsets = list(dict.fromkeys(sweep["subset"]))
+    subsets = populated(sweep)
     with style():
         fig, axes = plt.subplots(
-            1, max(len(subsets), 1), figsize=(4.5 * len(subsets) + 1, 4), sharey=True, squeeze=False
+            1,
+            max(len(subsets), 1),
+            figsize=(4.5 * len(subsets) + 1, 4),
+            sharey=True,
+            squeeze=False,
+            layout="constrained",
         )
         for ax, subset in zip(axes[0], subsets):
             part = sweep[sweep["subset"] == subset].sort_values("k")
             for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
                 color = sns.color_palette()[i]
-                ax.plot(rows["k"], rows["r"], marker="o", color=color, label=method)
+                err = np.abs(np.vstack([rows["r"] - rows["ci_low"], rows["ci_high"] - rows["r"]]))
+                ax.errorbar(
+                    rows["k"], rows["r"], yerr=err, marker="o", capsize=3, color=color, label=method
+                )
                 ax.fill_between(rows["k"], rows["ci_low"], rows["ci_high"], color=color, alpha=0.2)
             n = int(part["n"].max()) if len(part) else 0
-            ok = part["r"].notna().any()
+            if not part["r"].notna().any():
+                no_data(ax, f"no correlation: n ≤ {n} models\n(at least 4 needed)", y=0.75)
             ax.axhline(0, color="0.3", lw=0.8)
+            ks = np.unique(part["k"].to_numpy(dtype=int))
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.set_xlim(ks.min() - 0.1 * np.ptp(ks) - 0.5, ks.max() + 0.1 * np.ptp(ks) + 0.5)
             ax.set(
-                title=f"{subset} models (n ≤ {n})" + ("" if ok else ": n too small"),
+                title=f"{subset} models (n ≤ {n})",
                 xlabel="K (top singular vectors in m_K)",
                 ylim=(-1.05, 1.05),
             )
         axes[0, 0].set_ylabel("correlation of coupling with score (r, 95% CI)")
-        axes[0, 0].legend(title="method")
+        if sweep["r"].notna().any():
+            handles, labels = axes[0, 0].get_legend_handles_labels()
+            fig.legend(handles, labels, title="method", loc="outside right upper", frameon=False)
         return save(fig, path)

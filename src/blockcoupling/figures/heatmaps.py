@@ -14,7 +14,7 @@ import xarray as xr
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
-from blockcoupling.figures.common import MIS_LABEL, no_data, save, style
+from blockcoupling.figures.common import MIS_LABEL, no_data, save, style, wrap_name
 from blockcoupling.stats.core import select
 
 HEATMAP_CMAP = "viridis"
@@ -41,26 +41,30 @@ def heatmap_grid(
         fig, axes = plt.subplots(
             n_rows,
             n_cols,
-            figsize=(2.8 * n_cols + 1.5, 2.8 * n_rows + 0.5),
+            figsize=(2.8 * n_cols + 1.5, 2.9 * n_rows + 0.5),
             squeeze=False,
-            gridspec_kw={"wspace": 0.25, "hspace": 0.35},
+            layout="constrained",
         )
+        fig.get_layout_engine().set(h_pad=0.08, hspace=0.04)  # a row's ticks clear the next titles
         for r, row in enumerate(panels):
             for c in range(n_cols):
                 ax = axes[r, c]
-                if c >= len(row):
-                    ax.axis("off")
+                if c >= len(row):  # a wrapped row's end: no panel, not an empty frame
+                    ax.remove()
                     continue
                 panel_title, frame = row[c]
                 if frame.size == 0 or not np.isfinite(frame.to_numpy(dtype=float)).any():
                     no_data(ax)
                 else:
                     draw_heatmap(ax, frame, norm)
-                ax.set_title(panel_title)
+                ax.set_title(wrap_name(panel_title, 22), fontsize="small")
                 ax.set_xlabel(axis_labels[1] if r == n_rows - 1 else "")
                 ax.set_ylabel(f"{row_labels[r]}\n{axis_labels[0]}" if c == 0 else "")
         fig.colorbar(
-            ScalarMappable(norm=norm, cmap=HEATMAP_CMAP), ax=axes, label=cbar_label, shrink=0.8
+            ScalarMappable(norm=norm, cmap=HEATMAP_CMAP),
+            ax=[ax for ax in axes.flat if ax.figure is not None],
+            label=cbar_label,
+            shrink=0.8,
         )
         if title:
             fig.suptitle(title)

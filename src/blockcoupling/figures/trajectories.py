@@ -12,6 +12,7 @@ import seaborn as sns
 import xarray as xr
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
+from matplotlib.ticker import MaxNLocator
 
 from blockcoupling.figures.common import label, no_data, save, seeded_numpy, style
 from blockcoupling.figures.heatmaps import init_order
@@ -36,7 +37,12 @@ def lss_expodistance(trajectories: xr.Dataset, path: str | Path) -> list[Path]:
     order = [str(m) for m in trajectories["model"].values]
     with style():
         fig, axes = plt.subplots(
-            2, 1, figsize=(max(5, 0.7 * len(order) + 2), 7), sharex=True, squeeze=False
+            2,
+            1,
+            figsize=(max(5, 0.7 * len(order) + 2), 7),
+            sharex=True,
+            squeeze=False,
+            layout="constrained",
         )
         for ax, metric in zip(axes[:, 0], metrics):
             part = frame[frame["metric"] == metric]
@@ -68,8 +74,10 @@ def lss_expodistance(trajectories: xr.Dataset, path: str | Path) -> list[Path]:
                     )
             if metric != metrics[0] and ax.get_legend() is not None:
                 ax.get_legend().remove()
+            elif ax.get_legend() is not None:  # beside the boxes, never over them
+                sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1), frameon=False)
             ax.set(ylabel=label(metric), xlabel="")
-        axes[-1, 0].tick_params(axis="x", rotation=45)
+        plt.setp(axes[-1, 0].get_xticklabels(), rotation=45, ha="right", rotation_mode="anchor")
         axes[-1, 0].set_xlabel("model (one point per prompt: mean over tokens)")
         return save(fig, path)
 
@@ -89,7 +97,9 @@ def pca_trajectories(
     layers = da["layer"].values
     norm = Normalize(float(np.min(layers)), float(np.max(layers)))
     with style():
-        fig, axes = plt.subplots(1, len(inits), figsize=(4.5 * len(inits) + 1, 4.2), squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(inits), figsize=(4.5 * len(inits) + 1, 4.2), squeeze=False, layout="constrained"
+        )
         for ax, init in zip(axes[0], inits):
             xy = da.sel(init=init).transpose("token", "layer", "pc").values
             for line in xy:
@@ -111,11 +121,12 @@ def pca_trajectories(
                 xlabel=_pclabel(trajectories, model, init, prompt, 0),
                 ylabel=_pclabel(trajectories, model, init, prompt, 1),
             )
-        fig.colorbar(
+        bar = fig.colorbar(
             ScalarMappable(norm=norm, cmap="viridis"),
             ax=axes.ravel().tolist(),
             label="depth (layer; 0 = input embedding)",
         )
+        bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # ticks name the layers
         fig.suptitle(f"{model}, prompt {prompt}: one line per token")
         return save(fig, path)
 
@@ -143,7 +154,12 @@ def singular_value_spectra(spectra: xr.Dataset, path: str | Path, model: str) ->
     cmap = plt.get_cmap("viridis")
     with style():
         fig, axes = plt.subplots(
-            1, len(inits), figsize=(4.5 * len(inits) + 1, 4), sharey=True, squeeze=False
+            1,
+            len(inits),
+            figsize=(4.5 * len(inits) + 1, 4),
+            sharey=True,
+            squeeze=False,
+            layout="constrained",
         )
         for ax, init in zip(axes[0], inits):
             part = da.sel(init=init)
@@ -157,8 +173,9 @@ def singular_value_spectra(spectra: xr.Dataset, path: str | Path, model: str) ->
                 no_data(ax)
             ax.set(title=init, xlabel="rank a (singular index, descending)")
         axes[0, 0].set_ylabel("singular value of J^l (mean over prompts)")
-        fig.colorbar(
+        bar = fig.colorbar(
             ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(), label="block l"
         )
+        bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # ticks name the blocks
         fig.suptitle(model)
         return save(fig, path)

@@ -15,149 +15,214 @@ from matplotlib.colors import Normalize
 
 from blockcoupling.figures.common import (
     MIN_N_FIT,
-    first_text,
-    interval,
+    draw_panels,
+    estimable,
+    first_row,
     label,
+    long_form,
     measures,
     no_data,
-    null_values,
     require_columns,
     save,
+    stat_title,
     style,
 )
 
 SD_LABEL = "stochastic-depth rate (drop-path rate of the last block)"
+RATE_LABEL = "stochastic-depth rate"
+CMAP = "viridis"
+
+
+def _measure_grid(data: pd.DataFrame, shown: list[str], share: str) -> sns.FacetGrid:
+    """A FacetGrid with one panel per coupling measure of ``shown`` (column ``measure`` of
+    ``data``), side by side; the measure's axis (``share`` = 'x': the y axis) is each panel's
+    own, the other shared.
+    """
+    return sns.FacetGrid(
+        data,
+        col="measure",
+        col_order=shown,
+        sharex=share == "x",
+        sharey=share == "y",
+        height=3.6,
+        aspect=1.2,
+        despine=False,
+    )
 
 
 def vit_coupling_vs_sd(
     by_rate: pd.DataFrame, path: str | Path, trend: pd.DataFrame | None = None
 ) -> list[Path]:
     """Each coupling measure (one panel each: raw, calibrated excess, overlap as the table has
-    them) vs stochastic-depth rate: one line per weight decay (thin, coloured) and the mean over
-    weight decays (black), each with the table's 95% CI; dashed grey: the chance level.
+    them) vs stochastic-depth rate (a tick at every rate): the mean over weight decays (black,
+    95% CI bars and band) and, where the sweep has more than one weight decay, one thin
+    coloured line per weight decay; dashed grey: the chance level.
 
     `by_rate`: a `stats.vit_coupling_by_rate` table (wd = "all" for the pooled rows). Titles:
-    the sd slope from ``trend`` (a `stats.vit_sd_trend` table).
+    the sd slope from ``trend`` (a `stats.vit_sd_trend` table) with its verdict.
     """
     require_columns(by_rate, ["sd", "wd", "coupling"])
     data = by_rate.assign(wd=by_rate["wd"].astype(str)).sort_values("sd")
     decays = [w for w in dict.fromkeys(data["wd"]) if w != "all"]
-    colors = sns.color_palette("crest", n_colors=max(len(decays), 1))
+    if len(decays) == 1:  # one weight decay: its rows are the pooled ones, drawn once
+        pooled = data[data["wd"] == "all"]
+        data = pooled if len(pooled) else data.assign(wd="all")
+        decays = []
     shown = measures(data) or ["coupling"]
-    span = float(np.ptp(data["sd"])) if len(data) else 0.0
+    long = long_form(data, shown, "measure")
+    colors = dict(zip(decays, sns.color_palette("crest", n_colors=max(len(decays), 1))))
+    pooled_label = "all weight decays" if decays else f"weight decay {_only(by_rate['wd'])}"
     with style():
-        fig, axes = plt.subplots(
-            1, len(shown), figsize=(5.4 * len(shown) + 0.8, 4.4), squeeze=False
-        )
-        for ax, measure in zip(axes[0], shown):
-            for i, wd in enumerate(decays):
-                rows = data[data["wd"] == wd]
-                shift = (i - (len(decays) - 1) / 2) * 0.01 * (span or 1)  # keep bars apart
-                ax.errorbar(
-                    rows["sd"] + shift,
-                    rows[measure],
-                    yerr=interval(rows, measure),
-                    color=colors[i],
-                    marker="o",
-                    ms=3,
-                    lw=1,
-                    capsize=2,
-                    label=f"wd = {wd}",
-                )
-            pooled = data[data["wd"] == "all"]
-            if not pooled.empty:
-                ax.plot(
-                    pooled["sd"], pooled[measure], color="black", marker="s", lw=2, label="all wd"
-                )
-                err = interval(pooled, measure)
-                if err is not None:
-                    ax.fill_between(
-                        pooled["sd"],
-                        pooled[measure] - err[0],
-                        pooled[measure] + err[1],
-                        color="0.5",
-                        alpha=0.25,
-                    )
-                null = null_values(pooled, measure)
-                if null is not None:
-                    ax.plot(pooled["sd"], null, color="0.4", ls="--", lw=1, label="chance level")
-            if data[measure].isna().all():
-                no_data(ax)
-            elif ax is axes[0, 0]:
-                ax.legend(title="weight decay", loc="best", fontsize="x-small")
-            stat = first_text(
+        grid = _measure_grid(long, shown, share="x")
+        rows = {
+            measure: first_row(
                 trend,
-                "sd slope",
                 dict(response=measure, term="sd", method="ols"),
                 dict(response=measure, term="sd"),
             )
-            ax.set_title(stat, fontsize="small", wrap=True)
-            ax.set(xlabel=SD_LABEL, ylabel=label(measure))
-        fig.suptitle("coupling vs stochastic depth (mean over seeds and images, 95% CI)")
-        return save(fig, path)
+            for measure in shown
+        }
+        trended = {measure for measure, row in rows.items() if estimable(row)}
+        draw_panels(grid, _sd_panel, colors=colors, pooled_label=pooled_label, trended=trended)
+        rates = np.unique(data["sd"].to_numpy(dtype=float))
+        for measure, ax in grid.axes_dict.items():
+            row = rows[measure]
+            ax.set_title(stat_title(row, "sd slope"), fontsize="small")
+            ax.set_xticks(rates, [f"{r:g}" for r in rates])
+            ax.set(xlabel="", ylabel=label(measure))
+        grid.figure.supxlabel(SD_LABEL, fontsize="medium")
+        handles, labels = grid.axes.flat[0].get_legend_handles_labels()
+        grid.figure.legend(handles, labels, loc="outside right upper", fontsize="small")
+        grid.figure.suptitle("coupling vs stochastic depth (mean over seeds and images, 95% CI)")
+        return save(grid.figure, path)
+
+
+def _only(values: pd.Series) -> str:
+    """The one value of ``values`` other than 'all' (as text)."""
+    return next(str(v) for v in values if str(v) != "all")
+
+
+def _sd_panel(
+    data: pd.DataFrame,
+    colors: dict[str, tuple],
+    pooled_label: str,
+    trended: set[str],
+    **_: object,
+) -> None:
+    """One panel of ``vit_coupling_vs_sd`` (long rows of one measure), on the current axes:
+    the means joined by lines only where the trend table estimates that measure's slope.
+    """
+    ax = plt.gca()
+    line = "-" if str(data["measure"].iloc[0]) in trended else ""
+    span = float(np.ptp(data["sd"])) if len(data) else 0.0
+    for i, (wd, color) in enumerate(colors.items()):
+        rows = data[data["wd"] == wd]
+        shift = (i - (len(colors) - 1) / 2) * 0.01 * (span or 1)  # keep their bars apart
+        ax.errorbar(
+            rows["sd"] + shift,
+            rows["value"],
+            yerr=np.abs(np.vstack([rows["value"] - rows["low"], rows["high"] - rows["value"]])),
+            color=color,
+            marker="o",
+            ms=3,
+            ls=line,
+            lw=1,
+            capsize=2,
+            label=f"weight decay {wd}",
+        )
+    pooled = data[data["wd"] == "all"].dropna(subset=["value"])
+    if pooled.empty:
+        no_data(ax)
+        return
+    if pooled["low"].notna().any() and line:
+        ax.fill_between(pooled["sd"], pooled["low"], pooled["high"], color="0.5", alpha=0.25, lw=0)
+    ax.errorbar(
+        pooled["sd"],
+        pooled["value"],
+        yerr=np.abs(np.vstack([pooled["value"] - pooled["low"], pooled["high"] - pooled["value"]])),
+        color="black",
+        marker="s",
+        ls=line,
+        lw=2,
+        capsize=3,
+        label=pooled_label,
+    )
+    if pooled["null"].notna().any():
+        ax.plot(pooled["sd"], pooled["null"], color="0.4", ls="--", lw=1, label="chance level")
 
 
 def vit_coupling_vs_accuracy(
     table: pd.DataFrame, path: str | Path, within: pd.DataFrame | None = None
 ) -> list[Path]:
     """Test accuracy vs each coupling measure (one panel each), one point per ViT coloured by
-    its stochastic-depth rate, with its CI (horizontal bars), an OLS line per rate and grey
-    ``|`` at its chance level.
+    its stochastic-depth rate, with its CI (horizontal bars), grey ``|`` at its chance level,
+    and a least-squares line for each rate whose correlation the table estimates (its r,
+    interval and verdict in the legend).
 
     `table`: a `stats.vit_model_table`. Titles: the pooled within-rate estimate from ``within``
-    (a `stats.vit_coupling_accuracy` table).
+    (a `stats.vit_coupling_accuracy` table) with its verdict.
     """
     require_columns(table, ["sd", "coupling", "test_accuracy"])
     shown = measures(table) or ["coupling"]
     rates = sorted(table["sd"].dropna().unique())
     norm = Normalize(min(rates, default=0), max(rates, default=1) if len(rates) > 1 else 1)
-    cmap = plt.get_cmap("viridis")
+    long = long_form(table.dropna(subset=["test_accuracy"]), shown, "measure")
     with style():
-        fig, axes = plt.subplots(
-            1, len(shown), figsize=(5.2 * len(shown) + 1.5, 4.6), squeeze=False
-        )
-        for ax, measure in zip(axes[0], shown):
-            data = table.dropna(subset=[measure, "test_accuracy"])
-            err = interval(data, measure)
-            if err is not None:
-                ax.errorbar(
-                    data[measure],
-                    data["test_accuracy"],
-                    xerr=err,
-                    fmt="none",
-                    ecolor="0.75",
-                    lw=0.8,
-                    zorder=1,
-                )
-            null = null_values(data, measure)
-            if null is not None:
-                ax.scatter(null, data["test_accuracy"], marker="|", color="0.5", s=40, zorder=1)
-            for rate in rates:
-                rows = data[data["sd"] == rate]
-                color = cmap(norm(rate))
-                ax.scatter(
-                    rows[measure],
-                    rows["test_accuracy"],
-                    color=color,
-                    edgecolor="0.2",
-                    lw=0.3,
-                    zorder=2,
-                )
-                if len(rows) >= MIN_N_FIT and np.ptp(rows[measure]) > 0:
-                    slope, intercept = np.polyfit(rows[measure], rows["test_accuracy"], 1)
-                    xs = np.array([rows[measure].min(), rows[measure].max()])
-                    ax.plot(xs, intercept + slope * xs, color=color, lw=1)
-            if data.empty:
-                no_data(ax)
-            stat = first_text(
+        grid = _measure_grid(long, shown, share="y")
+        draw_panels(grid, _accuracy_panel, rates=rates, norm=norm, within=within)
+        for measure, ax in grid.axes_dict.items():
+            row = first_row(
                 within,
-                "within-rate r",
                 dict(sd="pooled", method="within_r", measure=measure),
                 *([dict(sd="pooled", method="within_r")] if measure == "coupling" else []),
             )
-            ax.set_title(stat, fontsize="small", wrap=True)
-            ax.set(xlabel=label(measure), ylabel="test accuracy" if ax is axes[0, 0] else "")
-        fig.colorbar(
-            ScalarMappable(norm=norm, cmap=cmap), ax=axes[0, -1], label="stochastic-depth rate"
+            ax.set_title(stat_title(row, "within-rate r"), fontsize="small")
+            ax.set(xlabel=label(measure), ylabel="test accuracy")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(
+                    loc="upper center",
+                    bbox_to_anchor=(0.5, -0.42),
+                    fontsize="x-small",
+                    title="least-squares line per rate",
+                    frameon=False,
+                )
+        bar = grid.figure.colorbar(
+            ScalarMappable(norm=norm, cmap=CMAP), ax=grid.axes.ravel().tolist(), label=RATE_LABEL
         )
-        return save(fig, path)
+        bar.set_ticks(rates, labels=[f"{r:g}" for r in rates])  # the rates trained
+        return save(grid.figure, path)
+
+
+def _accuracy_panel(
+    data: pd.DataFrame,
+    rates: list[float],
+    norm: Normalize,
+    within: pd.DataFrame | None,
+    **_: object,
+) -> None:
+    """One panel of ``vit_coupling_vs_accuracy`` (long rows of one measure), current axes."""
+    ax = plt.gca()
+    data = data.dropna(subset=["value"])
+    if data.empty:
+        no_data(ax)
+        return
+    if data["low"].notna().any():
+        err = np.abs(np.vstack([data["value"] - data["low"], data["high"] - data["value"]]))
+        ax.errorbar(
+            data["value"], data["test_accuracy"], xerr=err, fmt="none", ecolor="0.75", lw=0.8
+        )
+    if data["null"].notna().any():
+        ax.scatter(data["null"], data["test_accuracy"], marker="|", color="0.6", s=30, zorder=1)
+    measure = str(data["measure"].iloc[0])
+    for rate in rates:
+        rows = data[data["sd"] == rate]
+        color = plt.get_cmap(CMAP)(norm(rate))
+        ax.scatter(
+            rows["value"], rows["test_accuracy"], color=color, edgecolor="0.2", lw=0.3, zorder=3
+        )
+        row = first_row(within, dict(measure=measure, sd=f"{rate:g}", method="pearson"))
+        if estimable(row) and len(rows) >= MIN_N_FIT and np.ptp(rows["value"]) > 0:
+            slope, intercept = np.polyfit(rows["value"], rows["test_accuracy"], 1)
+            xs = np.array([rows["value"].min(), rows["value"].max()])
+            text = stat_title(row, f"rate {rate:g}: r")
+            ax.plot(xs, intercept + slope * xs, color=color, lw=1, label=text)
