@@ -522,7 +522,9 @@ def test_a_full_disk_under_netcdf_says_disk_full_not_permission_denied(full_disk
 
     target = full_disk / "coupling.nc"
     with pytest.raises(OSError) as error:
-        io.write_netcdf(xr.Dataset({"lss": ("a", np.random.default_rng(0).random(200_000))}), target)
+        io.write_netcdf(
+            xr.Dataset({"lss": ("a", np.random.default_rng(0).random(200_000))}), target
+        )
     assert error.value.errno == errno.ENOSPC and error.value.filename == str(target)
     assert reason(error.value).startswith("the disk is full (No space left on device")
     assert not list(full_disk.iterdir())  # no partial file left
