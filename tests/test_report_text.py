@@ -19,8 +19,8 @@ def plan_of(config_file: str):
 
 
 def test_the_smoke_config_lists_its_trained_models():
-    """The smoke config has no `models:` section (the report read "Models: ."): every grid
-    model is named, with the family it was trained in and how it was measured."""
+    """The smoke config's report read "Models: ." (its trained models unnamed): every model,
+    the tiny GGUF it loads and every grid model, is named with how it was measured."""
     plan = plan_of("config/smoke.yaml")
     text = report_models(plan)
     assert set(plan.models) == {
@@ -29,9 +29,11 @@ def test_the_smoke_config_lists_its_trained_models():
         "fixed_size-f1.0-s0-final",
         "fixed_size-f1.0-s1-final",
         "emergence-s0",
+        "tiny-gguf",
     }
     for name in plan.models:
         assert f"``{name}``" in text
+    assert text.startswith("loaded, 1 at final weights, each beside its random-init twin: ")
     assert "trained here (fixed_size), 4 at final weights, each beside its random-init twin" in text
     assert "(one shared twin: identical initialisations)" in text
     assert "trained here (emergence), 1 at checkpoints 0, 2, 8: ``emergence-s0``" in text
