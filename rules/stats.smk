@@ -8,6 +8,9 @@ if PLAN.cross_model:
                 ["results/combined/evaluation.nc"] if PLAN.evaluated(PLAN.cross_model) else []
             ),
             histories=[f"results/train/{run}/history.csv" for run in PLAN.train_runs],
+            tokens=(
+                ["results/combined/tokens.nc"] if "tokens" in PLAN.combined_names("init") else []
+            ),
         output:
             **{name: f"results/stats/{name}.csv" for name in STATS_TABLES},
             model_coupling="results/stats/model_coupling.nc",
@@ -30,7 +33,7 @@ if PLAN.cross_model:
             n_boot=config["stats"]["n_boot"],
             seed=config["stats"]["seed"],
             score=config["evaluate"]["score"],
-            primary=config["stats"]["primary"],
+            primary=list(config["stats"]["primary"]),
             calibration_ks=sorted({PLAN.selection["k"], max(config["metrics"]["ks"])}),
             code=script_hash("stats"),
         script:
@@ -67,7 +70,8 @@ if PLAN.checkpoint_models:
             },
             n_boot=config["stats"]["n_boot"],
             seed=config["stats"]["seed"],
-            primary=config["stats"]["primary"],
+            primary=list(config["stats"]["primary"]),
+            peak_step=config["stats"]["peak_step"],
             code=script_hash("stats_checkpoints"),
         script:
             "../scripts/stats_checkpoints.py"
@@ -79,6 +83,7 @@ if PLAN.analysis_tables():
         input:
             tables=PLAN.analysis_tables(),
             calibration=["results/stats/calibration.csv"] if PLAN.cross_model else [],
+            power=PLAN.config["stats"]["power_file"],
         output:
             analyses="results/stats/analyses.csv",
             claims=report(
@@ -95,6 +100,7 @@ if PLAN.analysis_tables():
             "../envs/analysis.yaml"
         params:
             primary=config["stats"]["primary"],
+            k=PLAN.selection["k"],
             grids=sorted(
                 {
                     grid.get("family") or name

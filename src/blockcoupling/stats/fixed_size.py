@@ -98,10 +98,11 @@ def generalization_gap(history: pd.DataFrame | None) -> float:
 
 
 def analyses(table: pd.DataFrame, primary: tuple[str, ...] = (), ci: float = 0.95) -> pd.DataFrame:
-    """Per predictor, outcome and prompt set: the slope of the outcome per sd of the predictor
-    across runs (OLS, CR1 by configuration, t(G-1)) — ids ``fixed_size_{excess|overlap_u|
-    coupling}_vs_{bpb|gap}[_leaderboard]`` — and the Spearman correlation of the configuration
-    means (``..._config_spearman``, unit configuration, Bonett-Wright interval); and
+    """Per predictor, outcome and prompt set: the standardized slope (sd of the outcome per sd
+    of the predictor) across runs (OLS, CR1 by configuration, t(G-1)) — ids
+    ``fixed_size_{excess|overlap_u|coupling}_vs_{bpb|gap}[_leaderboard]`` — and the Spearman
+    correlation of the configuration means (``..._config_spearman``, unit configuration,
+    Bonett-Wright interval); and
     ``fixed_size_trained_vs_random``, trained minus random-twin excess on the held-out prompts,
     a t test over configuration means.
     """
@@ -118,7 +119,7 @@ def analyses(table: pd.DataFrame, primary: tuple[str, ...] = (), ci: float = 0.9
 def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) -> list[dict]:
     """The run-level slope and the configuration-level Spearman of one predictor and outcome."""
     missing = [c for c in (column, outcome) if c not in table or table[c].isna().all()]
-    method = "OLS per sd of predictor, CR1 by configuration, t(G-1)"
+    method = "OLS, sd of outcome per sd of predictor, CR1 by configuration, t(G-1)"
     spearman = "Spearman of configuration means, Bonett-Wright interval"
     if table.empty or missing:
         note = (
@@ -131,9 +132,8 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             analysis_row(f"{name}_config_spearman", "configuration", 0, spearman, note=note),
         ]
     data = table[["group", column, outcome]].dropna()
-    sd = data[column].std(ddof=1)
-    data = data.assign(x=(data[column] - data[column].mean()) / sd if sd > 0 else np.nan)
-    fit = cluster_slope(data, outcome, "x", "group", ci=ci)
+    data = data.assign(x=_z(data[column]), y=_z(data[outcome]))
+    fit = cluster_slope(data, "y", "x", "group", ci=ci)
     means = data.groupby("group")[[column, outcome]].mean()
     res = correlate(means[column], means[outcome], "spearman", ci)
     return [
@@ -147,6 +147,7 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             fit["ci_high"],
             fit["p"],
             fit["note"],
+            p_wild=fit["p_wild"],
         ),
         analysis_row(
             f"{name}_config_spearman",
@@ -160,6 +161,12 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             res["reason"],
         ),
     ]
+
+
+def _z(values: pd.Series) -> pd.Series:
+    """z-scores over runs (NaN when constant): slopes of z on z are standardized (r-like)."""
+    sd = values.std(ddof=1)
+    return (values - values.mean()) / sd if sd > 0 else values * np.nan
 
 
 def _twin_row(table: pd.DataFrame, ci: float) -> dict:
@@ -184,4 +191,5 @@ def _twin_row(table: pd.DataFrame, ci: float) -> dict:
         test["ci_high"],
         test["p"],
         test["note"],
+        p_wild=test["p_wild"],
     )
