@@ -612,3 +612,20 @@ def test_token_wise_claims_compare_trained_and_twin_over_configurations():
     assert set(i.split(":")[0] for i in out.index) <= set(HYPOTHESES)
     missing = tokens.token_analyses(None, {})
     assert (missing["n"] == 0).all() and missing["note"].str.contains("not measured").all()
+
+
+def test_readme_states_no_result_by_hand_outside_the_generated_block():
+    """The README's statements about results come from ``blockcoupling claims``: outside the
+    claims markers its results section names no verdict (the README once said the emergence
+    claim "holds" where the table said inconclusive)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start, end = text.index(claims.START), text.index(claims.END)
+    section = text[text.index("## Results of the default run") : start] + text[end:]
+    section = section[: section.index("\n## ", 1)]
+    words = r"\b(reproduced|refuted|supported|holds|significant|inconclusive|confirm\w*)\b"
+    prose = section.replace("calls a claim reproduced, refuted, supported or holding", "")
+    found = re.findall(words, prose, re.IGNORECASE)
+    assert not found, f"README states results by hand: {found}"
