@@ -170,6 +170,9 @@ def test_claims_table_carries_declared_effect_power_and_flags():
     final = by["emergence_final_vs_init"]
     assert final["primary"] and final["effect"] == 0.05 and final["power"] == 0.93
     assert final["verdict"].startswith("inconclusive: no effect of the declared size")
+    low = claims.claims_table(analyses, declared, power.assign(power=0.3, n_for_target=40))
+    row = low[low["claim"] == final["claim"]].iloc[0]
+    assert row["power"] == 0.3 and "80% needs 40 units" in row["limits"]
     fixed = by["fixed_size_excess_vs_bpb"]
     assert not fixed["primary"] and fixed["verdict"].startswith("exploratory: the paper's")
     assert "stats.k = 8" in fixed["limits"] and np.isnan(fixed["power"])

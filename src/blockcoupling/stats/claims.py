@@ -207,6 +207,13 @@ def claims_table(
             if pilot is not None and np.isclose(float(pilot["effect"]), effect):
                 powered = float(pilot["power"])
                 limits += f"; power {powered:.2f} at Holm's first threshold {pilot['alpha']:.3g}"
+                if powered < TARGET_POWER:
+                    need = pilot.get("n_for_target", np.nan)
+                    limits += (
+                        f": 80% needs {int(need)} units, beyond this design's budget"
+                        if np.isfinite(need)
+                        else ": 80% needs more than 10 times the pilot's units"
+                    )
             elif np.isfinite(effect):
                 limits += "; no pilot power at this effect (python bench/power.py)"
         else:
