@@ -348,7 +348,7 @@ def test_emergence_claims_are_paired_over_initializations_not_runs():
         row = out.loc[name]
         assert row["n"] == 3 and row["unit"] == "initialization (6 runs)"
         assert row["estimate"] == pytest.approx(per_run.reshape(3, 2).mean(axis=1).mean())
-        assert np.isnan(row["p"]) and "3 runs < 5" in row["note"]  # 3 units: a range only
+        assert np.isnan(row["p"]) and "3 initializations < 5" in row["note"]  # a range only
     # 6 distinct inits: t(5) over inits, the scipy t interval, and a wild bootstrap p beside it
     distinct = cube.assign(coupling_excess=cube["coupling_excess"] + rng.normal(size=(6, 1, 1)))
     row = pd.DataFrame(checkpoints.paired_claims(distinct, models, {}, peak_step=None)).iloc[0]

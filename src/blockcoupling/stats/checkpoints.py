@@ -375,8 +375,9 @@ def paired_claims(
         frame = pd.DataFrame({"value": per_run, "init": {m: blocks[m] for m in per_run}})
         by_init = frame.groupby("init")["value"].mean() if len(frame) else pd.Series()
         test = run_level_test(by_init.to_numpy(), ci)
-        unit = f"initialization ({len(per_run)} runs)"
+        unit = f"initialization ({len(per_run)} run{'s' if len(per_run) != 1 else ''})"
         note = f"{what}; {test['note']}".replace("over runs", "over initializations")
+        note = note.replace(" runs < ", " initializations < ")
         return analysis_row(
             f"{name}{suffix}",
             unit,

@@ -204,7 +204,8 @@ def claims_table(
             source = declared.get(claim.analysis, {}).get("source")
             limits += f"; declared effect {effect:g} ({source})" if source else ""
             pilot = powers.get(claim.analysis)
-            if pilot is not None and np.isclose(float(pilot["effect"]), effect):
+            usable = pilot is not None and np.isfinite(float(pilot["power"]))
+            if usable and np.isclose(float(pilot["effect"]), effect):
                 powered = float(pilot["power"])
                 limits += f"; power {powered:.2f} at Holm's first threshold {pilot['alpha']:.3g}"
                 if powered < TARGET_POWER:
