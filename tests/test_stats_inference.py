@@ -632,3 +632,36 @@ def test_readme_states_no_result_by_hand_outside_the_generated_block():
     prose = section.replace("calls a claim reproduced, refuted, supported or holding", "")
     found = re.findall(words, prose, re.IGNORECASE)
     assert not found, f"README states results by hand: {found}"
+
+
+def test_fixed_size_adjusted_slope_removes_a_design_confounder():
+    """Coupling and bits per byte both follow the data fraction, not each other: the plain
+    slope is large, the design-adjusted one is not (and equals OLS with the covariate)."""
+    rng = np.random.default_rng(17)
+    fractions = np.repeat([0.02, 0.06, 0.2, 1.0], 6)
+    groups = [f"f{f}-wd{w}" for f, w in zip(fractions, np.tile([0, 0, 0, 1, 1, 1], 4))]
+    log_f = np.log10(fractions)
+    runs = pd.DataFrame(
+        {
+            "model": [f"m{i}" for i in range(24)],
+            "group": groups,
+            "data_fraction": fractions,
+            "weight_decay": np.tile([0.0, 0.0, 0.0, 1.0, 1.0, 1.0], 4),
+            "coupling_excess_held_out": log_f + 0.3 * rng.normal(size=24),
+            "neg_bpb": log_f + 0.3 * rng.normal(size=24),
+            "gap": rng.normal(size=24),
+        }
+    )
+    out = fixed_size.analyses(runs).set_index("analysis")
+    plain, adjusted = (
+        out.loc["fixed_size_excess_vs_bpb"],
+        out.loc["fixed_size_excess_vs_bpb_adjusted"],
+    )
+    assert plain["ci_low"] > 0.5 and adjusted["ci_low"] < 0 < adjusted["ci_high"]
+    z = lambda v: (v - v.mean()) / v.std(ddof=1)  # noqa: E731
+    X = np.column_stack(
+        [np.ones(24), z(runs["coupling_excess_held_out"]), log_f, runs["weight_decay"]]
+    )
+    coef = np.linalg.lstsq(X, z(runs["neg_bpb"]), rcond=None)[0]
+    assert adjusted["estimate"] == pytest.approx(coef[1])
+    assert "adjusted for the design" in adjusted["method"] and adjusted["n"] == 24

@@ -31,6 +31,7 @@ PREDICTORS = {"coupling_excess": "excess", "overlap_u": "overlap_u", "coupling":
 OUTCOMES = {"neg_bpb": "bpb", "gap": "gap"}
 PROMPT_SETS = {"held_out": "", "leaderboard": "_leaderboard"}
 DESIGN_COORDS = ("data_fraction", "weight_decay", "learning_rate", "seed")
+DESIGN = ("log_data_fraction", "weight_decay", "log_learning_rate")  # the _adjusted covariates
 
 
 def run_table(
@@ -102,7 +103,8 @@ def analyses(table: pd.DataFrame, primary: tuple[str, ...] = (), ci: float = 0.9
     of the predictor) across runs (OLS, CR1 by configuration, t(G-1)) — ids
     ``fixed_size_{excess|overlap_u|coupling}_vs_{bpb|gap}[_leaderboard]`` — and the Spearman
     correlation of the configuration means (``..._config_spearman``, unit configuration,
-    Bonett-Wright interval); and
+    Bonett-Wright interval); the same slope adjusted for the design (``..._adjusted``: log data
+    fraction, weight decay and log learning rate as covariates); and
     ``fixed_size_trained_vs_random``, trained minus random-twin excess on the held-out prompts,
     a t test over configuration means.
     """
@@ -130,10 +132,23 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
         return [
             analysis_row(name, "run", 0, method, note=note),
             analysis_row(f"{name}_config_spearman", "configuration", 0, spearman, note=note),
+            analysis_row(f"{name}_adjusted", "run", 0, method, note=note),
         ]
-    data = table[["group", column, outcome]].dropna()
+    design = [c for c in ("data_fraction", "weight_decay", "learning_rate") if c in table]
+    data = table[["group", column, outcome, *design]].dropna(subset=[column, outcome])
     data = data.assign(x=_z(data[column]), y=_z(data[outcome]))
     fit = cluster_slope(data, "y", "x", "group", ci=ci)
+    factors = pd.DataFrame(
+        {
+            "log_data_fraction": np.log10(data["data_fraction"]) if "data_fraction" in data else 0,
+            "weight_decay": data["weight_decay"] if "weight_decay" in data else 0,
+            "log_learning_rate": np.log10(data["learning_rate"]) if "learning_rate" in data else 0,
+        },
+        index=data.index,
+    )
+    adjusted = cluster_slope(
+        data[["group", "x", "y"]].join(factors), "y", "x", "group", ci=ci, covariates=DESIGN
+    )
     means = data.groupby("group")[[column, outcome]].mean()
     res = correlate(means[column], means[outcome], "spearman", ci)
     return [
@@ -159,6 +174,18 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             res["ci_high"],
             res["p"],
             res["reason"],
+        ),
+        analysis_row(
+            f"{name}_adjusted",
+            f"run ({adjusted['n_clusters']} configurations)",
+            adjusted["n"],
+            method + ", adjusted for the design (log data fraction, weight decay, log lr)",
+            adjusted["estimate"],
+            adjusted["ci_low"],
+            adjusted["ci_high"],
+            adjusted["p"],
+            adjusted["note"],
+            p_wild=adjusted["p_wild"],
         ),
     ]
 

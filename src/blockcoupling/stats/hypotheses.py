@@ -16,7 +16,7 @@ def _ids() -> tuple[str, ...]:
             ("excess", "overlap_u", "coupling"),
             ("bpb", "gap"),
             ("", "_leaderboard"),
-            ("", "_config_spearman"),
+            ("", "_config_spearman", "_adjusted"),
         )
     ]
     emergence = [

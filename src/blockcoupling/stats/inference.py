@@ -99,20 +99,23 @@ def cluster_slope(
     cluster: str,
     fixed: Sequence[str] = (),
     ci: float = 0.95,
+    covariates: Sequence[str] = (),
 ) -> dict:
-    """OLS ``response ~ term + C(fixed)...`` with cluster-robust (CR1) standard errors by
+    """OLS ``response ~ term + C(fixed)... + covariates...`` with cluster-robust (CR1) errors by
     ``cluster`` and a t reference with G - 1 degrees of freedom (statsmodels ``use_t``):
     estimate (response units per unit of ``term``), ci_low, ci_high, p, n (rows), n_clusters,
     note. Fewer than ``MIN_CLUSTERS`` clusters: the estimate only, with a note (a cluster-robust
     variance from so few clusters gives no interval).
     """
-    data = data[list(dict.fromkeys([response, term, cluster, *fixed]))].dropna()
+    data = data[list(dict.fromkeys([response, term, cluster, *fixed, *covariates]))].dropna()
     n = len(data)
     groups = int(data[cluster].nunique())
     out = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, n_clusters=groups) | {
         "p_wild": np.nan
     }
-    formula = f"{response} ~ {term}" + "".join(f" + C({f})" for f in fixed if data[f].nunique() > 1)
+    formula = f"{response} ~ {term}"
+    formula += "".join(f" + C({f})" for f in fixed if data[f].nunique() > 1)
+    formula += "".join(f" + {c}" for c in covariates if data[c].nunique() > 1)
     if n < 3 or data[term].nunique() < 2:
         return out | {"note": f"{formula}: n={n}, too few rows or a constant {term}"}
     model = smf.ols(formula, data=data)
