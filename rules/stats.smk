@@ -9,6 +9,9 @@ if PLAN.cross_model:
                 ["results/combined/evaluation.nc"] if PLAN.evaluated(PLAN.cross_model) else []
             ),
             histories=[f"results/train/{run}/history.csv" for run in PLAN.train_runs],
+            tokens=(
+                ["results/combined/tokens.nc"] if "tokens" in PLAN.combined_names("init") else []
+            ),
         output:
             **{name: f"results/stats/{name}.csv" for name in STATS_TABLES},
             model_coupling="results/stats/model_coupling.nc",
@@ -31,7 +34,7 @@ if PLAN.cross_model:
             n_boot=config["stats"]["n_boot"],
             seed=config["stats"]["seed"],
             score=config["evaluate"]["score"],
-            primary=config["stats"]["primary"],
+            primary=list(config["stats"]["primary"]),
             calibration_ks=sorted({PLAN.selection["k"], max(config["metrics"]["ks"])}),
             code=script_hash("stats"),
         script:
@@ -69,7 +72,8 @@ if PLAN.checkpoint_models:
             },
             n_boot=config["stats"]["n_boot"],
             seed=config["stats"]["seed"],
-            primary=config["stats"]["primary"],
+            primary=list(config["stats"]["primary"]),
+            peak_step=config["stats"]["peak_step"],
             code=script_hash("stats_checkpoints"),
         script:
             "../scripts/stats_checkpoints.py"
@@ -82,6 +86,7 @@ if PLAN.analysis_tables():
         input:
             tables=PLAN.analysis_tables(),
             calibration=["results/stats/calibration.csv"] if PLAN.cross_model else [],
+            power=PLAN.config["stats"]["power_file"],
         output:
             analyses="results/stats/analyses.csv",
             claims=report(
@@ -98,6 +103,7 @@ if PLAN.analysis_tables():
             "../envs/analysis.yaml"
         params:
             primary=config["stats"]["primary"],
+            k=PLAN.selection["k"],
             grids=sorted(
                 {
                     grid.get("family") or name

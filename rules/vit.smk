@@ -127,7 +127,7 @@ if PLAN.vit:
             selection={**PLAN.selection, "k": PLAN.vit.k},
             n_boot=config["stats"]["n_boot"],
             seed=config["stats"]["seed"],
-            primary=config["stats"]["primary"],
+            primary=list(config["stats"]["primary"]),
             code=script_hash("vit_stats"),
         script:
             "../scripts/vit_stats.py"

@@ -5,7 +5,7 @@ import pandas as pd
 
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.runner import run_script
-from blockcoupling.stats import calibration, core, crossmodel, fixed_size
+from blockcoupling.stats import calibration, core, crossmodel, fixed_size, tokens
 
 
 def main(sm):
@@ -26,7 +26,8 @@ def main(sm):
     history_of = dict(zip(sm.params.runs, sm.input.histories))
     histories = {model: pd.read_csv(history_of[run]) for model, run in sm.params.models.items()}
     runs = fixed_size.run_table(coupling, evaluation, histories, sm.params.selection)
-    primary = sm.params.primary
+    primary = tuple(sm.params.primary)
+    token_data = read_netcdf(sm.input.tokens[0]) if sm.input.tokens else None
     frames = {
         "summary": table,
         "correlations": crossmodel.with_holm(correlations),
@@ -39,6 +40,7 @@ def main(sm):
         "calibration": calibration.calibration_table(
             coupling, sm.params.calibration_ks, at["reading"], at["variant"], at["norm"]
         ),
+        "token_analyses": tokens.token_analyses(token_data, sm.params.selection, primary),
     }
     for name, frame in frames.items():
         core.write_table(frame, sm.output[name])

@@ -26,7 +26,13 @@ def main(sm):
     )
     emergence = [
         checkpoints.emergence_analyses(
-            coupling, table, sm.params.selection, variable, primary=sm.params.primary, **boot
+            coupling,
+            table,
+            sm.params.selection,
+            variable,
+            primary=tuple(sm.params.primary),
+            peak_step=sm.params.peak_step,
+            **boot,
         )
         for variable in ("coupling_excess", "coupling")
     ]

@@ -328,6 +328,7 @@ STATS_TABLES = (
     "fixed_size_runs",
     "fixed_size",
     "calibration",
+    "token_analyses",
 )
 VIT_STATS_TABLES = (
     "vit_models",
@@ -541,6 +542,7 @@ class Plan:
         out = []
         if self.cross_model:
             out += ["results/stats/crossmodel_analyses.csv", "results/stats/fixed_size.csv"]
+            out.append("results/stats/token_analyses.csv")
         if self.checkpoint_models:
             out.append("results/stats/emergence.csv")
         if self.vit is not None:
@@ -695,6 +697,8 @@ def check_config(
         config["model_table"] = resource_path(config["model_table"], basedir)
         if not Path(config["model_table"]).is_file():
             raise ConfigError(f"model_table: {config['model_table']!r} does not exist")
+    if config["stats"].get("power_file"):
+        config["stats"]["power_file"] = resource_path(config["stats"]["power_file"], basedir)
     sets = config["prompts"]["sets"]
     prompt_files = {}
     for name, spec in sets.items():
@@ -756,7 +760,7 @@ def check_config(
         ),
         "norm": _choice("stats", "norm", stats.get("norm"), list(metric.norms), "metrics.norms"),
     }
-    _check_primary(stats.get("primary", []))
+    _check_primary(stats.get("primary", {}), stats.get("power_file"))
     n_prompts = _prompt_count(config, prompt_files)
     plan = Plan(config, models, prompt_files, selection, None, n_prompts)
     _check_score(config["evaluate"], plan.cross_model)
@@ -889,15 +893,28 @@ def k_warnings(plan: Plan) -> list[str]:
     return lines
 
 
-def _check_primary(primary: list[str]) -> None:
-    """Every id of ``stats.primary`` is a test the analysis tables report."""
+def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
+    """Every id of ``stats.primary`` is a test the analysis tables report, and ``power_file``
+    (the pilot's power of each, ``bench/power.py``) is a readable table.
+    """
     from blockcoupling.stats.hypotheses import HYPOTHESES
 
     unknown = [h for h in primary if h not in HYPOTHESES]
     if unknown:
         raise ConfigError(
             f"stats.primary has unknown test id(s) {unknown}; known ids are listed in "
-            "blockcoupling/stats/hypotheses.py (e.g. fixed_size_excess_vs_bpb, emergence_trend)"
+            "blockcoupling/stats/hypotheses.py (e.g. fixed_size_excess_vs_bpb, "
+            "emergence_final_vs_init)"
+        )
+    if not power_file:
+        return
+    path = Path(power_file)
+    header = path.read_text(encoding="utf-8").splitlines()[:1] if path.is_file() else []
+    if not header or not {"analysis", "effect", "power"} <= set(header[0].split(",")):
+        raise ConfigError(
+            f"stats.power_file {power_file!r} is missing or has no analysis,effect,power "
+            "columns: write it from a pilot run with python bench/power.py "
+            "PILOT/results/stats/analyses.csv"
         )
 
 

@@ -122,3 +122,22 @@ def calibration_markdown(table: pd.DataFrame, grids: Sequence[str]) -> str:
             runs += f", {distinct} distinct model" + ("s" if distinct != 1 else "")
         lines.append(cells(f"{family} ({runs}, mean [range])", part))
     return "\n".join(lines) + "\n"
+
+
+def rank_warnings(table: pd.DataFrame, k: int, key: str = "stats.k") -> dict[str, str]:
+    """Per family of trained models (a model outside any family: by its name) whose median
+    effective rank is below ``k``: a warning naming ``key``. With K above the rank the top-K
+    bases hold directions the Jacobian barely uses, and m_K counts the other block's energy
+    there (off the diagonal of A) as mis-coupling: the excess then follows the spectrum's shape.
+    """
+    rows = table[(table["init"] == "trained") & (table["k"] == k)]
+    out = {}
+    for label, part in rows.groupby(rows["family"].where(rows["family"] != "", rows["model"])):
+        below = part[part["effective_rank"] < k]
+        if len(below):
+            out[str(label)] = (
+                f"{key} = {k} is above the median effective rank of {len(below)} of {len(part)} "
+                f"trained model(s) here (lowest {below['effective_rank'].min():.1f}): their excess "
+                "partly measures the spectrum's shape (docs/science.md, 'Which K')"
+            )
+    return out

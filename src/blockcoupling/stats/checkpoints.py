@@ -227,6 +227,7 @@ def emergence_analyses(
     seed: int = 0,
     primary: Sequence[str] = (),
     ci: float = 0.95,
+    peak_step: int | None = None,
 ) -> pd.DataFrame:
     """Emergence over training, runs as units (checkpoints of a run are one time series).
 
@@ -237,7 +238,10 @@ def emergence_analyses(
     - ``emergence_peak_vs_init`` / ``_vs_final``: per run, the peak step chosen on a random half
       of the prompts, the differences peak - first and peak - last measured on the other half;
       combined by a t test over runs; per run (``...:<model>``) a paired percentile bootstrap
-      over the held-out half's prompts (exploratory).
+      over the held-out half's prompts (exploratory);
+    - the paper's claims, one paired test each over initializations (``paired_claims``):
+      ``emergence_final_vs_init``, ``emergence_relaxation`` (final - the declared
+      ``peak_step``) and ``emergence_locality`` (adjacent minus all pairs, final - first step).
     Runs: the models of family ``emergence`` (every suite when none is of that family). Ids get the
     suffix ``_coupling`` when ``variable`` is the raw coupling.
     """
@@ -283,6 +287,7 @@ def emergence_analyses(
             fit["ci_high"],
             fit["p"],
             f"{fit['n']} checkpoints; {fit['note']}",
+            p_wild=fit["p_wild"],
         )
     )
     values = select(coupling_checkpoints[variable], **selection)
@@ -300,6 +305,7 @@ def emergence_analyses(
                 test["ci_high"],
                 test["p"],
                 test["note"],
+                p_wild=test["p_wild"],
             )
         )
         for model, res in zip(models, per_run):
@@ -316,7 +322,119 @@ def emergence_analyses(
                     note=f"peak step {res['peak_step']} chosen on the other half",
                 )
             )
+    rows += paired_claims(coupling_checkpoints, models, selection, variable, peak_step, ci)
     return analysis_table(rows, primary)
+
+
+def init_blocks(values: xr.DataArray) -> dict[str, str]:
+    """Model -> the initialization it starts from, for ``values (model, step, prompt)``: runs
+    whose first-step values are identical on every prompt share one init (e.g. two learning
+    rates at one seed); each block is named after its first model.
+    """
+    blocks: dict[bytes, str] = {}
+    out = {}
+    for model in values["model"].values.astype(str):
+        run = values.sel(model=model).dropna("step", how="all")
+        if run.sizes["step"] == 0:
+            continue
+        key = np.round(run.isel(step=0).values.astype(float), 12).tobytes()
+        out[model] = blocks.setdefault(key, model)
+    return out
+
+
+def paired_claims(
+    coupling_checkpoints: xr.Dataset,
+    models: Sequence[str],
+    selection: dict,
+    variable: str = "coupling_excess",
+    peak_step: int | None = None,
+    ci: float = 0.95,
+) -> list[dict]:
+    """The paper's emergence claims, one test each over initializations.
+
+    Each is a paired difference per run (means over prompts), runs that share an
+    initialization (``init_blocks``) averaged first, then a one-sample t over initializations
+    (t(I-1)) and an exact sign test:
+
+    - ``emergence_final_vs_init``: last step - first step;
+    - ``emergence_relaxation``: last step - ``peak_step`` (declared before the run, config
+      ``stats.peak_step``; the paper: coupling "increases persistently", so >= 0);
+    - ``emergence_locality``: (adjacent - all-pairs excess) at the last step minus the same at
+      the first step (the paper: coupling becomes more pronounced between adjacent layers).
+    Locality is defined on the excess only (raw m_K has no adjacent chance level); ids get
+    ``_{variable}`` unless ``variable`` is ``coupling_excess``.
+    """
+    suffix = "" if variable == "coupling_excess" else f"_{variable}"
+    values = select(coupling_checkpoints[variable], **selection).sel(model=list(models))
+    means = values.mean("prompt", skipna=True)
+    blocks = init_blocks(values)
+    method = "paired difference per run, runs sharing an init averaged; t over inits"
+
+    def row(name: str, per_run: dict[str, float], what: str) -> dict:
+        per_run = {m: v for m, v in per_run.items() if np.isfinite(v) and m in blocks}
+        frame = pd.DataFrame({"value": per_run, "init": {m: blocks[m] for m in per_run}})
+        by_init = frame.groupby("init")["value"].mean() if len(frame) else pd.Series()
+        test = run_level_test(by_init.to_numpy(), ci)
+        unit = f"initialization ({len(per_run)} run{'s' if len(per_run) != 1 else ''})"
+        note = f"{what}; {test['note']}".replace("over runs", "over initializations")
+        note = note.replace(" runs < ", " initializations < ")
+        return analysis_row(
+            f"{name}{suffix}",
+            unit,
+            test["n"],
+            method,
+            test["estimate"],
+            test["ci_low"],
+            test["ci_high"],
+            test["p"],
+            note,
+            p_wild=test["p_wild"],
+        )
+
+    def at(data: xr.DataArray, model: str, where: str | int) -> float:
+        run = data.sel(model=model).dropna("step")
+        if run.sizes["step"] == 0:
+            return np.nan
+        if where in ("first", "last"):
+            return float(run.isel(step=0 if where == "first" else -1))
+        return float(run.sel(step=where)) if where in run["step"].values else np.nan
+
+    rows = [
+        row(
+            "emergence_final_vs_init",
+            {m: at(means, m, "last") - at(means, m, "first") for m in models},
+            "last - first step",
+        )
+    ]
+    if peak_step is None:
+        rows.append(
+            analysis_row(
+                f"emergence_relaxation{suffix}",
+                "initialization",
+                0,
+                method,
+                note="not declared: set stats.peak_step before the run",
+            )
+        )
+    else:
+        rows.append(
+            row(
+                "emergence_relaxation",
+                {m: at(means, m, "last") - at(means, m, peak_step) for m in models},
+                f"last step - declared peak step {peak_step}",
+            )
+        )
+    if variable == "coupling_excess" and "adjacent_excess" in coupling_checkpoints:
+        adjacent = select(coupling_checkpoints["adjacent_excess"], **selection)
+        local = adjacent.sel(model=list(models)).mean("prompt", skipna=True) - means
+        rows.append(
+            row(
+                "emergence_locality",
+                {m: at(local, m, "last") - at(local, m, "first") for m in models},
+                "(adjacent - all pairs) at the last step minus at the first",
+            )
+        )
+    return rows
 
 
 def _z(values: pd.Series) -> pd.Series:

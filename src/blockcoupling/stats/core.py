@@ -149,15 +149,18 @@ def correlate(
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return row | {"reason": "constant input"}
     if method == "pearson":
-        r, p = sps.pearsonr(x, y)
-        se = None
+        res = sps.pearsonr(x, y)
+        r, p = res.statistic, res.pvalue
     else:
         r, p = sps.spearmanr(x, y)
-        se = np.sqrt((1 + r**2 / 2) / (n - 3))
     if abs(r) > 1 - 1e-12:
         # atanh(+-1) is infinite: no Fisher-z interval (never clipped into a finite z)
         return row | dict(r=float(r), p=float(p), reason="|r| = 1: no Fisher-z interval")
-    low, high = fisher_ci(float(r), n, ci, se)
+    if method == "pearson":  # scipy's Fisher-z interval (se 1/sqrt(n-3))
+        interval = res.confidence_interval(confidence_level=ci)
+        low, high = float(interval.low), float(interval.high)
+    else:  # Bonett-Wright: scipy has no Spearman interval
+        low, high = fisher_ci(float(r), n, ci, np.sqrt((1 + r**2 / 2) / (n - 3)))
     return row | dict(r=float(r), ci_low=low, ci_high=high, p=float(p))
 
 

@@ -31,6 +31,7 @@ PREDICTORS = {"coupling_excess": "excess", "overlap_u": "overlap_u", "coupling":
 OUTCOMES = {"neg_bpb": "bpb", "gap": "gap"}
 PROMPT_SETS = {"held_out": "", "leaderboard": "_leaderboard"}
 DESIGN_COORDS = ("data_fraction", "weight_decay", "learning_rate", "seed")
+DESIGN = ("log_data_fraction", "weight_decay", "log_learning_rate")  # the _adjusted covariates
 
 
 def run_table(
@@ -98,10 +99,12 @@ def generalization_gap(history: pd.DataFrame | None) -> float:
 
 
 def analyses(table: pd.DataFrame, primary: tuple[str, ...] = (), ci: float = 0.95) -> pd.DataFrame:
-    """Per predictor, outcome and prompt set: the slope of the outcome per sd of the predictor
-    across runs (OLS, CR1 by configuration, t(G-1)) — ids ``fixed_size_{excess|overlap_u|
-    coupling}_vs_{bpb|gap}[_leaderboard]`` — and the Spearman correlation of the configuration
-    means (``..._config_spearman``, unit configuration, Bonett-Wright interval); and
+    """Per predictor, outcome and prompt set: the standardized slope (sd of the outcome per sd
+    of the predictor) across runs (OLS, CR1 by configuration, t(G-1)) — ids
+    ``fixed_size_{excess|overlap_u|coupling}_vs_{bpb|gap}[_leaderboard]`` — and the Spearman
+    correlation of the configuration means (``..._config_spearman``, unit configuration,
+    Bonett-Wright interval); the same slope adjusted for the design (``..._adjusted``: log data
+    fraction, weight decay and log learning rate as covariates); and
     ``fixed_size_trained_vs_random``, trained minus random-twin excess on the held-out prompts,
     a t test over configuration means.
     """
@@ -118,7 +121,7 @@ def analyses(table: pd.DataFrame, primary: tuple[str, ...] = (), ci: float = 0.9
 def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) -> list[dict]:
     """The run-level slope and the configuration-level Spearman of one predictor and outcome."""
     missing = [c for c in (column, outcome) if c not in table or table[c].isna().all()]
-    method = "OLS per sd of predictor, CR1 by configuration, t(G-1)"
+    method = "OLS, sd of outcome per sd of predictor, CR1 by configuration, t(G-1)"
     spearman = "Spearman of configuration means, Bonett-Wright interval"
     if table.empty or missing:
         note = (
@@ -129,11 +132,23 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
         return [
             analysis_row(name, "run", 0, method, note=note),
             analysis_row(f"{name}_config_spearman", "configuration", 0, spearman, note=note),
+            analysis_row(f"{name}_adjusted", "run", 0, method, note=note),
         ]
-    data = table[["group", column, outcome]].dropna()
-    sd = data[column].std(ddof=1)
-    data = data.assign(x=(data[column] - data[column].mean()) / sd if sd > 0 else np.nan)
-    fit = cluster_slope(data, outcome, "x", "group", ci=ci)
+    design = [c for c in ("data_fraction", "weight_decay", "learning_rate") if c in table]
+    data = table[["group", column, outcome, *design]].dropna(subset=[column, outcome])
+    data = data.assign(x=_z(data[column]), y=_z(data[outcome]))
+    fit = cluster_slope(data, "y", "x", "group", ci=ci)
+    factors = pd.DataFrame(
+        {
+            "log_data_fraction": np.log10(data["data_fraction"]) if "data_fraction" in data else 0,
+            "weight_decay": data["weight_decay"] if "weight_decay" in data else 0,
+            "log_learning_rate": np.log10(data["learning_rate"]) if "learning_rate" in data else 0,
+        },
+        index=data.index,
+    )
+    adjusted = cluster_slope(
+        data[["group", "x", "y"]].join(factors), "y", "x", "group", ci=ci, covariates=DESIGN
+    )
     means = data.groupby("group")[[column, outcome]].mean()
     res = correlate(means[column], means[outcome], "spearman", ci)
     return [
@@ -147,6 +162,7 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             fit["ci_high"],
             fit["p"],
             fit["note"],
+            p_wild=fit["p_wild"],
         ),
         analysis_row(
             f"{name}_config_spearman",
@@ -159,7 +175,25 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             res["p"],
             res["reason"],
         ),
+        analysis_row(
+            f"{name}_adjusted",
+            f"run ({adjusted['n_clusters']} configurations)",
+            adjusted["n"],
+            method + ", adjusted for the design (log data fraction, weight decay, log lr)",
+            adjusted["estimate"],
+            adjusted["ci_low"],
+            adjusted["ci_high"],
+            adjusted["p"],
+            adjusted["note"],
+            p_wild=adjusted["p_wild"],
+        ),
     ]
+
+
+def _z(values: pd.Series) -> pd.Series:
+    """z-scores over runs (NaN when constant): slopes of z on z are standardized (r-like)."""
+    sd = values.std(ddof=1)
+    return (values - values.mean()) / sd if sd > 0 else values * np.nan
 
 
 def _twin_row(table: pd.DataFrame, ci: float) -> dict:
@@ -184,4 +218,5 @@ def _twin_row(table: pd.DataFrame, ci: float) -> dict:
         test["ci_high"],
         test["p"],
         test["note"],
+        p_wild=test["p_wild"],
     )

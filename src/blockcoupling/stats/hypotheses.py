@@ -1,17 +1,11 @@
-"""The ids of every test the analysis tables report (config ``stats.primary`` names some of
-them); no heavy imports, so the workflow checks the config without loading statsmodels.
+"""The ids of every test the analysis tables report (config ``stats.primary`` declares some of
+them, with their effects); no heavy imports, so the workflow checks the config without
+loading statsmodels.
 """
 
 from __future__ import annotations
 
 import itertools
-
-DEFAULT_PRIMARY = (
-    "fixed_size_excess_vs_bpb",
-    "emergence_trend",
-    "vit_sd_effect",
-    "vit_accuracy_within_rate",
-)
 
 
 def _ids() -> tuple[str, ...]:
@@ -22,18 +16,25 @@ def _ids() -> tuple[str, ...]:
             ("excess", "overlap_u", "coupling"),
             ("bpb", "gap"),
             ("", "_leaderboard"),
-            ("", "_config_spearman"),
+            ("", "_config_spearman", "_adjusted"),
         )
     ]
     emergence = [
         f"emergence_{t}{s}"
         for t, s in itertools.product(
-            ("trend", "loss_slope", "peak_vs_init", "peak_vs_final"), ("", "_coupling")
+            ("trend", "loss_slope", "peak_vs_init", "peak_vs_final", "final_vs_init", "relaxation"),
+            ("", "_coupling"),
         )
     ]
+    emergence.append("emergence_locality")
     vit = [f"vit_sd_effect{s}" for s in ("", "_coupling", "_overlap_u", "_accuracy")]
     vit += [f"vit_accuracy_within_rate{s}" for s in ("", "_coupling", "_overlap_u")]
-    extra = ("fixed_size_trained_vs_random", "crossmodel_coupling_vs_score")
+    extra = (
+        "fixed_size_trained_vs_random",
+        "crossmodel_coupling_vs_score",
+        "tokens_self_trained_vs_random",
+        "tokens_context_trained_vs_random",
+    )
     return (*fixed, *emergence, *vit, *extra)
 
 

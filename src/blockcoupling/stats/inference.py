@@ -4,7 +4,9 @@ run-level one-sample tests, and the analysis table every family writes.
 Every analysis row has the columns of ``ANALYSIS_COLUMNS``: ``analysis`` (the hypothesis id),
 ``estimate`` and its ``ci_low``/``ci_high``, the ``unit`` of replication and their number ``n``,
 ``p``, ``p_holm`` (Holm over the declared primary hypotheses only), ``primary`` (declared in config
-``stats.primary``), the ``method`` and a ``note`` (why a value is missing, the design's limits).
+``stats.primary``), the ``method``, a ``note`` (why a value is missing, the design's limits) and
+``p_wild``: a second method's p for tests on few clusters, the wild cluster bootstrap
+(``wild_cluster_p``) beside CR1 t(G-1).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ ANALYSIS_COLUMNS = (
     "primary",
     "method",
     "note",
+    "p_wild",
 )
 MIN_CLUSTERS = 5  # fewer clusters: no interval or p (a range at most)
 
@@ -44,6 +47,7 @@ def analysis_row(
     ci_high: float = np.nan,
     p: float = np.nan,
     note: str = "",
+    p_wild: float = np.nan,
 ) -> dict:
     """One row of an analysis table (``primary`` and ``p_holm`` are set by ``mark_primary``)."""
     return dict(
@@ -58,6 +62,7 @@ def analysis_row(
         primary=False,
         method=method,
         note=note,
+        p_wild=float(p_wild),
     )
 
 
@@ -94,18 +99,23 @@ def cluster_slope(
     cluster: str,
     fixed: Sequence[str] = (),
     ci: float = 0.95,
+    covariates: Sequence[str] = (),
 ) -> dict:
-    """OLS ``response ~ term + C(fixed)...`` with cluster-robust (CR1) standard errors by
+    """OLS ``response ~ term + C(fixed)... + covariates...`` with cluster-robust (CR1) errors by
     ``cluster`` and a t reference with G - 1 degrees of freedom (statsmodels ``use_t``):
     estimate (response units per unit of ``term``), ci_low, ci_high, p, n (rows), n_clusters,
     note. Fewer than ``MIN_CLUSTERS`` clusters: the estimate only, with a note (a cluster-robust
     variance from so few clusters gives no interval).
     """
-    data = data[list(dict.fromkeys([response, term, cluster, *fixed]))].dropna()
+    data = data[list(dict.fromkeys([response, term, cluster, *fixed, *covariates]))].dropna()
     n = len(data)
     groups = int(data[cluster].nunique())
-    out = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, n_clusters=groups)
-    formula = f"{response} ~ {term}" + "".join(f" + C({f})" for f in fixed if data[f].nunique() > 1)
+    out = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, n_clusters=groups) | {
+        "p_wild": np.nan
+    }
+    formula = f"{response} ~ {term}"
+    formula += "".join(f" + C({f})" for f in fixed if data[f].nunique() > 1)
+    formula += "".join(f" + {c}" for c in covariates if data[c].nunique() > 1)
     if n < 3 or data[term].nunique() < 2:
         return out | {"note": f"{formula}: n={n}, too few rows or a constant {term}"}
     model = smf.ols(formula, data=data)
@@ -117,14 +127,15 @@ def cluster_slope(
         return out | {
             "note": f"{formula}: {groups} clusters < {MIN_CLUSTERS}, estimate only, no interval"
         }
-    fit = model.fit(
-        cov_type="cluster", cov_kwds={"groups": pd.factorize(data[cluster])[0]}, use_t=True
-    )
+    groups_codes = pd.factorize(data[cluster])[0]
+    fit = model.fit(cov_type="cluster", cov_kwds={"groups": groups_codes}, use_t=True)
     low, high = fit.conf_int(alpha=1 - ci).loc[term]
+    column = list(model.exog_names).index(term)
     return out | dict(
         ci_low=float(low),
         ci_high=float(high),
         p=float(fit.pvalues[term]),
+        p_wild=wild_cluster_p(model.endog, model.exog, column, groups_codes),
         note=f"{formula}; CR1 by {cluster}, t({groups - 1})",
     )
 
@@ -137,7 +148,9 @@ def run_level_test(values: Sequence[float], ci: float = 0.95) -> dict:
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]
     n = values.size
-    out = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, p_sign=np.nan)
+    out = dict(
+        estimate=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, p_sign=np.nan, p_wild=np.nan
+    )
     if n == 0:
         return out | {"note": "no run-level values"}
     out["estimate"] = float(values.mean())
@@ -153,11 +166,60 @@ def run_level_test(values: Sequence[float], ci: float = 0.95) -> dict:
     sd = float(values.std(ddof=1))
     if sd == 0:
         return out | {"note": "every run gives the same value: no interval"}
-    half = sps.t.ppf((1 + ci) / 2, n - 1) * sd / np.sqrt(n)
-    t = out["estimate"] / (sd / np.sqrt(n))
+    test = sps.ttest_1samp(values, 0.0)
+    interval = test.confidence_interval(confidence_level=ci)
     return out | dict(
-        ci_low=out["estimate"] - half,
-        ci_high=out["estimate"] + half,
-        p=float(2 * sps.t.sf(abs(t), n - 1)),
+        ci_low=float(interval.low),
+        ci_high=float(interval.high),
+        p=float(test.pvalue),
+        p_wild=wild_cluster_p(values, np.ones((n, 1)), 0, np.arange(n)),
         note=f"one-sample t({n - 1}) over runs; sign test p={out['p_sign']:.3g}",
     )
+
+
+def _cr1_t(a: np.ndarray, y: np.ndarray, x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """CR1 t statistics of one coefficient for every column of ``y`` (n x B): ``a`` (n) is its
+    row of (X'X)^-1 X', ``x`` the design (n x k), ``groups`` cluster codes 0..G-1.
+    """
+    n, k = x.shape
+    n_groups = int(groups.max()) + 1
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    resid = y - x @ beta
+    scores = np.zeros((n_groups, y.shape[1]))
+    np.add.at(scores, groups, a[:, None] * resid)
+    scale = n_groups / (n_groups - 1) * (n - 1) / (n - k)
+    return (a @ y) / np.sqrt(scale * (scores**2).sum(axis=0))
+
+
+def wild_cluster_p(
+    y: np.ndarray,
+    x: np.ndarray,
+    column: int,
+    groups: np.ndarray,
+    draws: int = 9999,
+    seed: int = 0,
+    enumerate_up_to: int = 12,
+) -> float:
+    """Two-sided p of coefficient ``column`` = 0 by the restricted wild cluster bootstrap (WCR,
+    Rademacher weights, Cameron, Gelbach & Miller 2008): residuals of the fit without the
+    coefficient, flipped by cluster, refitted, their CR1 t against the data's. Every one of the
+    2^G sign vectors when G <= ``enumerate_up_to`` (exact), else ``draws`` seeded ones.
+    ``y`` (n), ``x`` (n x k), ``groups`` (n) any labels. NaN for fewer than 2 clusters.
+    """
+    y, x = np.asarray(y, dtype=float), np.asarray(x, dtype=float)
+    groups = pd.factorize(np.asarray(groups))[0]
+    n_groups = int(groups.max()) + 1 if groups.size else 0
+    if n_groups < 2 or x.shape[0] <= x.shape[1]:
+        return np.nan
+    a = np.linalg.pinv(x)[column]
+    t = _cr1_t(a, y[:, None], x, groups)[0]
+    rest = np.delete(x, column, axis=1)
+    fitted = rest @ np.linalg.lstsq(rest, y, rcond=None)[0] if rest.shape[1] else np.zeros_like(y)
+    resid = y - fitted
+    if n_groups <= enumerate_up_to:
+        signs = 1 - 2 * ((np.arange(2**n_groups)[:, None] >> np.arange(n_groups)) & 1)
+    else:
+        signs = np.random.default_rng(seed).choice([-1, 1], size=(draws, n_groups))
+    star = fitted[:, None] + resid[:, None] * signs.T[groups]
+    t_star = _cr1_t(a, star, x, groups)
+    return float(np.mean(np.abs(t_star) >= abs(t) - 1e-12))
