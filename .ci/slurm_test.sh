@@ -13,7 +13,9 @@
 #     stops before any job with one line,
 #   - the fetch stage against a local hub (tests/hub_server.py): hub revisions and a prompt
 #     dataset fetched by local rules, every compute job through sbatch with the hub offline,
-#     checkpoint revisions deleted in turn within hub.max_revisions (tests/hub_server.py check).
+#     checkpoint revisions deleted in turn within hub.max_revisions (tests/hub_server.py check),
+#   - an emptied and a deleted revision folder each stop in one line, and fetch-ahead
+#     (hub.max_revisions: all) then a run through sbatch with the hub stopped finishes.
 # On exit, even a failed one, it cancels its jobs, stops every daemon it started by PID, and puts
 # /etc/slurm/slurm.conf back as it was.
 #   .ci/slurm_test.sh [LOCAL_RUN]   LOCAL_RUN: a finished local smoke run (`snakemake --cores 2
@@ -136,4 +138,13 @@ fetched=$(grep -c '^localrule fetch_' "$work/hub.log" || true)
 [ "$fetched" -eq 4 ] || fail "$fetched local fetch jobs, expected 4 (two checkpoints, main, ARC)"
 "$python" tests/hub_server.py check "$hub_run" "$work/hub_requests.log" || fail "the hub run is wrong"
 say "fetched on the login node, $submitted offline jobs through Slurm, checkpoints deleted in turn"
+
+# Hub faults and fetch-ahead as a cluster user meets them: an emptied revision folder stops the
+# dry run in one line, a deleted one with the hub stopped fails its (local) fetch rule in one
+# line, and hub.max_revisions: all fetches everything first, then the compute jobs go through
+# sbatch with the hub stopped (tests/test_fetch.py, through the profile).
+BLOCKCOUPLING_TEST_THROUGH_SLURM=1 "$python" -m pytest -q -p no:cacheprovider -m slow \
+    tests/test_fetch.py -k "emptied_or_deleted or fetch_ahead" > "$work/hub_faults.log" 2>&1 \
+    || fail "hub faults / fetch-ahead through Slurm: $(tail -n 30 "$work/hub_faults.log")"
+say "hub faults in one line and fetch-ahead with the hub stopped, through Slurm: $(tail -n 1 "$work/hub_faults.log")"
 say "passed"

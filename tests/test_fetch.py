@@ -19,6 +19,17 @@ from blockcoupling import hub
 from blockcoupling.workflow import ModelEntry
 
 REPO = Path(__file__).resolve().parents[1]
+# .ci/slurm_test.sh sets it where a Slurm cluster is up: the hub-fault and fetch-ahead runs then
+# go through the shipped profile (compute jobs by sbatch, fetch rules local) instead of --cores 1
+THROUGH_SLURM = os.environ.get("BLOCKCOUPLING_TEST_THROUGH_SLURM") == "1"
+
+
+def executor_args() -> list[str]:
+    """How the workflow runs its jobs here: one local core, or the Slurm profile (CI's Slurm)."""
+    if THROUGH_SLURM:
+        profile = str(REPO / "profiles" / "slurm")
+        return ["--profile", profile, "--slurm-init-seconds-before-status-checks", "2"]
+    return ["--cores", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +216,7 @@ def test_an_emptied_or_deleted_revision_stops_the_workflow_in_one_line(
     folder = tmp_path / "cache" / "models" / MODEL / "main"
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--nolock"]
     command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
-    command += ["--cores", "1"]
+    command += executor_args()
     with LocalHub(hub_root) as server:
         env = dict(os.environ, HF_ENDPOINT=server.endpoint, HF_HOME=str(tmp_path / "hf_home"))
         for name in hub.OFFLINE:
@@ -255,7 +266,7 @@ def test_fetch_ahead_then_the_run_needs_no_hub(hub_root: Path, tmp_path: Path) -
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--nolock"]
     command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
-    command += ["--cores", "1"]
+    command += executor_args()
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"))
     for name in hub.OFFLINE:
         env.pop(name, None)
@@ -279,6 +290,8 @@ def test_fetch_ahead_then_the_run_needs_no_hub(hub_root: Path, tmp_path: Path) -
     run = subprocess.run([*command, *TARGETS], env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-4000:]
     assert "rule fetch_" not in run.stdout + run.stderr  # nothing fetched again
+    if THROUGH_SLURM:  # every compute job went through sbatch, with no hub to reach
+        assert "submitted with SLURM jobid" in run.stdout + run.stderr, run.stderr[-2000:]
     assert len(server.requests) == fetched
     for step in ("step0", "step16"):  # kept: nothing to fetch again
         assert hub.missing_files(cache / "checkpoints" / MODEL / step) == []
