@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from blockcoupling import prompts
-from blockcoupling.evaluate import evaluate, scores_defined
-from blockcoupling.finite import require_finite
+from blockcoupling.evaluate import evaluate
+from blockcoupling.finite import require_finite, scores_defined
 from blockcoupling.io import provenance, write_netcdf
 from blockcoupling.models import load_for_job
 from blockcoupling.runner import run_script

@@ -16,8 +16,8 @@ import xarray as xr
 from tiny_models import ARCHITECTURES, CharTokenizer
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from blockcoupling.evaluate import evaluate, scores_defined
-from blockcoupling.finite import require_finite
+from blockcoupling.evaluate import evaluate
+from blockcoupling.finite import require_finite, scores_defined
 from blockcoupling.io import write_netcdf
 from blockcoupling.measure import MeasureConfig, measure
 from blockcoupling.train import train_tokenizer

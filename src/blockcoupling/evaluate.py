@@ -258,14 +258,6 @@ def multiple_choice_accuracy(
     return _accuracy(items, loglik, normalize)
 
 
-def scores_defined(result: xr.Dataset) -> list[str]:
-    """The scores of an ``evaluate`` result that are defined (the accuracies need items with
-    choices), hence must be finite.
-    """
-    accuracies = ["mc_accuracy", "mc_accuracy_norm"] if result.attrs["n_items"] else []
-    return ["bits_per_byte", *accuracies]
-
-
 def evaluate(
     model,
     tokenizer,
@@ -279,7 +271,7 @@ def evaluate(
     """Scalars ``bits_per_byte`` (of ``texts``), ``mc_accuracy`` (summed log-likelihood, NaN without
     choices) and ``mc_accuracy_norm`` (byte-normalised); attrs ``n_bytes``, ``n_items`` (with
     choices), ``n_choices``, ``context_length``, ``stride``. A model whose outputs are not finite
-    gives NaN scores: ``scores_defined`` lists those that must be finite.
+    gives NaN scores: ``finite.scores_defined`` lists those that must be finite.
     """
     length = _context_length(model, context_length)
     bits, n_bytes = nll_bits_and_bytes(

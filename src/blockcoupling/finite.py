@@ -42,6 +42,14 @@ def require_finite(
         )
 
 
+def scores_defined(result: xr.Dataset) -> list[str]:
+    """The scores of an ``evaluate`` result that are defined (the accuracies need items with
+    choices), hence must be finite.
+    """
+    accuracies = ["mc_accuracy", "mc_accuracy_norm"] if result.attrs["n_items"] else []
+    return ["bits_per_byte", *accuracies]
+
+
 def statistic_inputs(dataset: xr.Dataset, name: str) -> list[str]:
     """The variables of a per-model file (``name``: coupling or evaluation) that a statistic
     reads and that must therefore be finite: the per-prompt summaries of a model of two or more
@@ -51,8 +59,6 @@ def statistic_inputs(dataset: xr.Dataset, name: str) -> list[str]:
         two = dataset.sizes.get("layer", 0) > 1
         return [summary for summary in SUMMARIES if summary in dataset] if two else []
     if name == "evaluation":
-        from blockcoupling.evaluate import scores_defined
-
         return scores_defined(dataset)
     return []
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import xarray as xr
 
+from blockcoupling.cf import label
+
 
 def git_commit() -> str:
     """The commit of the checkout this package runs from (``-dirty`` when tracked files differ
@@ -124,8 +126,6 @@ def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
     string coord read with 8 characters and concatenated with longer ones would otherwise be
     written truncated to 8.
     """
-    from blockcoupling.cf import label
-
     dataset = label(dataset)
     for key, value in versions().items():
         dataset.attrs.setdefault(key, value)
