@@ -399,3 +399,9 @@ def extract_resources(rule):
         device=model_device,
         vjp_chunk=config["extract"]["chunk_size"] or 0,
     )
+
+
+def checkpoint_folder(path):
+    """A checkpoint revision's folder: kept when fetched ahead (hub.max_revisions: all), else
+    temporary (deleted once its jobs are done)."""
+    return path if HUB.ahead else temp(path)

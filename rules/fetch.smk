@@ -74,12 +74,6 @@ if HUB.ahead and workflow.is_main_process:
     )
 
 
-def checkpoint_folder(path):
-    """A checkpoint revision's folder: kept when fetched ahead (hub.max_revisions: all), else
-    temporary (deleted once its jobs are done)."""
-    return path if HUB.ahead else temp(path)
-
-
 rule fetch:
     """Fetch every kept hub model revision and prompt dataset into the hub cache."""
     input:
