@@ -28,6 +28,7 @@ from blockcoupling.stats.inference import (
     analysis_table,
     cluster_slope,
     run_level_test,
+    test_row,
 )
 
 EMERGENCE_FAMILY = "emergence"
@@ -294,20 +295,8 @@ def emergence_analyses(
     per_run = [_split_half_peak(values.sel(model=m), n_boot, seed, m, ci) for m in models]
     for key, name in zip(("init", "final"), names[2:]):
         test = run_level_test([r[key][0] for r in per_run], ci)
-        rows.append(
-            analysis_row(
-                name,
-                "run",
-                test["n"],
-                "peak chosen on half the prompts, tested on the other; t over runs",
-                test["estimate"],
-                test["ci_low"],
-                test["ci_high"],
-                test["p"],
-                test["note"],
-                p_wild=test["p_wild"],
-            )
-        )
+        method = "peak chosen on half the prompts, tested on the other; t over runs"
+        rows.append(test_row(name, "run", method, test))
         for model, res in zip(models, per_run):
             estimate, low, high, n = res[key]
             rows.append(
@@ -378,18 +367,7 @@ def paired_claims(
         unit = f"initialization ({len(per_run)} run{'s' if len(per_run) != 1 else ''})"
         note = f"{what}; {test['note']}".replace("over runs", "over initializations")
         note = note.replace(" runs < ", " initializations < ")
-        return analysis_row(
-            f"{name}{suffix}",
-            unit,
-            test["n"],
-            method,
-            test["estimate"],
-            test["ci_low"],
-            test["ci_high"],
-            test["p"],
-            note,
-            p_wild=test["p_wild"],
-        )
+        return test_row(f"{name}{suffix}", unit, method, test, note)
 
     def at(data: xr.DataArray, model: str, where: str | int) -> float:
         run = data.sel(model=model).dropna("step")

@@ -23,6 +23,7 @@ from blockcoupling.stats.inference import (
     analysis_table,
     cluster_slope,
     run_level_test,
+    test_row,
 )
 
 FAMILY = "fixed_size"
@@ -208,15 +209,4 @@ def _twin_row(table: pd.DataFrame, ci: float) -> dict:
         return analysis_row(name, "configuration", 0, method, note="not measured: no twin excess")
     means = table.groupby("group")["twin_difference"].mean()
     test = run_level_test(means.to_numpy(), ci)
-    return analysis_row(
-        name,
-        "configuration",
-        test["n"],
-        method,
-        test["estimate"],
-        test["ci_low"],
-        test["ci_high"],
-        test["p"],
-        test["note"],
-        p_wild=test["p_wild"],
-    )
+    return test_row(name, "configuration", method, test)

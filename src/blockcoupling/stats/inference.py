@@ -177,6 +177,22 @@ def run_level_test(values: Sequence[float], ci: float = 0.95) -> dict:
     )
 
 
+def test_row(analysis: str, unit: str, method: str, test: dict, note: str | None = None) -> dict:
+    """The analysis row of a ``run_level_test`` result (``note``: in place of the test's own)."""
+    return analysis_row(
+        analysis,
+        unit,
+        test["n"],
+        method,
+        test["estimate"],
+        test["ci_low"],
+        test["ci_high"],
+        test["p"],
+        test["note"] if note is None else note,
+        p_wild=test["p_wild"],
+    )
+
+
 def _cr1_t(a: np.ndarray, y: np.ndarray, x: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """CR1 t statistics of one coefficient for every column of ``y`` (n x B): ``a`` (n) is its
     row of (X'X)^-1 X', ``x`` the design (n x k), ``groups`` cluster codes 0..G-1.

@@ -21,7 +21,7 @@ import xarray as xr
 
 from blockcoupling.stats.core import select
 from blockcoupling.stats.fixed_size import FAMILY
-from blockcoupling.stats.inference import analysis_row, analysis_table, run_level_test
+from blockcoupling.stats.inference import analysis_row, analysis_table, run_level_test, test_row
 
 FAMILIES = {"self": ("self",), "context": ("fixed_in", "fixed_out")}
 
@@ -87,20 +87,8 @@ def token_analyses(
         runs = pd.DataFrame({"diff": diff, "group": group if group is not None else table.model})
         means = runs[trained_here].dropna().groupby("group")["diff"].mean()
         test = run_level_test(means.to_numpy(), ci)
-        rows.append(
-            analysis_row(
-                f"tokens_{name}_trained_vs_random",
-                f"configuration ({int(trained_here.sum())} runs)",
-                test["n"],
-                method,
-                test["estimate"],
-                test["ci_low"],
-                test["ci_high"],
-                test["p"],
-                test["note"],
-                p_wild=test["p_wild"],
-            )
-        )
+        unit = f"configuration ({int(trained_here.sum())} runs)"
+        rows.append(test_row(f"tokens_{name}_trained_vs_random", unit, method, test))
         for model, value in zip(table["model"][~trained_here], diff[~trained_here]):
             if np.isfinite(value):
                 rows.append(
