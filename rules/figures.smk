@@ -2,11 +2,10 @@
 # is registered in the HTML report with its caption (report/<figure>.rst). A figure also reads
 # the statistics tables its titles quote (FIGURES' fourth field) where the config produces them.
 # A figure's params are only the options it takes, so no config key re-runs a figure by itself;
-# it re-runs when a file it reads is rewritten. stats.n_boot rewrites the stats jobs' tables:
-# coupling_vs_score, coupling_vs_step and the two ViT figures draw their bootstrap intervals and
-# re-run rightly; hyperparameter_correlations, k_sweep_curve, trajectory_metrics_vs_step and
-# coupling_vs_validation_loss draw no bootstrap quantity and re-run only because the same jobs
-# write their tables (they stop re-running once those tables come from jobs without n_boot).
+# it re-runs when a file it reads is rewritten. stats.n_boot changes only the bootstrap jobs'
+# outputs (stats_summary: summary.csv; stats_emergence: checkpoint_table.csv, emergence.csv), so
+# it re-runs coupling_vs_score, coupling_vs_step and the two ViT figures, which draw those
+# intervals, and no other figure.
 FIGURE_TARGETS = []
 for _figure, (_category, _source, _takes, _tables) in figure_registry().items():
     if _source not in PLAN.targets():

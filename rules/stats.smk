@@ -3,6 +3,7 @@ if PLAN.cross_model:
 
     rule stats:
         """Statistics across models: coupling vs generalization and hyperparameters."""
+        # point estimates only: nothing here depends on stats.n_boot
         input:
             coupling="results/combined/coupling.nc",
             evaluation=(
@@ -14,7 +15,6 @@ if PLAN.cross_model:
             ),
         output:
             **{name: f"results/stats/{name}.csv" for name in STATS_TABLES},
-            model_coupling="results/stats/model_coupling.nc",
         log:
             "logs/stats/stats.log",
         benchmark:
@@ -26,13 +26,7 @@ if PLAN.cross_model:
         params:
             selection=PLAN.selection,
             runs=list(PLAN.train_runs),
-            models={
-                name: entry.source["train"]
-                for name, entry in PLAN.cross_model.items()
-                if entry.is_trained_here
-            },
-            n_boot=config["stats"]["n_boot"],
-            seed=config["stats"]["seed"],
+            models=PLAN.cross_model_runs,
             score=config["evaluate"]["score"],
             primary=list(config["stats"]["primary"]),
             calibration_ks=sorted({PLAN.selection["k"], max(config["metrics"]["ks"])}),
@@ -40,20 +34,47 @@ if PLAN.cross_model:
         script:
             "../scripts/stats.py"
 
+    rule stats_summary:
+        """Per-model coupling with bootstrap CIs over prompts (summary.csv, model_coupling.nc)."""
+        input:
+            coupling="results/combined/coupling.nc",
+            evaluation=(
+                ["results/combined/evaluation.nc"] if PLAN.evaluated(PLAN.cross_model) else []
+            ),
+        output:
+            summary="results/stats/summary.csv",
+            model_coupling="results/stats/model_coupling.nc",
+        log:
+            "logs/stats/summary.log",
+        benchmark:
+            "benchmarks/stats/summary.tsv"
+        group:
+            job_group("stats_summary")
+        conda:
+            "../envs/analysis.yaml"
+        params:
+            selection=PLAN.selection,
+            n_boot=config["stats"]["n_boot"],
+            seed=config["stats"]["seed"],
+            score=config["evaluate"]["score"],
+            code=script_hash("stats_summary"),
+        script:
+            "../scripts/stats_summary.py"
+
 
 if PLAN.checkpoint_models:
 
     rule stats_checkpoints:
-        """Statistics over training checkpoints: emergence of coupling."""
+        """Statistics over training checkpoints: means, correlations, curve shapes."""
+        # point estimates only: nothing here depends on stats.n_boot
         input:
             coupling="results/combined/checkpoints/coupling.nc",
             trajectories="results/combined/checkpoints/trajectories.nc",
             histories=[f"results/train/{run}/history.csv" for run in PLAN.train_runs],
         output:
-            table="results/stats/checkpoint_table.csv",
+            points="results/stats/checkpoint_points.csv",
             correlations="results/stats/checkpoint_correlations.csv",
             emergence="results/stats/checkpoint_emergence.csv",
-            analyses="results/stats/emergence.csv",
         log:
             "logs/stats/checkpoints.log",
         benchmark:
@@ -65,18 +86,39 @@ if PLAN.checkpoint_models:
         params:
             selection=PLAN.selection,
             runs=list(PLAN.train_runs),
-            models={
-                name: entry.source["train"]
-                for name, entry in PLAN.checkpoint_models.items()
-                if entry.is_trained_here
-            },
+            models=PLAN.checkpoint_runs,
+            code=script_hash("stats_checkpoints"),
+        script:
+            "../scripts/stats_checkpoints.py"
+
+    rule stats_emergence:
+        """Emergence of coupling: checkpoint table with bootstrap CIs, the design's tests."""
+        input:
+            coupling="results/combined/checkpoints/coupling.nc",
+            trajectories="results/combined/checkpoints/trajectories.nc",
+            histories=[f"results/train/{run}/history.csv" for run in PLAN.train_runs],
+        output:
+            table="results/stats/checkpoint_table.csv",
+            analyses="results/stats/emergence.csv",
+        log:
+            "logs/stats/emergence.log",
+        benchmark:
+            "benchmarks/stats/emergence.tsv"
+        group:
+            job_group("stats_emergence")
+        conda:
+            "../envs/analysis.yaml"
+        params:
+            selection=PLAN.selection,
+            runs=list(PLAN.train_runs),
+            models=PLAN.checkpoint_runs,
             n_boot=config["stats"]["n_boot"],
             seed=config["stats"]["seed"],
             primary=list(config["stats"]["primary"]),
             peak_step=config["stats"]["peak_step"],
-            code=script_hash("stats_checkpoints"),
+            code=script_hash("stats_emergence"),
         script:
-            "../scripts/stats_checkpoints.py"
+            "../scripts/stats_emergence.py"
 
 
 if PLAN.analysis_tables():

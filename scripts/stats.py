@@ -1,9 +1,11 @@
-"""Rule stats: per-model coupling with bootstrap CIs; correlations, OLS, partial r, K sweep
-(exploratory, across models); the fixed-size design's run table and tests."""
+"""Rule stats: correlations, OLS, partial r, K sweep (exploratory, across models); the
+fixed-size design's run table and tests; the calibration and token-family tables. Point
+estimates only: no number here depends on stats.n_boot (the bootstrap CIs are rule
+stats_summary's)."""
 
 import pandas as pd
 
-from blockcoupling.io import read_netcdf, write_netcdf
+from blockcoupling.io import read_netcdf
 from blockcoupling.runner import run_script
 from blockcoupling.stats import calibration, core, crossmodel, fixed_size, tokens
 
@@ -13,13 +15,11 @@ def main(sm):
     k = at.pop("k")
     coupling = read_netcdf(sm.input.coupling)
     evaluation = read_netcdf(sm.input.evaluation[0]) if sm.input.evaluation else None
-    per_model = crossmodel.model_coupling(
-        coupling, k=k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
-    )
+    point = dict(n_boot=0, seed=0)  # the means only
+    per_model = crossmodel.model_coupling(coupling, k=k, **point, **at)
     table = crossmodel.model_table(per_model, evaluation, score=sm.params.score)
-    table = crossmodel.with_calibrated(
-        table, coupling, k, n_boot=sm.params.n_boot, seed=sm.params.seed, **at
-    )
+    table = crossmodel.with_calibrated(table, coupling, k, **point, **at)
+    table = core.without_intervals(table)
     subsets = crossmodel.table_subsets(table)  # never pretrained pooled with a grid's runs
     predictors = crossmodel.table_predictors(table)
     correlations = crossmodel.correlations(table, predictors=predictors, subsets=subsets)
@@ -29,7 +29,6 @@ def main(sm):
     primary = tuple(sm.params.primary)
     token_data = read_netcdf(sm.input.tokens[0]) if sm.input.tokens else None
     frames = {
-        "summary": table,
         "correlations": crossmodel.with_holm(correlations),
         "ols": crossmodel.ols_fits(table, subsets=subsets),
         "partial": crossmodel.with_holm(crossmodel.partial_correlation(table, subsets=subsets)),
@@ -44,7 +43,6 @@ def main(sm):
     }
     for name, frame in frames.items():
         core.write_table(frame, sm.output[name])
-    write_netcdf(per_model, sm.output.model_coupling)
 
 
 run_script(snakemake, main)

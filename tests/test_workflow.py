@@ -198,21 +198,17 @@ def test_run_only_settings_rerun_nothing(done: Path, tmp_path: Path) -> None:
     assert planned(variant(done, tmp_path, speed)) == {}
 
 
-def test_n_boot_reruns_statistics_and_only_the_figures_of_its_tables(
+def test_n_boot_reruns_the_bootstrap_jobs_and_only_the_figures_that_draw_them(
     done: Path, tmp_path: Path
 ) -> None:
     jobs, changed = dry_run(variant(done, tmp_path, lambda c, f: c["stats"].update(n_boot=30)))
-    assert changed == {"stats", "stats_checkpoints"}  # both bootstrap their CIs
+    assert changed == {"stats_summary", "stats_emergence"}  # the two jobs that bootstrap
     assert set(jobs) == {
-        "stats",
-        "stats_checkpoints",
-        "stats_claims",
-        "figure_coupling_vs_score",
-        "figure_hyperparameter_correlations",
-        "figure_k_sweep_curve",
-        "figure_coupling_vs_step",
-        "figure_trajectory_metrics_vs_step",
-        "figure_coupling_vs_validation_loss",
+        "stats_summary",
+        "stats_emergence",
+        "stats_claims",  # reads emergence.csv, whose split-half peak test bootstraps
+        "figure_coupling_vs_score",  # draws the summary's CIs
+        "figure_coupling_vs_step",  # draws the checkpoint table's CIs
     }
 
 
@@ -285,8 +281,10 @@ ANCESTORS = {
 }
 ANCESTORS["combine_models"] = ANCESTORS["metrics"] | ANCESTORS["evaluate"] | {"metrics", "evaluate"}
 ANCESTORS["stats"] = ANCESTORS["combine_models"] | {"combine_models"}
+ANCESTORS["stats_summary"] = ANCESTORS["stats"]
 ANCESTORS["figure_depth_heatmaps"] = ANCESTORS["stats"]
 ANCESTORS["stats_checkpoints"] = ANCESTORS["combine_checkpoints"] | {"combine_checkpoints"}
+ANCESTORS["stats_emergence"] = ANCESTORS["stats_checkpoints"]
 # Upstream rules that every job of the rule has: a combine job of spectra or trajectories reads
 # extraction files only, so it re-runs for its own params where metrics and it import a module
 # that extract does not.

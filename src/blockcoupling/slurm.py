@@ -52,7 +52,7 @@ SINFO_FORMAT = "%P|%c|%m|%G|%l"
 JOB_GROUPS: dict[str, tuple[str, ...]] = {
     "metrics": ("metrics",),
     "combine": ("combine_models", "combine_checkpoints", "vit_combine"),
-    "stats": ("stats", "stats_checkpoints", "vit_stats"),
+    "stats": ("stats", "stats_summary", "stats_checkpoints", "stats_emergence", "vit_stats"),
     "figures": ("figure_*", "stats_claims"),
 }
 GROUPED_JOB_MEM_MB = 2000  # the profile's default mem_mb, which the grouped rules take

@@ -318,8 +318,7 @@ COMBINE_SOURCES = {
     "evaluation": "results/evaluate/{model}/{step}.nc",
 }
 EXTRACTED = ("depth", "spectra", "tokens", "trajectories")
-STATS_TABLES = (
-    "summary",
+STATS_TABLES = (  # rule stats's tables (summary.csv is rule stats_summary's)
     "correlations",
     "ols",
     "partial",
@@ -458,6 +457,23 @@ class Plan:
         return {n: e for n, e in self.models.items() if e.is_checkpoint_suite}
 
     @property
+    def checkpoint_runs(self) -> dict[str, str]:
+        """Checkpoint suites trained here -> their training run (whose history.csv holds the
+        validation loss of every step).
+        """
+        return self.trained_runs(self.checkpoint_models)
+
+    @property
+    def cross_model_runs(self) -> dict[str, str]:
+        """Cross-model entries trained here -> their training run."""
+        return self.trained_runs(self.cross_model)
+
+    @staticmethod
+    def trained_runs(entries: dict[str, ModelEntry]) -> dict[str, str]:
+        """The entries trained here -> their training run."""
+        return {n: e.source["train"] for n, e in entries.items() if e.is_trained_here}
+
+    @property
     def token_families(self) -> bool:
         """Whether any token family is extracted."""
         extract = self.config["extract"]
@@ -523,9 +539,10 @@ class Plan:
         out += [f"results/combined/checkpoints/{n}.nc" for n in self.combined_names("step")]
         if self.cross_model:
             out += [f"results/stats/{name}.csv" for name in STATS_TABLES]
-            out.append("results/stats/model_coupling.nc")
+            out += ["results/stats/summary.csv", "results/stats/model_coupling.nc"]
         if self.checkpoint_models:
             out += [
+                "results/stats/checkpoint_points.csv",
                 "results/stats/checkpoint_table.csv",
                 "results/stats/checkpoint_correlations.csv",
                 "results/stats/checkpoint_emergence.csv",

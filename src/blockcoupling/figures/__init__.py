@@ -115,13 +115,13 @@ FIGURES = {
     ),
     "trajectory_metrics_vs_step": (
         "training emergence",
-        "results/stats/checkpoint_table.csv",
+        "results/stats/checkpoint_points.csv",
         (),
         (),
     ),
     "coupling_vs_validation_loss": (
         "training emergence",
-        "results/stats/checkpoint_table.csv",
+        "results/stats/checkpoint_points.csv",
         (),
         ("results/stats/checkpoint_correlations.csv",),
     ),

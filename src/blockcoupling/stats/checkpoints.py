@@ -34,6 +34,17 @@ from blockcoupling.stats.inference import (
 EMERGENCE_FAMILY = "emergence"
 
 
+def run_histories(models: dict[str, str], history_files: dict[str, str]) -> pd.DataFrame:
+    """The training histories of the checkpoint models in one frame (columns model, step,
+    val_loss, ...): `models` maps a model to its training run, `history_files` a run to its
+    history.csv.
+    """
+    histories = [pd.read_csv(history_files[run]).assign(model=m) for m, run in models.items()]
+    if not histories:
+        return pd.DataFrame(columns=["model", "step", "val_loss"])
+    return pd.concat(histories, ignore_index=True)
+
+
 def checkpoint_table(
     coupling_checkpoints: xr.Dataset,
     history: pd.DataFrame,

@@ -57,11 +57,12 @@ def bootstrap_mean(
     """Mean of the finite `values` (1-D) with a percentile bootstrap CI: (mean, low, high, n).
 
     The CI is NaN for fewer than ``MIN_BOOTSTRAP`` finite values (a bootstrap over so few is a
-    range, not an interval), and (mean, mean) when they are all equal.
+    range, not an interval), and (mean, mean) when they are all equal. ``n_boot=0``: the mean
+    alone (NaN CI), for the tables whose numbers must not depend on the bootstrap's settings.
     """
     finite = np.asarray(values, dtype=float)
     finite = finite[np.isfinite(finite)]
-    if finite.size < MIN_BOOTSTRAP:
+    if finite.size < MIN_BOOTSTRAP or n_boot == 0:
         return (float(finite.mean()) if finite.size else np.nan), np.nan, np.nan, finite.size
     mean = float(finite.mean())
     if np.ptp(finite) == 0:
@@ -99,6 +100,11 @@ def _bootstrap_cells(
     }
     data[count] = template.copy(data=out[3].astype(int))
     return xr.Dataset(data)
+
+
+def without_intervals(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` without its bootstrap interval columns (``*_low``, ``*_high``)."""
+    return table.drop(columns=[c for c in table.columns if c.endswith(("_low", "_high"))])
 
 
 def _log10(values: np.ndarray) -> np.ndarray:

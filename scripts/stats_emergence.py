@@ -1,0 +1,37 @@
+"""Rule stats_emergence: the checkpoint table with percentile bootstrap CIs over prompts, and
+the emergence design's tests (final vs init, relaxation from the declared peak, locality, the
+trend): the checkpoint outputs that stats.n_boot changes."""
+
+import pandas as pd
+
+from blockcoupling.io import read_netcdf
+from blockcoupling.runner import run_script
+from blockcoupling.stats import checkpoints, core
+
+
+def main(sm):
+    history = checkpoints.run_histories(
+        sm.params.models, dict(zip(sm.params.runs, sm.input.histories))
+    )
+    coupling = read_netcdf(sm.input.coupling)
+    boot = dict(n_boot=sm.params.n_boot, seed=sm.params.seed)
+    table = checkpoints.checkpoint_table(
+        coupling, history, read_netcdf(sm.input.trajectories), **sm.params.selection, **boot
+    )
+    emergence = [
+        checkpoints.emergence_analyses(
+            coupling,
+            table,
+            sm.params.selection,
+            variable,
+            primary=tuple(sm.params.primary),
+            peak_step=sm.params.peak_step,
+            **boot,
+        )
+        for variable in ("coupling_excess", "coupling")
+    ]
+    core.write_table(table, sm.output.table)
+    core.write_table(pd.concat(emergence, ignore_index=True), sm.output.analyses)
+
+
+run_script(snakemake, main)

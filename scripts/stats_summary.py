@@ -1,0 +1,23 @@
+"""Rule stats_summary: per-model coupling (raw and calibrated) with percentile bootstrap CIs
+over prompts (summary.csv, model_coupling.nc): the only cross-model outputs that stats.n_boot
+changes."""
+
+from blockcoupling.io import read_netcdf, write_netcdf
+from blockcoupling.runner import run_script
+from blockcoupling.stats import core, crossmodel
+
+
+def main(sm):
+    at = dict(sm.params.selection)
+    k = at.pop("k")
+    coupling = read_netcdf(sm.input.coupling)
+    evaluation = read_netcdf(sm.input.evaluation[0]) if sm.input.evaluation else None
+    boot = dict(n_boot=sm.params.n_boot, seed=sm.params.seed)
+    per_model = crossmodel.model_coupling(coupling, k=k, **boot, **at)
+    table = crossmodel.model_table(per_model, evaluation, score=sm.params.score)
+    table = crossmodel.with_calibrated(table, coupling, k, **boot, **at)
+    core.write_table(table, sm.output.summary)
+    write_netcdf(per_model, sm.output.model_coupling)
+
+
+run_script(snakemake, main)
