@@ -124,7 +124,14 @@ def test_overlap_of_random_subspaces_is_k_over_d_and_one_for_the_same_subspace()
         ).values
         direct = [np.sum((a[:, :kk].T @ b[:, :kk]) ** 2) / kk for kk in range(1, k_max + 1)]
         np.testing.assert_allclose(values[i], direct, rtol=1e-12)
-    expected = np.arange(1, k_max + 1) / d
+    expected = (
+        measures.measure("overlap_u")
+        .chance(  # the registry's chance level: K/d
+            measures.PairStats(None, None, None, None, list(range(1, k_max + 1)), d)
+        )
+        .values
+    )
+    np.testing.assert_allclose(expected, np.arange(1, k_max + 1) / d)
     se = values.std(axis=0, ddof=1) / np.sqrt(draws)
     assert np.all(np.abs(values.mean(axis=0) - expected) < 4 * se)
 

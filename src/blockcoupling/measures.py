@@ -2,11 +2,14 @@
 
 Each entry names a measure once: the variable suffix it is stored under (``depth_<name>`` for the
 depth-wise family, ``<family>_<name>`` for the token families), how it is computed from the
-stored sufficient statistics (a function of :class:`PairStats`), its no-effect level, its unit
-and a description (docs/datasets.md documents every entry; a test checks it). ``metrics.py``
-computes every registered measure for the depth-wise and token families, the summaries over
-block pairs follow from ``summary``, and ``combine``/``vit_results`` keep whatever the metrics
-hold. Adding a measure: one entry here (its function included), its test, its figure.
+stored sufficient statistics (a function of :class:`PairStats`), its no-effect level (a function
+too), its unit, description, labels and whether the statistics tabulate it (docs/datasets.md
+documents every entry; a test checks it). ``metrics`` computes every registered measure for the
+depth-wise and token families and the summaries over block pairs; ``combine``, ``vit_results``,
+the statistics' tables (``stats.core.CALIBRATED``, ``NULLS``), the designed tests' ids, the
+figures' rows and labels and the NetCDF long names all read this table. Adding a measure: one
+entry here (its functions included), its test against an independent computation, and a figure
+only if it needs its own.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ class PairStats:
     ``null``: its spectrum-matched null for each ``J_i`` (no ``layer_ref``/``variant``/reference
     token dims); ``ucorner``, ``vcorner``: cumulative corner sums of squares of ``U_i^T U_j``,
     ``V_i^T V_j`` ``(prompt, layer, layer_ref, *tokens, k)`` with ``k`` = 1..K_max; ``ks``: the K
-    list.
+    list; ``d``: the hidden size.
     """
 
     mis: xr.DataArray
@@ -33,6 +36,7 @@ class PairStats:
     ucorner: xr.DataArray
     vcorner: xr.DataArray
     ks: Sequence[int]
+    d: int
 
 
 def _overlap(corner: xr.DataArray, ks: Sequence[int]) -> xr.DataArray:
@@ -43,51 +47,107 @@ def _overlap(corner: xr.DataArray, ks: Sequence[int]) -> xr.DataArray:
 
 @dataclass(frozen=True)
 class Measure:
-    """One per-pair measure: stored as ``depth_<name>`` / ``<family>_<name>``; ``summary`` is
-    the name of its per-prompt mean over block pairs l != l' (depth-wise; None: none).
+    """One per-pair measure, stored as ``depth_<name>`` / ``<family>_<name>``.
+
+    ``compute`` and ``chance`` (its no-effect level, a DataArray broadcastable against it or a
+    constant) are functions of the family's :class:`PairStats`. The depth-wise ``summary`` is
+    its per-prompt mean over block pairs l != l' (times ``sign``: raw coupling is minus the mean
+    m_K, larger = more coupled), ``adjacent`` the same over |l - l'| = 1, and ``summary_chance``
+    the summary's chance level: the name of the metrics variable that holds it (the mean of
+    ``chance`` over blocks, times ``sign``) or a constant. ``tabulated`` summaries are the
+    statistics' measures (tables, figures, designed tests), ``key`` their name in analysis ids,
+    ``caption`` their name in the report's captions (a test checks that every caption listing
+    measures names each).
     """
 
     name: str
     compute: Callable[[PairStats], xr.DataArray]
+    chance: Callable[[PairStats], xr.DataArray | float]
     null_level: str
     unit: str
     description: str
     summary: str | None = None
+    sign: int = 1
+    adjacent: str | None = None
+    summary_chance: str | float | None = None
+    summary_description: str = ""
+    label: str = ""
+    short_label: str = ""
+    caption: str = ""
+    tabulated: bool = False
+    key: str = ""
 
 
 MEASURES: tuple[Measure, ...] = (
     Measure(
         "mis",
         lambda s: s.mis,
+        lambda s: s.null,
         "its spectrum-matched null (``null``): m_K of J_i in Haar-random bases",
         "dimensionless (0 = J_i diagonal in J_j's basis)",
         "m_K(J_i, J_j), the authors' mis-coupling (science.md); lower = more coupled",
+        summary="coupling",
+        sign=-1,
+        adjacent="adjacent_coupling",
+        summary_chance="coupling_null",
+        summary_description="coupling: minus the mean m_K over block pairs l != l'",
+        label="raw coupling (−mean m_K over l≠l')",
+        short_label="coupling",
+        caption="raw coupling",
+        tabulated=True,
+        key="coupling",
     ),
     Measure(
         "excess",
         lambda s: s.null - s.mis,
+        lambda s: 0.0,
         "0 (no more coupled than unrelated bases with J_i's own spectrum)",
         "same as m_K",
         "the null of m_K for J_i minus m_K(J_i, J_j); > 0 = more coupled than chance",
         summary="coupling_excess",
+        adjacent="adjacent_excess",
+        summary_chance=0.0,
+        summary_description="coupling excess: mean (null - m_K) over l != l' (0: chance)",
+        label="calibrated excess (null − m_K; > 0 = above chance)",
+        short_label="excess",
+        caption="calibrated excess",
+        tabulated=True,
+        key="excess",
     ),
     Measure(
         "overlap_u",
         lambda s: _overlap(s.ucorner, s.ks),
+        lambda s: chance_overlap(s.ks, s.d),
         "K/d (Haar-random K-dimensional subspaces)",
         "fraction in [0, 1] (1 = the same top-K left singular subspace)",
         "||U_{i,K}^T U_{j,K}||_F^2 / K, overlap of the top-K left singular subspaces",
         summary="overlap_u",
+        summary_chance="overlap_null",
+        summary_description="mean top-K left singular subspace overlap over l != l'",
+        label="overlap ‖U_lᵀU_l'‖²_F / K (chance = K/d)",
+        short_label="overlap",
+        caption="overlap",
+        tabulated=True,
+        key="overlap_u",
     ),
     Measure(
         "overlap_v",
         lambda s: _overlap(s.vcorner, s.ks),
+        lambda s: chance_overlap(s.ks, s.d),
         "K/d (Haar-random K-dimensional subspaces)",
         "fraction in [0, 1] (1 = the same top-K right singular subspace)",
         "||V_{i,K}^T V_{j,K}||_F^2 / K, overlap of the top-K right singular subspaces",
         summary="overlap_v",
+        summary_chance="overlap_null",
+        summary_description="mean top-K right singular subspace overlap over l != l'",
+        label="overlap ‖V_lᵀV_l'‖²_F / K (chance = K/d)",
+        short_label="overlap V",
+        caption="overlap of the right singular subspaces",
+        key="overlap_v",
     ),
 )
+RAW = "mis"  # the authors' measure, whose summary is raw coupling
+PRIMARY = "excess"  # the measure of the designed tests' unsuffixed ids (config stats.primary)
 
 
 def measure(name: str) -> Measure:
@@ -96,3 +156,41 @@ def measure(name: str) -> Measure:
         if entry.name == name:
             return entry
     raise KeyError(f"no per-pair measure {name!r} (registered: {[m.name for m in MEASURES]})")
+
+
+def chance_overlap(ks: Sequence[int], d: int) -> xr.DataArray:
+    """K/d for every K of ``ks``: the overlap of unrelated K-dimensional subspaces, dims (k)."""
+    return xr.DataArray([k / d for k in ks], dims="k", coords={"k": list(ks)})
+
+
+def shown() -> tuple[Measure, ...]:
+    """The tabulated measures, raw first (figures, the calibration table)."""
+    return tuple(m for m in MEASURES if m.tabulated)
+
+
+def calibrated() -> tuple[Measure, ...]:
+    """The tabulated measures other than raw coupling, in registry order."""
+    return tuple(m for m in shown() if m.name != RAW)
+
+
+def tested() -> tuple[Measure, ...]:
+    """The tabulated measures in the designed tests' order: the primary first, raw last."""
+    rest = [m for m in calibrated() if m.name != PRIMARY]
+    return (measure(PRIMARY), *rest, measure(RAW))
+
+
+def test_suffix(entry: Measure) -> str:
+    """The suffix of ``entry``'s designed-test ids: none for the primary measure, else its key
+    (``vit_sd_effect`` is the primary measure's test, ``vit_sd_effect_coupling`` raw coupling's).
+    """
+    return "" if entry.name == PRIMARY else f"_{entry.key}"
+
+
+def summary_variables() -> tuple[str, ...]:
+    """Every per-prompt summary the metrics write over block pairs: the summaries, their
+    adjacent versions and the chance levels held in variables, each once, in registry order.
+    """
+    names = []
+    for m in MEASURES:
+        names += [n for n in (m.summary, m.adjacent, m.summary_chance) if isinstance(n, str)]
+    return tuple(dict.fromkeys(names))

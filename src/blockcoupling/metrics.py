@@ -14,7 +14,7 @@ import numpy as np
 import xarray as xr
 
 from blockcoupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
-from blockcoupling.measures import MEASURES, PairStats
+from blockcoupling.measures import MEASURES, Measure, PairStats
 from blockcoupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
 
 
@@ -133,6 +133,18 @@ def _pair_measures(prefix: str, stats: PairStats) -> dict[str, xr.DataArray]:
     return {f"{prefix}_{m.name}": m.compute(stats) for m in MEASURES}
 
 
+def _summary_chance(entry: Measure, stats: PairStats) -> xr.DataArray:
+    """The chance level of ``entry``'s summary over pairs l != l': its per-block chance level
+    averaged over blocks (each J_i is J_i of L - 1 pairs), times its sign.
+    """
+    level = entry.chance(stats)
+    if not isinstance(level, xr.DataArray):  # a constant: one value for the whole file
+        level = xr.DataArray(float(level))
+    if "layer" in level.dims:
+        level = level.mean("layer")
+    return -level if entry.sign < 0 else level
+
+
 def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
     """Every registered per-pair measure (``measures.MEASURES``) of the depth family, its null,
     the effective rank of every Jacobian, and the per-prompt summaries over block pairs.
@@ -150,29 +162,28 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
     s_i = depth["singular_values"]
     depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), s_i, config)
     null, null_se = null_array(s_i, depth["sv_sum2"], d, config)
-    stats = PairStats(depth_mis, null, depth["depth_ucorner"], depth["depth_vcorner"], config.ks)
+    stats = PairStats(depth_mis, null, depth["depth_ucorner"], depth["depth_vcorner"], config.ks, d)
     data = _pair_measures("depth", stats)
     layer, layer_ref = depth_mis["layer"], depth_mis["layer_ref"]
     pairs, adjacent = layer != layer_ref, abs(layer - layer_ref) == 1
 
-    def over(values: xr.DataArray, where: xr.DataArray) -> xr.DataArray:
-        return values.where(where).mean(("layer", "layer_ref"))
+    def over(values: xr.DataArray, where: xr.DataArray, sign: int) -> xr.DataArray:
+        mean = values.where(where).mean(("layer", "layer_ref"))
+        return -mean if sign < 0 else mean
 
     data.update(
         depth_null=null,
         depth_null_se=null_se,
         effective_rank=depth["sv_sum2"] ** 2 / depth["sv_sum4"],
-        coupling=-over(depth_mis, pairs),
-        coupling_null=-null.mean("layer"),  # every J_i is J_i of L - 1 pairs l != l'
-        adjacent_coupling=-over(depth_mis, adjacent),
-        adjacent_excess=over(data["depth_excess"], adjacent),
-        overlap_null=xr.DataArray(
-            [k / d for k in config.ks], dims="k", coords={"k": list(config.ks)}
-        ),
     )
     for entry in MEASURES:
+        values = data[f"depth_{entry.name}"]
         if entry.summary:
-            data[entry.summary] = over(data[f"depth_{entry.name}"], pairs)
+            data[entry.summary] = over(values, pairs, entry.sign)
+        if entry.adjacent:
+            data[entry.adjacent] = over(values, adjacent, entry.sign)
+        if isinstance(entry.summary_chance, str) and entry.summary_chance not in data:
+            data[entry.summary_chance] = _summary_chance(entry, stats)
     ds = xr.Dataset(data, attrs={**depth.attrs, "ks": list(config.ks), "p": config.p})
     ds["depth_mis"] = ds["depth_mis"].transpose(*depth_mis.dims)
     ds["depth_excess"] = ds["depth_excess"].transpose(*depth_mis.dims)
@@ -182,14 +193,14 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
         ds[f"depth_{entry.name}"].attrs.update(
             description=entry.description, null_level=entry.null_level, unit=entry.unit
         )
+        if entry.summary:
+            ds[entry.summary].attrs["description"] = entry.summary_description
     ds["depth_null"].attrs["description"] = (
         "expected m_K of J^layer in Haar-random bases with its own singular values (Monte Carlo)"
     )
     ds["depth_null_se"].attrs["description"] = "Monte Carlo standard error of depth_null"
     ds["effective_rank"].attrs["description"] = "participation ratio (sum s^2)^2 / sum s^4"
-    ds["coupling"].attrs["description"] = "minus the mean m_K over layer pairs l != l'"
     ds["coupling_null"].attrs["description"] = "what coupling is at chance (minus the mean null)"
-    ds["coupling_excess"].attrs["description"] = "mean excess over l != l' (0: chance)"
     ds["overlap_null"].attrs["description"] = "K/d: the overlap of unrelated subspaces"
     ds.attrs["null_draws"], ds.attrs["null_seed"] = config.null_draws, config.null_seed
     return ds
@@ -236,6 +247,7 @@ def token_coupling_dataset(tokens: xr.Dataset, config: MetricConfig = MetricConf
             tokens[f"{family}_ucorner"],
             tokens[f"{family}_vcorner"],
             config.ks,
+            _hidden_size(tokens),
         )
         for name, values in _pair_measures(family, stats).items():
             data[name] = values.transpose(*mis.dims) if "variant" in values.dims else values

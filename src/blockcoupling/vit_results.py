@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from blockcoupling.measures import summary_variables
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 
 Point = tuple[float, float, int]  # (drop-path rate, weight decay, seed)
@@ -52,20 +53,9 @@ def _point(
 ) -> xr.Dataset:
     """One grid point: coupling per image, the mean depth m_K map, token summaries, accuracy."""
     coupling = coupling_dataset(depth, metric)
-    per_image = (
-        "coupling",
-        "adjacent_coupling",
-        "coupling_null",
-        "coupling_excess",
-        "adjacent_excess",
-        "overlap_u",
-        "overlap_v",
-        "effective_rank",
-    )
     data = xr.Dataset(
         {
-            **{name: coupling[name] for name in per_image},
-            "overlap_null": coupling["overlap_null"],
+            **{name: coupling[name] for name in (*summary_variables(), "effective_rank")},
             "depth_mis": coupling["depth_mis"].mean("prompt"),
             "depth_excess": coupling["depth_excess"].mean("prompt"),
         }

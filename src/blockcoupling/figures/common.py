@@ -17,6 +17,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
+from blockcoupling import measures as measures_registry
+
 matplotlib.use("Agg")
 
 DPI = 150
@@ -24,11 +26,9 @@ MIN_N_FIT = 3
 MIS_LABEL = "mis-coupling m_K (lower = more coupled)"
 STEP_LABEL = "training step (log scale; 0 = initialization)"
 LABELS = {
-    "coupling": "raw coupling (−mean m_K over l≠l')",
+    **{m.summary: m.label for m in measures_registry.MEASURES if m.summary},
     "adjacent_coupling": "adjacent-layer coupling (−mean m_K, |l−l'|=1)",
-    "coupling_excess": "calibrated excess (null − m_K; > 0 = above chance)",
     "adjacent_excess": "adjacent-layer excess (null − m_K, |l−l'|=1)",
-    "overlap_u": "overlap ‖U_lᵀU_l'‖²_F / K (chance = K/d)",
     "score": "Open LLM Leaderboard average score",
     "neg_bits_per_byte": "−bits per byte on held-out text (higher = better)",
     "mc_accuracy": "multiple-choice accuracy",
@@ -42,22 +42,17 @@ LABELS = {
     "expodistance": "expodistance (CV of step-norm ratios)",
 }
 SHORT_LABELS = {
-    "coupling": "coupling",
-    "coupling_excess": "excess",
-    "overlap_u": "overlap",
+    **{m.summary: m.short_label for m in measures_registry.MEASURES if m.summary},
     "log10_params": "log10 params",
     "n_layers": "depth",
     "d_model": "width",
     "log10_train_tokens": "log10 tokens",
 }
-# The coupling measures a model-comparing figure shows, raw first, and each one's chance level:
-# a column of the same table (one value per row) or a constant.
-MEASURES: dict[str, str | float] = {
-    "coupling": "coupling_null",
-    "coupling_excess": 0.0,
-    "overlap_u": "overlap_null",
-}
-ADJACENT = {"coupling": "adjacent_coupling", "coupling_excess": "adjacent_excess"}
+# The coupling measures a model-comparing figure shows (the registry's tabulated ones, raw
+# first), and each one's chance level: a column of the same table (one value per row) or a
+# constant; and the adjacent-block version of those that have one.
+MEASURES: dict[str, str | float] = {m.summary: m.summary_chance for m in measures_registry.shown()}
+ADJACENT = {m.summary: m.adjacent for m in measures_registry.shown() if m.adjacent}
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 # No run-dependent metadata (the PDF's creation date): identical inputs give identical bytes.
 FIXED_METADATA = {".png": {"Software": None}, ".pdf": {"CreationDate": None}}

@@ -12,23 +12,18 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from blockcoupling import measures
 from blockcoupling.stats.core import select
 
-COLUMNS = (
-    "model",
-    "family",
-    "init",
-    "d_model",
-    "k",
-    "coupling",
-    "coupling_null",
-    "coupling_excess",
-    "overlap_u",
-    "overlap_null",
-    "effective_rank",
-    "n_prompts",
+# The tabulated measures (raw first), each followed by its chance level where a variable holds it.
+MEANS = tuple(
+    name
+    for m in measures.shown()
+    for name in (m.summary, m.summary_chance)
+    if isinstance(name, str)
 )
-MEASURED = ("coupling", "coupling_null", "coupling_excess", "overlap_u", "effective_rank")
+COLUMNS = ("model", "family", "init", "d_model", "k", *MEANS, "effective_rank", "n_prompts")
+MEASURED = (*MEANS, "effective_rank")
 
 
 def _mean(values: xr.DataArray, k: int, reading: str, variant: str, norm: str) -> float:
@@ -66,9 +61,9 @@ def calibration_table(
                         "coupling": float(np.nanmean(raw.values)),
                         **{
                             name: _mean(at[name], k, reading, variant, norm)
-                            for name in ("coupling_null", "coupling_excess", "overlap_u")
+                            for name in MEANS
+                            if name != "coupling"
                         },
-                        "overlap_null": _mean(at["overlap_null"], k, reading, variant, norm),
                         "effective_rank": float(np.nanmedian(at["effective_rank"].values)),
                         "n_prompts": int(np.isfinite(raw.values).sum()),
                     }

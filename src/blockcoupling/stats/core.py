@@ -17,6 +17,7 @@ import xarray as xr
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
+from blockcoupling import measures
 from blockcoupling.io import atomic_write
 
 MIN_N_CORRELATION = 4
@@ -24,9 +25,11 @@ MIN_BOOTSTRAP = 5  # fewer resampling units: no bootstrap interval
 METHODS = ("pearson", "spearman")
 CI_METHODS = {"pearson": "fisher_z", "spearman": "fisher_z_bonett_wright"}
 # The calibrated per-prompt summaries tabulated beside raw ``coupling`` (with CIs where it has
-# them), and the chance levels tabulated as means (docs/datasets.md).
-CALIBRATED = ("coupling_excess", "overlap_u")
-NULLS = ("coupling_null", "overlap_null")
+# them), and the chance levels tabulated as means (docs/datasets.md): from the measure registry.
+CALIBRATED = tuple(m.summary for m in measures.calibrated())
+NULLS = tuple(
+    dict.fromkeys(m.summary_chance for m in measures.shown() if isinstance(m.summary_chance, str))
+)
 
 
 def calibrated_columns(table: pd.DataFrame) -> list[str]:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from blockcoupling import measures
 from blockcoupling.stats.core import correlate, select
 from blockcoupling.stats.inference import (
     analysis_row,
@@ -28,7 +29,7 @@ from blockcoupling.stats.inference import (
 
 FAMILY = "fixed_size"
 HELD_OUT_SOURCE = "shakespeare"
-PREDICTORS = {"coupling_excess": "excess", "overlap_u": "overlap_u", "coupling": "coupling"}
+PREDICTORS = {m.summary: m.key for m in measures.tested()}  # the primary measure first
 OUTCOMES = {"neg_bpb": "bpb", "gap": "gap"}
 PROMPT_SETS = {"held_out": "", "leaderboard": "_leaderboard"}
 DESIGN_COORDS = ("data_fraction", "weight_decay", "learning_rate", "seed")

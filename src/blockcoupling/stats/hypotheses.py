@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import itertools
 
+from blockcoupling import measures
+
 
 def _ids() -> tuple[str, ...]:
     """Every analysis id (per-run rows ``<id>:<model>`` are exploratory and not listed)."""
     fixed = [
         f"fixed_size_{p}_vs_{o}{s}{c}"
         for p, o, s, c in itertools.product(
-            ("excess", "overlap_u", "coupling"),
+            tuple(m.key for m in measures.tested()),
             ("bpb", "gap"),
             ("", "_leaderboard"),
             ("", "_config_spearman", "_adjusted"),
@@ -27,8 +29,9 @@ def _ids() -> tuple[str, ...]:
         )
     ]
     emergence.append("emergence_locality")
-    vit = [f"vit_sd_effect{s}" for s in ("", "_coupling", "_overlap_u", "_accuracy")]
-    vit += [f"vit_accuracy_within_rate{s}" for s in ("", "_coupling", "_overlap_u")]
+    suffixes = [measures.test_suffix(m) for m in measures.tested()]
+    vit = [f"vit_sd_effect{s}" for s in (*suffixes, "_accuracy")]
+    vit += [f"vit_accuracy_within_rate{s}" for s in suffixes]
     extra = (
         "fixed_size_trained_vs_random",
         "crossmodel_coupling_vs_score",

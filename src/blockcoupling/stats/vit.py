@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from blockcoupling import measures
 from blockcoupling.stats.core import (
     CALIBRATED,
     METHODS,
@@ -366,7 +367,7 @@ def vit_run_table(combined: xr.Dataset, selection: dict) -> pd.DataFrame:
     grid = list(itertools.product(*(accuracy[d].values for d in ("sd", "wd", "seed"))))
     rows = pd.DataFrame(grid, columns=["sd", "wd", "seed"])
     rows["test_accuracy"] = accuracy.values.ravel()
-    for variable in ("coupling", "coupling_excess", "overlap_u"):
+    for variable in (m.summary for m in measures.shown()):
         if variable in combined:
             values = vit_coupling_values(combined, variable=variable, **selection)
             rows[variable] = values.mean("image", skipna=True).values.ravel()
@@ -386,8 +387,8 @@ def vit_analyses(runs: pd.DataFrame, primary: Sequence[str] = (), ci: float = 0.
     secondary. A missing measure gives a row saying so.
     """
     rows = []
-    for measure in ("coupling_excess", "coupling", "overlap_u", "test_accuracy"):
-        suffix = "" if measure == "coupling_excess" else f"_{measure.replace('test_', '')}"
+    tested = {m.summary: measures.test_suffix(m) for m in measures.tested()}
+    for measure, suffix in {**tested, "test_accuracy": "_accuracy"}.items():
         if measure not in runs or runs[measure].isna().all():
             note = f"not measured: {measure} absent"
             rows.append(analysis_row(f"vit_sd_effect{suffix}", "run", 0, "", note=note))

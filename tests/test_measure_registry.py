@@ -1,0 +1,114 @@
+"""The measure registry (blockcoupling.measures) is the single source of every per-pair measure:
+a measure added there reaches the metrics, the ViT grid dataset, the statistics' lists, the
+designed tests' ids, the figures' rows and labels, and the NetCDF long names, with no other
+edit; the docs and the report's captions name every registered measure."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from blockcoupling import measures
+from blockcoupling.figures import FIGURES
+from blockcoupling.figures import common as figure_common
+from blockcoupling.stats import calibration, core, fixed_size
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A measure that only the registry knows: |cos| of the top-1 left singular vectors of J_i and
+# J_j (sqrt of the K = 1 corner sum of U_i^T U_j), tabulated, with its chance level E|cos| of
+# unrelated unit vectors in d dimensions.
+PROBE = """
+import json, math, sys
+import xarray as xr
+from blockcoupling import measures
+
+def chance(s):
+    return math.exp(math.lgamma(s.d / 2) - math.lgamma((s.d + 1) / 2)) / math.sqrt(math.pi)
+
+measures.MEASURES = (*measures.MEASURES, measures.Measure(
+    "top1_cos_u", lambda s: s.ucorner.sel(k=1, drop=True) ** 0.5, chance,
+    "E|cos| of unrelated unit vectors", "1", "|cos| of the top-1 left singular vectors",
+    summary="top1_cos", summary_chance="top1_cos_null", summary_description="mean |cos|",
+    label="top-1 cosine", short_label="cos", caption="top-1 cosine", tabulated=True,
+    key="top1_cos"))
+
+from blockcoupling import cf, metrics, vit_results
+from blockcoupling.figures import common
+from blockcoupling.measure import MeasureConfig, measure
+from blockcoupling.stats import calibration, core, fixed_size, hypotheses
+sys.path.insert(0, sys.argv[1])
+from tiny_models import ARCHITECTURES, CharTokenizer
+
+config = MeasureConfig(k_max=4, token_layers=(-1,), token_prompts=1, store_factors=True)
+model, tokenizer = ARCHITECTURES["llama"](), CharTokenizer()
+depth = measure(model, tokenizer, ["hello"], config, progress=False)["depth"]
+ds = metrics.coupling_dataset(depth, metrics.MetricConfig(ks=(1, 2), null_draws=16))
+u = depth["u"].isel(prompt=0).transpose("layer", "dim", "rank").values
+print(json.dumps({
+    "metrics": sorted(ds.data_vars),
+    "per_image": list(measures.summary_variables()),
+    "calibrated": list(core.CALIBRATED),
+    "nulls": list(core.NULLS),
+    "predictors": list(fixed_size.PREDICTORS),
+    "ids": [i for i in hypotheses.HYPOTHESES if "top1_cos" in i],
+    "figure_measures": {k: v for k, v in common.MEASURES.items() if isinstance(v, str)},
+    "label": common.LABELS.get("top1_cos"),
+    "calibration_columns": list(calibration.COLUMNS),
+    "long_name": cf.attributes("depth_top1_cos_u")[0],
+    "cos": float(ds["depth_top1_cos_u"].isel(prompt=0, layer=0, layer_ref=1)),
+    "direct": abs(float(u[0, :, 0] @ u[1, :, 0])),
+    "vit_uses_registry": vit_results.summary_variables is measures.summary_variables,
+}))
+"""
+
+
+def test_a_measure_added_to_the_registry_reaches_every_consumer() -> None:
+    """The top-1 cosine, added by one registry entry in a fresh interpreter, is computed by the
+    metrics (against the stored singular vectors themselves), kept for the ViT grid dataset,
+    tabulated, tested, labelled, captioned and named in the NetCDF files."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seen = json.loads(out.stdout)
+    assert {"depth_top1_cos_u", "top1_cos", "top1_cos_null"} <= set(seen["metrics"])
+    assert {"top1_cos", "top1_cos_null"} <= set(seen["per_image"])  # the ViT grid dataset
+    assert seen["calibrated"][-1] == "top1_cos" and seen["nulls"][-1] == "top1_cos_null"
+    assert "top1_cos" in seen["predictors"]
+    assert "fixed_size_top1_cos_vs_bpb" in seen["ids"] and "vit_sd_effect_top1_cos" in seen["ids"]
+    assert seen["figure_measures"]["top1_cos"] == "top1_cos_null"
+    assert seen["label"] == "top-1 cosine"
+    assert seen["calibration_columns"][-4:-2] == ["top1_cos", "top1_cos_null"]
+    assert seen["long_name"].endswith("|cos| of the top-1 left singular vectors")
+    assert seen["vit_uses_registry"]
+    assert abs(seen["cos"] - seen["direct"]) < 1e-5 * max(1.0, seen["direct"])
+
+
+def test_the_derived_lists_are_the_registry_s() -> None:
+    shown = [m.summary for m in measures.shown()]
+    assert shown[0] == "coupling" and list(figure_common.MEASURES) == shown
+    assert core.CALIBRATED == tuple(shown[1:])
+    assert list(fixed_size.PREDICTORS)[0] == measures.measure(measures.PRIMARY).summary
+    assert set(fixed_size.PREDICTORS) == set(shown)
+    for name in shown:
+        assert name in calibration.COLUMNS and figure_common.LABELS[name]
+
+
+def test_every_measure_is_documented_and_named_in_each_measure_caption() -> None:
+    docs = (REPO / "docs" / "datasets.md").read_text(encoding="utf-8")
+    for entry in measures.MEASURES:
+        assert f"`depth_{entry.name}`" in docs, f"docs/datasets.md lacks depth_{entry.name}"
+    listing = {
+        name for name in FIGURES if any(m.caption in _caption(name) for m in measures.calibrated())
+    }
+    assert {"coupling_vs_score", "coupling_vs_step", "vit_coupling_vs_sd"} <= listing
+    for name in listing:
+        for entry in measures.shown():
+            assert entry.caption in _caption(name), f"report/{name}.rst omits {entry.caption!r}"
+
+
+def _caption(figure: str) -> str:
+    return (REPO / "report" / f"{figure}.rst").read_text(encoding="utf-8")
