@@ -29,7 +29,7 @@ if PLAN.cross_model:
             models=PLAN.cross_model_runs,
             score=config["evaluate"]["score"],
             primary=list(config["stats"]["primary"]),
-            calibration_ks=sorted({PLAN.selection["k"], max(config["metrics"]["ks"])}),
+            calibration_ks=PLAN.calibration_ks,
             code=script_hash("stats"),
         script:
             "../scripts/stats.py"
@@ -54,8 +54,7 @@ if PLAN.cross_model:
             "../envs/analysis.yaml"
         params:
             selection=PLAN.selection,
-            n_boot=config["stats"]["n_boot"],
-            seed=config["stats"]["seed"],
+            bootstrap=PLAN.bootstrap,
             score=config["evaluate"]["score"],
             code=script_hash("stats_summary"),
         script:
@@ -112,8 +111,7 @@ if PLAN.checkpoint_models:
             selection=PLAN.selection,
             runs=list(PLAN.train_runs),
             models=PLAN.checkpoint_runs,
-            n_boot=config["stats"]["n_boot"],
-            seed=config["stats"]["seed"],
+            bootstrap=PLAN.bootstrap,
             primary=list(config["stats"]["primary"]),
             peak_step=config["stats"]["peak_step"],
             code=script_hash("stats_emergence"),
@@ -145,7 +143,7 @@ if PLAN.analysis_tables():
             "../envs/analysis.yaml"
         params:
             primary=config["stats"]["primary"],
-            k=PLAN.selection["k"],
+            k=PLAN.selection.k,
             grids=sorted(
                 {
                     grid.get("family") or name

@@ -124,9 +124,8 @@ if PLAN.vit:
         conda:
             "../envs/analysis.yaml"
         params:
-            selection={**PLAN.selection, "k": PLAN.vit.k},
-            n_boot=config["stats"]["n_boot"],
-            seed=config["stats"]["seed"],
+            selection=PLAN.vit_selection,
+            bootstrap=PLAN.bootstrap,
             primary=list(config["stats"]["primary"]),
             code=script_hash("vit_stats"),
         script:

@@ -5,6 +5,7 @@ stats_emergence's)."""
 
 from blockcoupling.io import read_netcdf
 from blockcoupling.runner import run_script
+from blockcoupling.selection import POINT
 from blockcoupling.stats import checkpoints, core
 
 
@@ -16,8 +17,8 @@ def main(sm):
         read_netcdf(sm.input.coupling),
         history,
         read_netcdf(sm.input.trajectories),
-        **sm.params.selection,
-        n_boot=0,  # the means only
+        sm.params.selection,
+        POINT,  # the means only
     )
     table = core.without_intervals(table)
     core.write_table(table, sm.output.points)

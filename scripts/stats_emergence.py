@@ -14,19 +14,19 @@ def main(sm):
         sm.params.models, dict(zip(sm.params.runs, sm.input.histories))
     )
     coupling = read_netcdf(sm.input.coupling)
-    boot = dict(n_boot=sm.params.n_boot, seed=sm.params.seed)
+    selection, boot = sm.params.selection, sm.params.bootstrap
     table = checkpoints.checkpoint_table(
-        coupling, history, read_netcdf(sm.input.trajectories), **sm.params.selection, **boot
+        coupling, history, read_netcdf(sm.input.trajectories), selection, boot
     )
     emergence = [
         checkpoints.emergence_analyses(
             coupling,
             table,
-            sm.params.selection,
+            selection,
             variable,
+            boot,
             primary=tuple(sm.params.primary),
             peak_step=sm.params.peak_step,
-            **boot,
         )
         for variable in ("coupling_excess", "coupling")
     ]

@@ -8,14 +8,12 @@ from blockcoupling.stats import core, crossmodel
 
 
 def main(sm):
-    at = dict(sm.params.selection)
-    k = at.pop("k")
+    selection, boot = sm.params.selection, sm.params.bootstrap
     coupling = read_netcdf(sm.input.coupling)
     evaluation = read_netcdf(sm.input.evaluation[0]) if sm.input.evaluation else None
-    boot = dict(n_boot=sm.params.n_boot, seed=sm.params.seed)
-    per_model = crossmodel.model_coupling(coupling, k=k, **boot, **at)
+    per_model = crossmodel.model_coupling(coupling, selection, boot)
     table = crossmodel.model_table(per_model, evaluation, score=sm.params.score)
-    table = crossmodel.with_calibrated(table, coupling, k, **boot, **at)
+    table = crossmodel.with_calibrated(table, coupling, selection, boot)
     core.write_table(table, sm.output.summary)
     write_netcdf(per_model, sm.output.model_coupling)
 

@@ -9,12 +9,12 @@ from blockcoupling.stats import core, vit
 
 def main(sm):
     combined = read_netcdf(sm.input[0])
-    boot = dict(n_boot=sm.params.n_boot, seed=sm.params.seed)
-    models = vit.vit_model_table(combined, **sm.params.selection, **boot)
-    runs = vit.vit_run_table(combined, sm.params.selection)
+    selection, boot = sm.params.selection, sm.params.bootstrap
+    models = vit.vit_model_table(combined, selection, boot)
+    runs = vit.vit_run_table(combined, selection)
     frames = {
         "vit_models": models,
-        "vit_coupling_vs_sd": vit.vit_coupling_by_rate(combined, **sm.params.selection, **boot),
+        "vit_coupling_vs_sd": vit.vit_coupling_by_rate(combined, selection, boot),
         "vit_sd_trend": vit.vit_sd_trend(models),
         "vit_coupling_vs_accuracy": vit.vit_coupling_accuracy(models),
         "vit_runs": runs,

@@ -17,6 +17,7 @@ from blockcoupling import coupling, measures
 from blockcoupling.measure import MeasureConfig, measure
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.null import spectrum_null
+from blockcoupling.selection import Bootstrap, Selection
 
 REPO = Path(__file__).resolve().parents[1]
 SPECTRA = {
@@ -206,7 +207,7 @@ def test_the_calibration_table_summarises_the_combined_measures(tiny) -> None:
     meta = {"m": {"d_model": 16, "family": "grid"}, "p": {"d_model": 16, "family": "pretrained"}}
     parts = {(m, step): ds for m in ("m", "p") for step in ("final", "random")}
     combined = combine(parts, "coupling", "init", meta)
-    table = calibration_table(combined, (2, 6), "authors", "ujv", "p")
+    table = calibration_table(combined, (2, 6), Selection())
     assert len(table) == 2 * 2 * 2  # models x inits x K
     row = table[(table["model"] == "m") & (table["k"] == 2)].iloc[0]
     at = dict(reading="authors", norm="p", k=2, variant="ujv")
@@ -217,7 +218,7 @@ def test_the_calibration_table_summarises_the_combined_measures(tiny) -> None:
     assert "| p | random |" in text and "| grid (1 run, mean [range]) | trained |" in text
     meta["m2"] = meta["m"]  # a second run of the grid whose models equal the first's
     parts = {(m, step): ds for m in ("m", "m2", "p") for step in ("final", "random")}
-    table = calibration_table(combine(parts, "coupling", "init", meta), (2,), "authors", "ujv", "p")
+    table = calibration_table(combine(parts, "coupling", "init", meta), (2,), Selection())
     text = calibration_markdown(table, grids=["grid"])
     assert "| grid (2 runs, 1 distinct model, mean [range]) | random |" in text
 
@@ -231,9 +232,9 @@ def test_the_model_table_carries_the_calibrated_measures_with_their_nulls(tiny) 
     combined = combine(
         {(m, s): ds for m in meta for s in ("final", "random")}, "coupling", "init", meta
     )
-    at = dict(k=2, reading="authors", variant="ujv", norm="p")
-    table = crossmodel.model_table(crossmodel.model_coupling(combined, n_boot=50, **at))
-    table = crossmodel.with_calibrated(table, combined, n_boot=50, **at)
+    at, boot = Selection(k=2), Bootstrap(n_boot=50)
+    table = crossmodel.model_table(crossmodel.model_coupling(combined, at, boot))
+    table = crossmodel.with_calibrated(table, combined, at, boot)
     excess = float(ds["coupling_excess"].sel(**at).mean())
     assert table["coupling_excess"].tolist() == pytest.approx([excess, excess])
     assert table["coupling_excess_low"].isna().all()  # 2 prompts: no bootstrap below 5 units

@@ -17,9 +17,10 @@ from matplotlib.collections import PathCollection
 from blockcoupling import figures
 from blockcoupling.figures import common
 from blockcoupling.figures import crossmodel as figure_crossmodel
+from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats import checkpoints, core, crossmodel
 
-SEL = dict(reading="authors", variant="ujv", norm="p", k=10)
+SEL = Selection(k=10)
 TOKENS, LAYERS, PROMPTS, RANKS = 5, 4, 3, 6
 
 
@@ -147,7 +148,7 @@ def model_table(models: list[str], nan_score: bool = False) -> pd.DataFrame:
         ds = ds.assign_coords(
             score=("model", np.where(np.arange(len(models)) == 1, np.nan, ds["score"].values))
         )
-    return crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
+    return crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=50)))
 
 
 def with_calibration(table: pd.DataFrame, k: int = 10) -> pd.DataFrame:
@@ -452,7 +453,9 @@ def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, 
     ds = make_coupling(models)
     families = ["fixed_size"] * 2 if few else ["fixed_size"] * 4 + ["SmolLM2", "Gemma-3"]
     ds = ds.assign_coords(family=("model", families))
-    table = with_calibration(crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50)))
+    table = with_calibration(
+        crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=50)))
+    )
     subsets = crossmodel.table_subsets(table)
     checkpoint, depth = (
         make_checkpoint_table(RUNS[:1], [0, 2, 8]) if few else make_checkpoint_table(RUNS, STEPS)
@@ -468,7 +471,7 @@ def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, 
         overlap_u=excess * 2 + 0.3,
         overlap_null=xr.full_like(vit_ds["test_accuracy"], 0.25).expand_dims(k=[4], axis=-1),
     )
-    vit_table = vit.vit_model_table(vit_ds, **VIT_SEL, n_boot=50, seed=0)
+    vit_table = vit.vit_model_table(vit_ds, VIT_SEL, Bootstrap(n_boot=50))
     frames = {
         "summary.csv": table,
         "correlations.csv": crossmodel.correlations(
@@ -478,7 +481,7 @@ def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, 
         "checkpoint_table.csv": checkpoint,
         "checkpoint_points.csv": core.without_intervals(checkpoint),
         "checkpoint_correlations.csv": checkpoints.checkpoint_correlations(checkpoint),
-        "vit_coupling_vs_sd.csv": vit.vit_coupling_by_rate(vit_ds, **VIT_SEL, n_boot=50, seed=0),
+        "vit_coupling_vs_sd.csv": vit.vit_coupling_by_rate(vit_ds, VIT_SEL, Bootstrap(n_boot=50)),
         "vit_sd_trend.csv": vit.vit_sd_trend(vit_table),
         "vit_models.csv": vit_table,
         "vit_coupling_vs_accuracy.csv": vit.vit_coupling_accuracy(vit_table),
@@ -552,7 +555,9 @@ def test_fit_lines_only_beside_their_statistics_row(monkeypatch):
     """coupling_vs_score draws a least-squares line in a panel only where the correlations table
     estimates that design's correlation for that measure (27e3f5c drew one under "no row")."""
     ds = make_coupling(MANY).assign_coords(family=("model", ["grid"] * 4 + ["other"]))
-    table = with_calibration(crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=20)))
+    table = with_calibration(
+        crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=20)))
+    )
     shown = ("coupling", "coupling_excess", "overlap_u")
     correlations = crossmodel.correlations(
         table, predictors=shown, subsets=crossmodel.table_subsets(table)

@@ -19,6 +19,7 @@ from blockcoupling import workflow as wf
 from blockcoupling.metrics import MetricConfig
 from blockcoupling.options import MeasureConfig
 from blockcoupling.schedule import TrainConfig
+from blockcoupling.selection import Selection
 from blockcoupling.train import work_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def test_statistics_follow_the_first_k_when_stats_has_no_section() -> None:
     config.pop("stats")
     config["metrics"]["ks"] = [4, 8]
     plan = checked(config)
-    assert plan.selection == {"k": 4, "reading": "authors", "variant": "ujv", "norm": "p"}
+    assert plan.selection == Selection(k=4, reading="authors", variant="ujv", norm="p")
 
 
 def test_unknown_extract_key_names_it() -> None:

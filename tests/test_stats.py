@@ -10,6 +10,7 @@ import xarray as xr
 from scipy import stats as sps
 
 from blockcoupling import io
+from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats import checkpoints, core, crossmodel
 
 Z95 = 1.959963984540054  # standard normal 97.5% quantile
@@ -219,9 +220,9 @@ def test_partial_correlation_small_base_subset_reason():
 def test_model_coupling_mean_ci_and_seed():
     ds = make_coupling()
     ds["coupling"][0, 0, 0, 0, 0, 2, :3] = np.nan  # model m0, trained, authors, ujv, p, k=10
-    a = crossmodel.model_coupling(ds, n_boot=500, seed=7)
-    b = crossmodel.model_coupling(ds, n_boot=500, seed=7)
-    c = crossmodel.model_coupling(ds, n_boot=500, seed=8)
+    a = crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=500, seed=7))
+    b = crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=500, seed=7))
+    c = crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=500, seed=8))
     raw = ds["coupling"].sel(reading="authors", variant="ujv", norm="p", k=10)
     expect = raw.sel(model="m0", init="trained").values
     assert float(a["coupling"].sel(model="m0", init="trained")) == pytest.approx(np.nanmean(expect))
@@ -257,13 +258,13 @@ def test_bootstrap_ci_is_percentile_of_resampled_means():
 
 def test_model_coupling_rejects_unknown_k():
     with pytest.raises(ValueError, match="k=7"):
-        crossmodel.model_coupling(make_coupling(), k=7)
+        crossmodel.model_coupling(make_coupling(), Selection(k=7))
 
 
 # --------------------------------------------------------------------------- model table
 def test_model_table_scores_and_metadata():
     ds = make_coupling()
-    mc = crossmodel.model_coupling(ds, n_boot=100)
+    mc = crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=100))
     evaluation = xr.Dataset(
         {"bits_per_byte": (("model", "init"), [[1.0, 3.0], [0.9, 3.1], [0.8, 3.0], [0.7, 3.2]])},
         coords={"model": ["m0", "m1", "m2", "m3"], "init": ["trained", "random"]},
@@ -282,7 +283,7 @@ def test_model_table_scores_and_metadata():
 
 def test_k_sweep_matches_correlation_at_each_k():
     ds = make_coupling(n_models=6)
-    table = crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
+    table = crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=50)))
     out = crossmodel.k_sweep(ds, table, methods=("pearson",), subsets=("all",))
     assert out["k"].tolist() == [1, 5, 10]
     for k in (1, 5, 10):
@@ -302,7 +303,7 @@ def test_family_subsets_reach_every_table_analysis():
     """A family of >= 4 models gets its own subset in correlations, OLS, partial r and the K
     sweep, computed on that family's rows only."""
     ds = make_coupling(n_models=6)
-    table = crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
+    table = crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=50)))
     table["family"] = ["grid"] * 5 + ["other"]
     subsets = crossmodel.table_subsets(table)
     assert subsets == ("all", "base", "pretrained", "family:grid")
@@ -325,7 +326,7 @@ def test_grid_runs_are_never_pooled_with_pretrained_models():
     """With runs of a training grid (group != model) beside pretrained models, no subset of the
     exploratory tables mixes the two; the calibrated measures get their own rows."""
     ds = make_coupling(n_models=6)
-    table = crossmodel.model_table(crossmodel.model_coupling(ds, n_boot=50))
+    table = crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=50)))
     table["family"] = ["grid"] * 4 + ["A", "B"]
     table["group"] = ["g-1", "g-1", "g-2", "g-3"] + list(table["model"][4:])
     table["coupling_excess"] = table["coupling"] + 0.1
@@ -375,7 +376,7 @@ def make_checkpoints() -> tuple[xr.Dataset, pd.DataFrame, xr.Dataset]:
 
 def test_checkpoint_table_and_correlations():
     ds, history, traj = make_checkpoints()
-    table = checkpoints.checkpoint_table(ds, history, traj, n_boot=200)
+    table = checkpoints.checkpoint_table(ds, history, traj, boot=Bootstrap(n_boot=200))
     assert len(table) == 6 and list(table["step"][:3]) == [0, 10, 100]
     got = row(table, model="m1", step=10)
     cell = ds["coupling"].sel(model="m1", step=10, reading="authors", variant="ujv", norm="p", k=10)
@@ -444,7 +445,7 @@ def test_checkpoint_table_drops_steps_a_model_never_had():
     ds, history, traj = make_checkpoints()
     for name in ("coupling", "adjacent_coupling"):
         ds[name] = ds[name].where(~((ds["model"] == "m1") & (ds["step"] == 0)))
-    table = checkpoints.checkpoint_table(ds, history, traj, n_boot=50)
+    table = checkpoints.checkpoint_table(ds, history, traj, boot=Bootstrap(n_boot=50))
     assert len(table) == 5
     assert [(m, s) for m, s in zip(table["model"], table["step"])] == [
         ("m0", 0),
@@ -464,7 +465,7 @@ def test_atomic_writers_round_trip(tmp_path):
     ]
     assert [p.name for p in paths] == ["corr.csv", "table.csv"]
     pd.testing.assert_frame_equal(pd.read_csv(paths[1]), table, check_dtype=False)
-    mc = crossmodel.model_coupling(make_coupling(), n_boot=50)
+    mc = crossmodel.model_coupling(make_coupling(), boot=Bootstrap(n_boot=50))
     nc = io.write_netcdf(mc, tmp_path / "nc" / "model_coupling.nc")
     with xr.open_dataset(nc) as back:
         np.testing.assert_allclose(back["coupling"], mc["coupling"])

@@ -9,6 +9,7 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
+from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats import (
     checkpoints,
     claims,
@@ -274,7 +275,9 @@ def test_no_analysis_reports_a_p_from_fewer_units_than_it_claims():
     tables = [fixed_size.analyses(fixed_size.run_table(ds, evaluation, histories, {}))]
     for n_runs in (3, 6):
         cube, table = emergence_data(rng, n_runs, trend=0.3)
-        tables.append(checkpoints.emergence_analyses(cube, table, {}, n_boot=50))
+        tables.append(
+            checkpoints.emergence_analyses(cube, table, Selection(), boot=Bootstrap(n_boot=50))
+        )
     tables.append(vit.vit_analyses(vit_runs(rng, seeds=4, effect=0.1)))
     frame = inference.combine_analyses(tables, [])
     finite = frame[np.isfinite(frame["p"]) | np.isfinite(frame["ci_low"])]
@@ -308,7 +311,9 @@ def emergence_data(rng, n_runs: int, trend: float, prompts: int = 10):
 
 def test_emergence_trend_and_step_fixed_effects_slope():
     cube, table = emergence_data(np.random.default_rng(6), 6, trend=0.5)
-    out = checkpoints.emergence_analyses(cube, table, {}, n_boot=50).set_index("analysis")
+    out = checkpoints.emergence_analyses(
+        cube, table, Selection(), boot=Bootstrap(n_boot=50)
+    ).set_index("analysis")
     trend = out.loc["emergence_trend"]
     assert trend["n"] == 6 and trend["unit"] == "run" and trend["ci_low"] > 0
     slope = out.loc["emergence_loss_slope"]  # neg_val_loss = excess + step effect: slope 1/sd
@@ -336,7 +341,7 @@ def test_emergence_claims_are_paired_over_initializations_not_runs():
         coords=dict(model=models, step=steps, family=("model", ["emergence"] * 6)),
     )
     assert len(set(checkpoints.init_blocks(cube["coupling_excess"]).values())) == 3
-    rows = checkpoints.paired_claims(cube, models, {}, peak_step=16)
+    rows = checkpoints.paired_claims(cube, models, Selection(), peak_step=16)
     out = inference.analysis_table(rows).set_index("analysis")
     means, local = values.mean(axis=2), (adjacent - values).mean(axis=2)
     expected = {
@@ -351,7 +356,9 @@ def test_emergence_claims_are_paired_over_initializations_not_runs():
         assert np.isnan(row["p"]) and "3 initializations < 5" in row["note"]  # a range only
     # 6 distinct inits: t(5) over inits, the scipy t interval, and a wild bootstrap p beside it
     distinct = cube.assign(coupling_excess=cube["coupling_excess"] + rng.normal(size=(6, 1, 1)))
-    row = pd.DataFrame(checkpoints.paired_claims(distinct, models, {}, peak_step=None)).iloc[0]
+    row = pd.DataFrame(
+        checkpoints.paired_claims(distinct, models, Selection(), peak_step=None)
+    ).iloc[0]
     diffs = distinct["coupling_excess"].mean("prompt").values
     diffs = diffs[:, -1] - diffs[:, 0]
     test = sps.ttest_1samp(diffs, 0)
@@ -359,7 +366,9 @@ def test_emergence_claims_are_paired_over_initializations_not_runs():
     assert row["n"] == 6 and "t(5)" in row["note"] and row["p"] == pytest.approx(test.pvalue)
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((interval.low, interval.high))
     assert 1 / 64 <= row["p_wild"] <= 1
-    relax = pd.DataFrame(checkpoints.paired_claims(distinct, models, {}, peak_step=None)).iloc[1]
+    relax = pd.DataFrame(
+        checkpoints.paired_claims(distinct, models, Selection(), peak_step=None)
+    ).iloc[1]
     assert relax["n"] == 0 and "stats.peak_step" in relax["note"]
 
 
@@ -469,7 +478,7 @@ def test_vit_rate_intervals_need_five_seeds():
         {"coupling": (("sd", "wd", "seed", "image"), values)},
         coords=dict(sd=[0.0, 0.2], wd=[0.1], seed=np.arange(seeds), image=np.arange(3)),
     )
-    out = vit.vit_coupling_by_rate(combined, k=None, n_boot=20)
+    out = vit.vit_coupling_by_rate(combined, Selection(k=None), Bootstrap(n_boot=20))
     row = out[(out["sd"] == 0.0) & (out["wd"] == "all")].iloc[0]
     seed_means = values[0].mean(axis=(0, 2))
     assert row["ci_low"] == pytest.approx(seed_means.min())
@@ -477,7 +486,7 @@ def test_vit_rate_intervals_need_five_seeds():
     assert "range of the seed means" in row["ci_method"]
     five = combined.reindex(seed=np.arange(5))
     five["coupling"].values[:] = np.random.default_rng(10).normal(size=(2, 1, 5, 3))
-    row = vit.vit_coupling_by_rate(five, k=None, n_boot=30, seed=1).iloc[0]
+    row = vit.vit_coupling_by_rate(five, Selection(k=None), Bootstrap(n_boot=30, seed=1)).iloc[0]
     means = vit.crossed_bootstrap_means(
         five["coupling"].sel(sd=0.0).values, 30, core._cell_seed(1, "vit_rate", 0.0, "all")
     )

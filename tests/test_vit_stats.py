@@ -12,10 +12,11 @@ import xarray as xr
 from scipy import stats as sps
 
 from blockcoupling import figures
+from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats import core, vit
 
 SD, WD, SEEDS, IMAGES = [0.0, 0.1, 0.3], [0.0, 0.05], [0, 1, 2], 5
-SEL = dict(k=4, reading="authors", variant="ujv", norm="p")
+SEL = Selection(k=4)
 
 
 def make_combined(seed: int = 0) -> xr.Dataset:
@@ -62,7 +63,7 @@ def combined() -> xr.Dataset:
 
 @pytest.fixture(scope="module")
 def table(combined) -> pd.DataFrame:
-    return vit.vit_model_table(combined, **SEL, n_boot=200, seed=0)
+    return vit.vit_model_table(combined, SEL, Bootstrap(n_boot=200, seed=0))
 
 
 def test_crossed_bootstrap_equals_a_naive_loop() -> None:
@@ -87,14 +88,14 @@ def test_model_table_means_and_ci(combined, table) -> None:
         float(combined.test_accuracy.sel(sd=0.1, wd=0.05, seed=2))
     )
     assert row.n_images == IMAGES
-    again = vit.vit_model_table(combined, **SEL, n_boot=200, seed=0)
+    again = vit.vit_model_table(combined, SEL, Bootstrap(n_boot=200, seed=0))
     pd.testing.assert_frame_equal(table, again)  # seeded
 
 
 def test_coupling_by_rate_by_hand(combined) -> None:
-    frame = vit.vit_coupling_by_rate(combined, **SEL, n_boot=300, seed=4)
+    frame = vit.vit_coupling_by_rate(combined, SEL, Bootstrap(n_boot=300, seed=4))
     assert len(frame) == len(SD) * (1 + len(WD))
-    values = vit.vit_coupling_values(combined, **SEL)
+    values = vit.vit_coupling_values(combined, SEL)
     for sd in SD:
         pooled = frame[(frame.sd == sd) & (frame.wd == "all")].iloc[0]
         cube = values.sel(sd=sd).values
@@ -156,7 +157,7 @@ def test_too_few_models_give_nan_with_a_reason(table) -> None:
 
 
 def test_vit_figures_render(tmp_path: Path, combined, table) -> None:
-    by_rate = vit.vit_coupling_by_rate(combined, **SEL, n_boot=100, seed=0)
+    by_rate = vit.vit_coupling_by_rate(combined, SEL, Bootstrap(n_boot=100, seed=0))
     for name, frame in (("vit_coupling_vs_sd", by_rate), ("vit_coupling_vs_accuracy", table)):
         csv = tmp_path / f"{name}.csv"
         core.write_table(frame, csv)
@@ -180,8 +181,8 @@ def test_calibrated_measures_and_nulls_reach_every_sweep_table() -> None:
         overlap_u=excess * 2 + 0.3,
         overlap_null=xr.full_like(base["test_accuracy"], 0.25).expand_dims(k=[4], axis=-1),
     )  # as vit_results writes it: K/d per model, no image or variant dims
-    models = vit.vit_model_table(calibrated, **SEL, n_boot=200, seed=0)
-    plain = vit.vit_model_table(base, **SEL, n_boot=200, seed=0)
+    models = vit.vit_model_table(calibrated, SEL, Bootstrap(n_boot=200, seed=0))
+    plain = vit.vit_model_table(base, SEL, Bootstrap(n_boot=200, seed=0))
     assert np.allclose(models.coupling, plain.coupling)  # raw coupling unchanged
     cell = dict(sd=0.1, wd=0.05, seed=2)
     row = models[(models.sd == 0.1) & (models.wd == 0.05) & (models.seed == 2)].iloc[0]
@@ -191,7 +192,7 @@ def test_calibrated_measures_and_nulls_reach_every_sweep_table() -> None:
     assert row.overlap_null == pytest.approx(0.25) and row.overlap_u == pytest.approx(
         2 * at.mean() + 0.3
     )
-    by_rate = vit.vit_coupling_by_rate(calibrated, **SEL, n_boot=100, seed=0)
+    by_rate = vit.vit_coupling_by_rate(calibrated, SEL, Bootstrap(n_boot=100, seed=0))
     pooled = by_rate[(by_rate.sd == 0.3) & (by_rate.wd == "all")].iloc[0]
     values = excess.sel(reading="authors", norm="p", k=4, variant="ujv", sd=0.3).values
     assert pooled.coupling_excess == pytest.approx(values.mean())

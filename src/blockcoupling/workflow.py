@@ -20,6 +20,7 @@ from blockcoupling.combine import META_FIELDS
 from blockcoupling.models import LoadOptions
 from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig, runs_on_gpu
 from blockcoupling.schedule import TrainConfig
+from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.vit_config import ViTPlan
 
 FINAL, RANDOM = "final", "random"
@@ -347,7 +348,7 @@ class Plan:
     config: dict[str, Any]
     models: dict[str, ModelEntry]
     prompt_files: dict[str, str]  # prompt set -> resolved local file ('' for hub sets)
-    selection: dict[str, Any]  # k, reading, variant, norm of statistics and figures
+    selection: Selection  # k, reading, variant, norm of statistics and figures
     token_model: str | None  # the model of the per-model figures
     n_prompts: int = 0  # prompts of the extraction set (hub sets: the most they can hold)
     vit: ViTPlan | None = None  # the ViT sweep, when enabled
@@ -455,6 +456,22 @@ class Plan:
     def checkpoint_models(self) -> dict[str, ModelEntry]:
         """Checkpoint suites (steps are checkpoint numbers)."""
         return {n: e for n, e in self.models.items() if e.is_checkpoint_suite}
+
+    @property
+    def bootstrap(self) -> Bootstrap:
+        """The statistics' percentile bootstrap (``stats.n_boot``, ``stats.seed``)."""
+        stats = self.config["stats"]
+        return Bootstrap(n_boot=int(stats["n_boot"]), seed=int(stats["seed"]))
+
+    @property
+    def calibration_ks(self) -> list[int]:
+        """The Ks of the calibration table: the statistics' K and the largest of metrics.ks."""
+        return sorted({int(self.selection.k), max(self.config["metrics"]["ks"])})
+
+    @property
+    def vit_selection(self) -> Selection:
+        """The ViT sweep's selection: the statistics' reading, variant and norm at its K."""
+        return self.selection.at(self.vit.k if self.vit is not None else None)
 
     @property
     def checkpoint_runs(self) -> dict[str, str]:
@@ -767,16 +784,16 @@ def check_config(
     for name, entry in models.items():
         _check_shape(name, entry, runs, measure)
     stats = config["stats"]
-    selection = {
-        "k": _choice("stats", "k", stats.get("k"), list(metric.ks), "metrics.ks"),
-        "reading": _choice(
+    selection = Selection(
+        k=_choice("stats", "k", stats.get("k"), list(metric.ks), "metrics.ks"),
+        reading=_choice(
             "stats", "reading", stats.get("reading"), list(metric.readings), "metrics.readings"
         ),
-        "variant": _choice(
+        variant=_choice(
             "stats", "variant", stats.get("variant"), list(measure.variants), "extract.variants"
         ),
-        "norm": _choice("stats", "norm", stats.get("norm"), list(metric.norms), "metrics.norms"),
-    }
+        norm=_choice("stats", "norm", stats.get("norm"), list(metric.norms), "metrics.norms"),
+    )
     _check_primary(stats.get("primary", {}), stats.get("power_file"))
     n_prompts = _prompt_count(config, prompt_files)
     plan = Plan(config, models, prompt_files, selection, None, n_prompts)
@@ -897,7 +914,7 @@ def k_warnings(plan: Plan) -> list[str]:
             lines.append(
                 f"metrics.ks: K={k} is more than d/8 for {len(over)} model(s) (e.g. "
                 f"{over[0]!r}, d={d}: K/d={k / d:.2f}); their chance overlap K/d is high, "
-                f"prefer K <= {int(K_OVER_D_LIMIT * d)} for them (stats.k is {plan.selection['k']})"
+                f"prefer K <= {int(K_OVER_D_LIMIT * d)} for them (stats.k is {plan.selection.k})"
             )
     if plan.vit is not None:
         d = int(plan.vit.section["model"]["embed_dim"])
@@ -971,7 +988,7 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
     return count + heldout
 
 
-def _vit_plan(config: dict[str, Any], selection: dict[str, Any]) -> ViTPlan | None:
+def _vit_plan(config: dict[str, Any], selection: Selection) -> ViTPlan | None:
     """The checked ViT sweep, or None when ``vit.enabled`` is off."""
     section = config.get("vit") or {}
     if not section.get("enabled"):
@@ -982,9 +999,9 @@ def _vit_plan(config: dict[str, Any], selection: dict[str, Any]) -> ViTPlan | No
         raise ConfigError(f"vit: missing key {error}") from None
     except ValueError as error:
         raise ConfigError(f"vit.{error}") from None
-    if selection["variant"] not in plan.measure.variants:
+    if selection.variant not in plan.measure.variants:
         raise ConfigError(
-            f"stats.variant={selection['variant']!r} is not in vit.extract.variants "
+            f"stats.variant={selection.variant!r} is not in vit.extract.variants "
             f"{list(plan.measure.variants)}; add it there"
         )
     if section["dataset"] == "digits" and importlib.util.find_spec("sklearn") is None:

@@ -36,6 +36,7 @@ from blockcoupling.figures.trajectories import (
 )
 from blockcoupling.figures.vit import vit_coupling_vs_accuracy, vit_coupling_vs_sd
 from blockcoupling.io import read_netcdf
+from blockcoupling.selection import Selection
 from blockcoupling.stats.core import select
 
 __all__ = [
@@ -151,7 +152,7 @@ def render(
     name: str,
     source: str | Path,
     path: str | Path,
-    selection: dict[str, object] | None = None,
+    selection: Selection | None = None,
     token_model: str | None = None,
     tables: Sequence[str | Path] = (),
 ) -> list[Path]:

@@ -13,6 +13,7 @@ import pandas as pd
 import xarray as xr
 
 from blockcoupling import measures
+from blockcoupling.selection import Selection
 from blockcoupling.stats.core import select
 
 # The tabulated measures (raw first), each followed by its chance level where a variable holds it.
@@ -26,14 +27,14 @@ COLUMNS = ("model", "family", "init", "d_model", "k", *MEANS, "effective_rank", 
 MEASURED = (*MEANS, "effective_rank")
 
 
-def _mean(values: xr.DataArray, k: int, reading: str, variant: str, norm: str) -> float:
-    """The mean over prompts of ``values`` at one K, reading, variant and norm (those it has)."""
-    at = select(values, k=k, reading=reading, variant=variant, norm=norm)
+def _mean(values: xr.DataArray, selection: Selection) -> float:
+    """The mean over prompts of ``values`` at the selection (the coordinates it has)."""
+    at = select(values, **selection)
     return float(np.nanmean(at.values))
 
 
 def calibration_table(
-    coupling: xr.Dataset, ks: Sequence[int], reading: str, variant: str, norm: str
+    coupling: xr.Dataset, ks: Sequence[int], selection: Selection
 ) -> pd.DataFrame:
     """One row per (model, init, K of ``ks``) of a combined ``coupling.nc`` (dims ``model`` x
     ``init``): the means over prompts of ``coupling``, ``coupling_null``, ``coupling_excess``
@@ -45,7 +46,7 @@ def calibration_table(
         for init in coupling["init"].values:
             at = coupling.sel(model=model, init=init)
             for k in ks:
-                raw = select(at["coupling"], k=k, reading=reading, variant=variant, norm=norm)
+                raw = select(at["coupling"], **selection.at(k))
                 if not np.isfinite(raw.values).any():
                     continue
 
@@ -60,7 +61,7 @@ def calibration_table(
                         "k": int(k),
                         "coupling": float(np.nanmean(raw.values)),
                         **{
-                            name: _mean(at[name], k, reading, variant, norm)
+                            name: _mean(at[name], selection.at(k))
                             for name in MEANS
                             if name != "coupling"
                         },

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats.core import (
     CALIBRATED,
     METHODS,
@@ -49,13 +50,8 @@ def checkpoint_table(
     coupling_checkpoints: xr.Dataset,
     history: pd.DataFrame,
     trajectories: xr.Dataset | None = None,
-    k: int = 10,
-    reading: str = "authors",
-    variant: str = "ujv",
-    norm: str = "p",
-    n_boot: int = 1000,
-    seed: int = 0,
-    ci: float = 0.95,
+    selection: Selection = Selection(),
+    boot: Bootstrap = Bootstrap(),
 ) -> pd.DataFrame:
     """One row per (model, step): coupling and adjacent_coupling (means over prompts, with
     percentile bootstrap CIs over prompts: ``*_low``, ``*_high``; also ``coupling_excess`` and
@@ -67,12 +63,12 @@ def checkpoint_table(
     n_layers, d_model and group (models that differ only by seed share it).
     """
     require_columns(history, ["model", "step", "val_loss"])
-    sel = dict(k=k, reading=reading, variant=variant, norm=norm)
+    n_boot, seed, ci = boot.n_boot, boot.seed, boot.ci
     variables = ["coupling", "adjacent_coupling"]
     variables += [v for v in CALIBRATED if v in coupling_checkpoints]
     parts = [
         _bootstrap_cells(
-            select(coupling_checkpoints[v], **sel), n_boot, seed, ci, v, f"n_prompts_{v}", v
+            select(coupling_checkpoints[v], **selection), n_boot, seed, ci, v, f"n_prompts_{v}", v
         )
         for v in variables
     ]
@@ -233,12 +229,10 @@ def emergence_summary(table: pd.DataFrame, column: str = "coupling") -> pd.DataF
 def emergence_analyses(
     coupling_checkpoints: xr.Dataset,
     table: pd.DataFrame,
-    selection: dict,
+    selection: Selection,
     variable: str = "coupling_excess",
-    n_boot: int = 1000,
-    seed: int = 0,
+    boot: Bootstrap = Bootstrap(),
     primary: Sequence[str] = (),
-    ci: float = 0.95,
     peak_step: int | None = None,
 ) -> pd.DataFrame:
     """Emergence over training, runs as units (checkpoints of a run are one time series).
@@ -257,6 +251,7 @@ def emergence_analyses(
     Runs: the models of family ``emergence`` (every suite when none is of that family). Ids get the
     suffix ``_coupling`` when ``variable`` is the raw coupling.
     """
+    n_boot, seed, ci = boot.n_boot, boot.seed, boot.ci
     suffix = "" if variable == "coupling_excess" else f"_{variable}"
     names = [f"emergence_{n}{suffix}" for n in ("trend", "loss_slope")]
     names += [f"emergence_peak_vs_{n}{suffix}" for n in ("init", "final")]
@@ -345,7 +340,7 @@ def init_blocks(values: xr.DataArray) -> dict[str, str]:
 def paired_claims(
     coupling_checkpoints: xr.Dataset,
     models: Sequence[str],
-    selection: dict,
+    selection: Selection,
     variable: str = "coupling_excess",
     peak_step: int | None = None,
     ci: float = 0.95,

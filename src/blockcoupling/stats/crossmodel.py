@@ -16,6 +16,7 @@ import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
 
+from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats.core import (
     CALIBRATED,
     METHODS,
@@ -46,13 +47,8 @@ DEFAULT_PREDICTOR_SETS = {
 
 def model_coupling(
     coupling: xr.Dataset,
-    k: int = 10,
-    reading: str = "authors",
-    variant: str = "ujv",
-    norm: str = "p",
-    n_boot: int = 1000,
-    seed: int = 0,
-    ci: float = 0.95,
+    selection: Selection = Selection(),
+    boot: Bootstrap = Bootstrap(),
     variable: str = "coupling",
 ) -> xr.Dataset:
     """Mean coupling over prompts per (model, init|step) with a percentile bootstrap CI over
@@ -66,9 +62,10 @@ def model_coupling(
     """
     if variable not in coupling:
         raise ValueError(f"variable {variable!r} not in dataset {list(coupling.data_vars)}")
+    n_boot, seed, ci = boot.n_boot, boot.seed, boot.ci
     if not 0 < ci < 1:
         raise ValueError(f"ci must be in (0, 1), got {ci}")
-    da = select(coupling[variable], k=k, reading=reading, variant=variant, norm=norm)
+    da = select(coupling[variable], **selection)
     if "prompt" not in da.dims or "model" not in da.dims:
         raise ValueError(f"{variable} needs dims model and prompt, got {da.dims}")
     result = _bootstrap_cells(da, n_boot, seed, ci, variable, "n_prompts", variable)
@@ -89,10 +86,7 @@ def model_coupling(
     result = result.merge(by_source.transpose(*result.dims, "source"), compat="override")
     result.attrs.update(
         dict(
-            k=k,
-            reading=reading,
-            variant=variant,
-            norm=norm,
+            **selection,
             n_boot=n_boot,
             seed=seed,
             ci=ci,
@@ -108,12 +102,8 @@ def model_coupling(
 def with_calibrated(
     table: pd.DataFrame,
     coupling: xr.Dataset,
-    k: int,
-    reading: str = "authors",
-    variant: str = "ujv",
-    norm: str = "p",
-    n_boot: int = 1000,
-    seed: int = 0,
+    selection: Selection = Selection(),
+    boot: Bootstrap = Bootstrap(),
 ) -> pd.DataFrame:
     """``table`` (a ``model_table``) with the calibrated measures of each trained model:
     ``coupling_excess`` and ``overlap_u`` with their percentile bootstrap CIs over prompts (as
@@ -125,22 +115,13 @@ def with_calibrated(
     for name in CALIBRATED:
         if name not in coupling:
             continue
-        per_model = model_coupling(
-            coupling,
-            k=k,
-            reading=reading,
-            variant=variant,
-            norm=norm,
-            n_boot=n_boot,
-            seed=seed,
-            variable=name,
-        )
+        per_model = model_coupling(coupling, selection, boot, variable=name)
         trained = select(per_model, init="trained").reindex(model=models)
         for suffix in ("", "_low", "_high"):
             table[f"{name}{suffix}"] = trained[f"{name}{suffix}"].values
     for name in NULLS:
         if name in coupling:
-            values = select(coupling[name], k=k, reading=reading, variant=variant, norm=norm)
+            values = select(coupling[name], **selection)
             values = select(values, init="trained").reindex(model=models)
             mean = values.mean("prompt") if "prompt" in values.dims else values
             table[name] = mean.values
@@ -410,24 +391,21 @@ def partial_correlation(
 def k_sweep(
     coupling: xr.Dataset,
     table: pd.DataFrame,
+    selection: Selection = Selection(),
     target: str = "score",
-    reading: str = "authors",
-    variant: str = "ujv",
-    norm: str = "p",
     methods: Sequence[str] = METHODS,
     subsets: Sequence[str] = SUBSETS,
     ci: float = 0.95,
 ) -> pd.DataFrame:
-    """Correlation of trained-model coupling (mean over prompts) with `target` for every K.
+    """Correlation of trained-model coupling (mean over prompts) with `target` for every K (the
+    selection's reading, variant and norm).
 
     `coupling`: combined dataset (see `model_coupling`); `table`: `model_table` output
     (target, base).
     Columns: k plus those of `correlations` (predictor = "coupling").
     """
     require_columns(table, ["model", "base", target])
-    means = select(
-        coupling["coupling"], reading=reading, variant=variant, norm=norm, init="trained"
-    )
+    means = select(coupling["coupling"], **selection.every_k(), init="trained")
     means = means.mean("prompt", skipna=True)
     frames = []
     for k in means["k"].values:

@@ -18,6 +18,7 @@ import pandas as pd
 import xarray as xr
 
 from blockcoupling import measures
+from blockcoupling.selection import Selection
 from blockcoupling.stats.core import correlate, select
 from blockcoupling.stats.inference import (
     analysis_row,
@@ -40,7 +41,7 @@ def run_table(
     coupling: xr.Dataset,
     evaluation: xr.Dataset | None,
     histories: Mapping[str, pd.DataFrame],
-    selection: Mapping[str, object],
+    selection: Selection,
 ) -> pd.DataFrame:
     """One row per trained model of the ``fixed_size`` family: model, group, the design coords
     present (``DESIGN_COORDS``), per predictor and prompt set ``{predictor}_{held_out|leaderboard}``
@@ -78,7 +79,7 @@ def run_table(
 
 
 def _twin_difference(
-    coupling: xr.Dataset, models: np.ndarray, mask: np.ndarray, selection: Mapping[str, object]
+    coupling: xr.Dataset, models: np.ndarray, mask: np.ndarray, selection: Selection
 ) -> np.ndarray:
     """Trained minus random-twin ``coupling_excess`` per model (mean over the held-out prompts);
     NaN without the excess, the twins or such prompts.

@@ -13,12 +13,11 @@ pairs (token != token_ref) of the token layers and prompts, at the statistics se
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import pandas as pd
 import xarray as xr
 
+from blockcoupling.selection import Selection
 from blockcoupling.stats.core import select
 from blockcoupling.stats.fixed_size import FAMILY
 from blockcoupling.stats.inference import analysis_row, analysis_table, run_level_test, test_row
@@ -26,7 +25,7 @@ from blockcoupling.stats.inference import analysis_row, analysis_table, run_leve
 FAMILIES = {"self": ("self",), "context": ("fixed_in", "fixed_out")}
 
 
-def token_excess(tokens: xr.Dataset, selection: Mapping[str, object]) -> pd.DataFrame:
+def token_excess(tokens: xr.Dataset, selection: Selection) -> pd.DataFrame:
     """One row per model: ``{family}_{init}`` (family of ``FAMILIES`` and init trained/random),
     the mean excess over distinct token pairs; NaN where a model has no token families.
     """
@@ -51,7 +50,7 @@ def token_excess(tokens: xr.Dataset, selection: Mapping[str, object]) -> pd.Data
 
 def token_analyses(
     tokens: xr.Dataset | None,
-    selection: Mapping[str, object],
+    selection: Selection,
     primary: tuple[str, ...] = (),
     ci: float = 0.95,
 ) -> pd.DataFrame:

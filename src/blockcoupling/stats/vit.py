@@ -12,6 +12,7 @@ import pandas as pd
 import xarray as xr
 
 from blockcoupling import measures
+from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats.core import (
     CALIBRATED,
     METHODS,
@@ -37,19 +38,14 @@ VIT_NOTE_HOLM = "p_holm: Holm-adjusted over the {n} per-rate tests of this metho
 
 
 def vit_coupling_values(
-    combined: xr.Dataset,
-    k: int,
-    reading: str = "authors",
-    variant: str = "ujv",
-    norm: str = "p",
-    variable: str = "coupling",
+    combined: xr.Dataset, selection: Selection, variable: str = "coupling"
 ) -> xr.DataArray:
     """``combined[variable]`` (a ``vit_results.grid_dataset``) at one K, reading, variant and
     norm: dims ``(sd, wd, seed, image)``.
     """
     if variable not in combined:
         raise ValueError(f"variable {variable!r} not in dataset {list(combined.data_vars)}")
-    da = select(combined[variable], k=k, reading=reading, variant=variant, norm=norm)
+    da = select(combined[variable], **selection)
     if "image" not in da.dims:  # a per-model value (overlap_null = K/d): the same for each image
         da = da.expand_dims(image=combined["image"].values, axis=-1)
     return da.transpose("sd", "wd", "seed", "image")
@@ -62,24 +58,17 @@ def vit_measures(combined: xr.Dataset) -> list[str]:
     return ["coupling"] + [m for m in CALIBRATED if m in combined]
 
 
-def _null_values(combined: xr.Dataset, selection: dict) -> dict[str, xr.DataArray]:
+def _null_values(combined: xr.Dataset, selection: Selection) -> dict[str, xr.DataArray]:
     """The chance levels the dataset holds (``NULLS``), dims ``(sd, wd, seed, image)``."""
     return {
-        name: vit_coupling_values(combined, variable=name, **selection)
+        name: vit_coupling_values(combined, selection, variable=name)
         for name in NULLS
         if name in combined
     }
 
 
 def vit_model_table(
-    combined: xr.Dataset,
-    k: int,
-    reading: str = "authors",
-    variant: str = "ujv",
-    norm: str = "p",
-    n_boot: int = 1000,
-    seed: int = 0,
-    ci: float = 0.95,
+    combined: xr.Dataset, selection: Selection, boot: Bootstrap = Bootstrap()
 ) -> pd.DataFrame:
     """One row per trained ViT (sd, wd, seed): each of ``vit_measures`` (mean over images) with
     a percentile bootstrap CI over images (``{measure}_low``/``_high``; the same resampled
@@ -87,11 +76,11 @@ def vit_model_table(
     ``overlap_null`` (means over images), ``test_accuracy``, ``test_loss``, ``n_images``. Each
     model's generator is seeded by ``seed`` and its grid point.
     """
-    selection = dict(k=k, reading=reading, variant=variant, norm=norm)
+    n_boot, seed, ci = boot.n_boot, boot.seed, boot.ci
     values = {
-        m: vit_coupling_values(combined, variable=m, **selection) for m in vit_measures(combined)
+        m: vit_coupling_values(combined, selection, variable=m) for m in vit_measures(combined)
     }
-    adjacent = vit_coupling_values(combined, variable="adjacent_coupling", **selection)
+    adjacent = vit_coupling_values(combined, selection, variable="adjacent_coupling")
     nulls = {
         name: da.mean("image", skipna=True)
         for name, da in _null_values(combined, selection).items()
@@ -135,14 +124,7 @@ def crossed_bootstrap_means(
 
 
 def vit_coupling_by_rate(
-    combined: xr.Dataset,
-    k: int,
-    reading: str = "authors",
-    variant: str = "ujv",
-    norm: str = "p",
-    n_boot: int = 1000,
-    seed: int = 0,
-    ci: float = 0.95,
+    combined: xr.Dataset, selection: Selection, boot: Bootstrap = Bootstrap()
 ) -> pd.DataFrame:
     """Each of ``vit_measures`` per stochastic-depth rate: the mean over weight decays, seeds
     and images (``wd = "all"``) and per weight decay, each with a percentile CI from
@@ -152,9 +134,9 @@ def vit_coupling_by_rate(
     ci_high (raw coupling's), ``{measure}``, ``{measure}_low``, ``{measure}_high`` for the
     calibrated ones, the chance levels (``NULLS``, means), n_models, n_images, ci_method.
     """
-    selection = dict(k=k, reading=reading, variant=variant, norm=norm)
+    n_boot, seed, ci = boot.n_boot, boot.seed, boot.ci
     values = {
-        m: vit_coupling_values(combined, variable=m, **selection) for m in vit_measures(combined)
+        m: vit_coupling_values(combined, selection, variable=m) for m in vit_measures(combined)
     }
     nulls = _null_values(combined, selection)
     rows = []
@@ -359,7 +341,7 @@ def _vit_pooled_within_rate(table: pd.DataFrame, measure: str, ci: float) -> lis
     return rows
 
 
-def vit_run_table(combined: xr.Dataset, selection: dict) -> pd.DataFrame:
+def vit_run_table(combined: xr.Dataset, selection: Selection) -> pd.DataFrame:
     """One row per trained ViT (sd, wd, seed): ``test_accuracy`` and the mean over images of
     ``coupling`` and, when measured, ``coupling_excess`` and ``overlap_u``.
     """
@@ -369,7 +351,7 @@ def vit_run_table(combined: xr.Dataset, selection: dict) -> pd.DataFrame:
     rows["test_accuracy"] = accuracy.values.ravel()
     for variable in (m.summary for m in measures.shown()):
         if variable in combined:
-            values = vit_coupling_values(combined, variable=variable, **selection)
+            values = vit_coupling_values(combined, selection, variable=variable)
             rows[variable] = values.mean("image", skipna=True).values.ravel()
     return rows
 
