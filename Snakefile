@@ -7,7 +7,8 @@ import sys
 from snakemake.utils import min_version
 
 from blockcoupling.report_text import report_models
-from blockcoupling.workflow import ConfigError, validate_config
+from blockcoupling.pipeline.checks import validate_config
+from blockcoupling.pipeline.errors import ConfigError
 
 min_version("9.0")
 

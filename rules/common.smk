@@ -7,19 +7,15 @@ import os
 import re
 import sys
 
-from blockcoupling.workflow import (
-    EXTRACTED,
-    RANDOM,
-    STATS_TABLES,
-    VIT_STATS_TABLES,
-    ConfigError,
-    check_config,
-    code_hash,
-    figure_registry,
-    science_params,
-)
+from blockcoupling.pipeline.checks import check_config, science_params
+from blockcoupling.pipeline.code_hash import code_hash
+from blockcoupling.pipeline.entries import RANDOM
+from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.figure_registry import FIGURES
+from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
 from blockcoupling.vit_config import science_extract as vit_science_extract
-from blockcoupling import cost, isa
+from blockcoupling import isa
+from blockcoupling.pipeline import cost
 from blockcoupling.hub import (
     HubSettings,
     hub_revisions,
@@ -29,7 +25,7 @@ from blockcoupling.hub import (
     revision_of,
 )
 from blockcoupling.models import is_local_gguf
-from blockcoupling.slurm import (
+from blockcoupling.pipeline.slurm import (
     GROUPED_JOB_MEM_MB,
     Request,
     SlurmError,
@@ -260,7 +256,7 @@ def on_slurm():
 @functools.cache
 def slurm_request(rule, model, threads, with_nodes, attempt=1, part=0):
     """What a model's (or the ViT sweep's, model "vit") job asks Slurm for
-    (blockcoupling.slurm): memory, runtime, partition, GPUs where it runs on a GPU
+    (blockcoupling.pipeline.slurm): memory, runtime, partition, GPUs where it runs on a GPU
     (PLAN.on_gpu, options.runs_on_gpu); checked against sinfo's nodes when jobs go to Slurm."""
     name, needs = job_needs(PLAN, rule, model, threads)
     nodes_of = partition_nodes if with_nodes else lambda partition: None

@@ -11,7 +11,7 @@ rule heldout_text:
     conda:
         "../envs/torch.yaml"
     params:
-        chars=config["evaluate"]["heldout_chars"],
+        chars=PLAN.heldout_chars,
         code=script_hash("heldout_text"),
     script:
         "../scripts/heldout_text.py"
@@ -32,14 +32,14 @@ rule evaluate:
     retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"
-    threads: config["extract"]["threads"]
+    threads: PLAN.threads("extract")
     resources:
         **model_job_resources("evaluate"),
         gpu_mem_gb=gpu_mem,
         device=model_device,
     params:
         model=model_params,
-        context_length=config["evaluate"]["context_length"],
+        context_length=PLAN.context_length,
         code=script_hash("evaluate"),
     script:
         "../scripts/evaluate.py"

@@ -21,7 +21,7 @@ rule extract:
     retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"
-    threads: config["extract"]["threads"]
+    threads: PLAN.threads("extract")
     resources:
         **extract_resources("extract"),
     params:
@@ -53,7 +53,7 @@ rule extract_shard:
     retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"
-    threads: config["extract"]["threads"]
+    threads: PLAN.threads("extract")
     resources:
         **extract_resources("extract_shard"),
     params:
@@ -86,7 +86,7 @@ rule extract_tokens:
     retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"
-    threads: config["extract"]["threads"]
+    threads: PLAN.threads("extract")
     resources:
         **extract_resources("extract_tokens"),
     params:

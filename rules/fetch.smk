@@ -27,12 +27,8 @@ localrules:
 
 # repo -> (dataset config, revision: prompts.revisions' pin, else main)
 HUB_DATASETS = {
-    PROMPT_SOURCES[source]["hub"]: (
-        PROMPT_SOURCES[source]["config"],
-        config["prompts"]["revisions"].get(source, "main"),
-    )
-    for spec in config["prompts"]["sets"].values()
-    for source in spec.get("hub", [])
+    PROMPT_SOURCES[source]["hub"]: (PROMPT_SOURCES[source]["config"], revision)
+    for source, revision in PLAN.prompt_hub_sources()
 }
 
 

@@ -7,7 +7,7 @@
 # it re-runs coupling_vs_score, coupling_vs_step and the two ViT figures, which draw those
 # intervals, and no other figure.
 FIGURE_TARGETS = []
-for _figure, (_category, _source, _takes, _tables) in figure_registry().items():
+for _figure, (_category, _source, _takes, _tables) in FIGURES.items():
     if _source not in PLAN.targets():
         continue
     FIGURE_TARGETS.append(f"results/figures/{_figure}.png")

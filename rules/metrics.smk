@@ -17,7 +17,7 @@ rule metrics:
     conda:
         "../envs/analysis.yaml"
     params:
-        metrics=config["metrics"],
+        metrics=PLAN.metric,
         code=script_hash("metrics"),
     script:
         "../scripts/metrics.py"

@@ -3,9 +3,8 @@
 # Shakespeare plays; beside them the provenance of every source (the dataset commit fetched, or
 # the local file's SHA-256).
 HUB_DATASET_OF = {  # source -> (repo, revision)
-    source: (PROMPT_SOURCES[source]["hub"], HUB_DATASETS[PROMPT_SOURCES[source]["hub"]][1])
-    for spec in config["prompts"]["sets"].values()
-    for source in spec.get("hub", [])
+    source: (PROMPT_SOURCES[source]["hub"], revision)
+    for source, revision in PLAN.prompt_hub_sources()
 }
 
 
@@ -15,11 +14,11 @@ rule sample_prompts:
         file=lambda wildcards: PLAN.prompt_files[wildcards.set] or [],
         datasets=lambda wildcards: [
             HUB.dataset_folder(*HUB_DATASET_OF[source])
-            for source in config["prompts"]["sets"][wildcards.set].get("hub", [])
+            for source in PLAN.prompt_hub(wildcards.set)
         ],
         manifests=lambda wildcards: [
             HUB.manifest("dataset", *HUB_DATASET_OF[source])
-            for source in config["prompts"]["sets"][wildcards.set].get("hub", [])
+            for source in PLAN.prompt_hub(wildcards.set)
         ],
     output:
         prompts="results/prompts/{set}.jsonl",
@@ -31,22 +30,14 @@ rule sample_prompts:
     conda:
         "../envs/analysis.yaml"
     params:
-        hub=lambda wildcards: config["prompts"]["sets"][wildcards.set].get("hub", []),
+        hub=lambda wildcards: PLAN.prompt_hub(wildcards.set),
         revisions=lambda wildcards: {  # a changed pin re-runs the sampling
             source: HUB_DATASET_OF[source][1]
-            for source in config["prompts"]["sets"][wildcards.set].get("hub", [])
+            for source in PLAN.prompt_hub(wildcards.set)
         },
-        shakespeare=lambda wildcards: (
-            {
-                "n": config["prompts"]["sets"][wildcards.set]["shakespeare"],
-                "skip_chars": config["evaluate"]["heldout_chars"],
-                "chars": config["prompts"]["passage_chars"],
-            }
-            if config["prompts"]["sets"][wildcards.set].get("shakespeare")
-            else None
-        ),
-        n_per_source=config["prompts"]["n_per_source"],
-        seed=config["prompts"]["seed"],
+        shakespeare=lambda wildcards: PLAN.shakespeare(wildcards.set),
+        n_per_source=PLAN.prompt_sampling[0],
+        seed=PLAN.prompt_sampling[1],
         code=script_hash("sample_prompts"),
     script:
         "../scripts/sample_prompts.py"

@@ -27,8 +27,8 @@ if PLAN.cross_model:
             selection=PLAN.selection,
             runs=list(PLAN.train_runs),
             models=PLAN.cross_model_runs,
-            score=config["evaluate"]["score"],
-            primary=list(config["stats"]["primary"]),
+            score=PLAN.score,
+            primary=list(PLAN.primary),
             calibration_ks=PLAN.calibration_ks,
             code=script_hash("stats"),
         script:
@@ -55,7 +55,7 @@ if PLAN.cross_model:
         params:
             selection=PLAN.selection,
             bootstrap=PLAN.bootstrap,
-            score=config["evaluate"]["score"],
+            score=PLAN.score,
             code=script_hash("stats_summary"),
         script:
             "../scripts/stats_summary.py"
@@ -112,8 +112,8 @@ if PLAN.checkpoint_models:
             runs=list(PLAN.train_runs),
             models=PLAN.checkpoint_runs,
             bootstrap=PLAN.bootstrap,
-            primary=list(config["stats"]["primary"]),
-            peak_step=config["stats"]["peak_step"],
+            primary=list(PLAN.primary),
+            peak_step=PLAN.peak_step,
             code=script_hash("stats_emergence"),
         script:
             "../scripts/stats_emergence.py"
@@ -126,7 +126,7 @@ if PLAN.analysis_tables():
         input:
             tables=PLAN.analysis_tables(),
             calibration=["results/stats/calibration.csv"] if PLAN.cross_model else [],
-            power=PLAN.config["stats"]["power_file"],
+            power=PLAN.power_file,
         output:
             analyses="results/stats/analyses.csv",
             claims=report(
@@ -142,14 +142,9 @@ if PLAN.analysis_tables():
         conda:
             "../envs/analysis.yaml"
         params:
-            primary=config["stats"]["primary"],
+            primary=PLAN.primary,
             k=PLAN.selection.k,
-            grids=sorted(
-                {
-                    grid.get("family") or name
-                    for name, grid in (config["train"].get("grids") or {}).items()
-                }
-            ),
+            grids=PLAN.grid_families,
             code=script_hash("stats_claims"),
         script:
             "../scripts/stats_claims.py"

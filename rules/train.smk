@@ -20,7 +20,7 @@ for _run, _spec in PLAN.train_runs.items():
             f"benchmarks/train/{_run}.tsv"
         conda:
             "../envs/torch.yaml"
-        threads: config["train"]["threads"]
+        threads: PLAN.threads("train")
         resources:
             mem_mb=4000,
         params:

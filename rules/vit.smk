@@ -24,11 +24,11 @@ if PLAN.vit:
         conda:
             "../envs/torch.yaml"
         resources:
-            data_dir=config["vit"]["data_dir"],
+            data_dir=PLAN.vit.section["data_dir"],
         params:
-            dataset=config["vit"]["dataset"],
-            split_seed=config["vit"]["split_seed"],
-            test_fraction=config["vit"]["test_fraction"],
+            dataset=PLAN.vit.section["dataset"],
+            split_seed=PLAN.vit.section["split_seed"],
+            test_fraction=PLAN.vit.section["test_fraction"],
             code=script_hash("vit_data"),
         script:
             "../scripts/vit_data.py"
@@ -47,7 +47,7 @@ if PLAN.vit:
         retries: 1  # training resumes from its work folder: a retry continues, on twice the time
         conda:
             "../envs/torch.yaml"
-        threads: config["vit"]["threads"]
+        threads: PLAN.threads("vit")
         resources:
             **model_job_resources("vit_train", "vit"),
             device=vit_device,
@@ -74,14 +74,14 @@ if PLAN.vit:
         retries: 1  # a node fault or a run past its time: again on twice the time
         conda:
             "../envs/torch.yaml"
-        threads: config["vit"]["threads"]
+        threads: PLAN.threads("vit")
         resources:
             **model_job_resources("vit_extract", "vit"),
             device=vit_device,
-            vjp_chunk=config["vit"]["extract"]["chunk_size"] or 0,
+            vjp_chunk=PLAN.vit.section["extract"]["chunk_size"] or 0,
         params:
             run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
-            extract=vit_science_extract(config["vit"]["extract"]),
+            extract=vit_science_extract(PLAN.vit.section["extract"]),
             code=script_hash("vit_extract"),
         script:
             "../scripts/vit_extract.py"
@@ -104,7 +104,7 @@ if PLAN.vit:
             "../envs/analysis.yaml"
         params:
             points=[(PLAN.vit.sd[sd], PLAN.vit.wd[wd], seed) for sd, wd, seed in PLAN.vit.points],
-            metrics=dict(sorted({**config["metrics"], "ks": config["vit"]["ks"]}.items())),
+            metrics=PLAN.vit_metric,
             code=script_hash("vit_combine"),
         script:
             "../scripts/vit_combine.py"
@@ -126,7 +126,7 @@ if PLAN.vit:
         params:
             selection=PLAN.vit_selection,
             bootstrap=PLAN.bootstrap,
-            primary=list(config["stats"]["primary"]),
+            primary=list(PLAN.primary),
             code=script_hash("vit_stats"),
         script:
             "../scripts/vit_stats.py"

@@ -2,12 +2,12 @@
 
 from blockcoupling.finite import SUMMARIES, require_finite, require_rank
 from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
+from blockcoupling.metrics import coupling_dataset, token_coupling_dataset
 from blockcoupling.runner import run_script
 
 
 def main(sm):
-    config = MetricConfig.from_config(sm.params.metrics)
+    config = sm.params.metrics  # the checked MetricConfig
     where = f"model {sm.wildcards.model}, step {sm.wildcards.step}"
     extracted = read_netcdf(sm.input.depth)
     width = int(extracted.attrs.get("hidden_size", extracted.sizes["rank"]))

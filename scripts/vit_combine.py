@@ -1,9 +1,10 @@
 """Rule vit_combine: m_K of every grid point and its test accuracy -> results/vit/combined.nc."""
 
+from dataclasses import asdict
+
 import pandas as pd
 
 from blockcoupling.io import provenance, read_netcdf, write_netcdf
-from blockcoupling.metrics import MetricConfig
 from blockcoupling.runner import run_script
 from blockcoupling.vit_results import grid_dataset
 
@@ -15,9 +16,8 @@ def main(sm):
             sm.params.points, sm.input.depth, sm.input.tokens, sm.input.histories
         )
     }
-    dataset = grid_dataset(
-        parts, MetricConfig.from_config(sm.params.metrics), provenance(sm.params.metrics)
-    )
+    metric = sm.params.metrics  # the checked MetricConfig at the sweep's Ks
+    dataset = grid_dataset(parts, metric, provenance(asdict(metric)))
     write_netcdf(dataset, sm.output[0])
 
 

@@ -11,8 +11,9 @@ import yaml
 from snakemake.utils import validate
 
 from blockcoupling import cli, cost
-from blockcoupling import workflow as wf
 from blockcoupling.options import MeasureConfig, SVDOptions
+from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
@@ -66,7 +67,7 @@ def test_peak_memory_holds_the_weights_one_block_copy_and_the_depth_stack() -> N
 def test_shards_shorten_the_longest_job_not_the_total() -> None:
     def costs(**extract) -> dict[str, cost.JobCost]:  # Jacobians on every prompt
         extract = {"jacobian_prompts": None, "token_prompts": 20, **extract}
-        plan = wf.check_config(paper(**extract), REPO, check_memory=False)
+        plan = check_config(paper(**extract), REPO, check_memory=False)
         return {r.model: r for r in cost.plan_costs(plan)}
 
     whole, split = costs(prompts_per_shard=None), costs(prompts_per_shard=100)
@@ -84,9 +85,9 @@ def test_shards_shorten_the_longest_job_not_the_total() -> None:
 def test_a_job_over_its_gpu_memory_is_refused_before_any_job() -> None:
     config = paper()
     config["models"]["pythia-12b-steps"]["resources"]["gpu_mem_gb"] = 16
-    with pytest.raises(wf.ConfigError, match=r"models.pythia-12b-steps: one extract job needs"):
-        wf.check_config(copy.deepcopy(config), REPO)
-    plan = wf.check_config(config, REPO, check_memory=False)  # the planner still reports it
+    with pytest.raises(ConfigError, match=r"models.pythia-12b-steps: one extract job needs"):
+        check_config(copy.deepcopy(config), REPO)
+    plan = check_config(config, REPO, check_memory=False)  # the planner still reports it
     row = next(r for r in cost.plan_costs(plan) if r.model == "pythia-12b-steps")
     assert not row.fits and "OVER gpu_mem_gb" in cost.plan_table([row])
 
@@ -118,7 +119,7 @@ def test_jacobians_scale_with_jacobian_prompts_and_forward_passes_with_all_promp
 
 
 def test_the_paper_suite_fits_1000_gpu_hours_with_every_measure() -> None:
-    plan = wf.check_config(paper(), REPO, check_memory=False)
+    plan = check_config(paper(), REPO, check_memory=False)
     rows = cost.plan_costs(plan)
     assert sum(r.seconds for r in rows if r.on_gpu) / 3600 <= 1000
     assert plan.measure.jacobian_prompts and plan.measure.token_prompts > 0
@@ -129,7 +130,7 @@ def test_a_model_on_the_cpu_is_a_cpu_job_for_the_planner_and_the_memory_check() 
     config = paper()
     config["models"]["pythia-12b-steps"]["load"] = {"device": "cpu"}
     config["models"]["pythia-12b-steps"]["resources"]["gpu_mem_gb"] = 16  # a GPU job: too small
-    plan = wf.check_config(config, REPO)  # not refused: it runs on the CPU
+    plan = check_config(config, REPO)  # not refused: it runs on the CPU
     row = next(r for r in cost.plan_costs(plan) if r.model == "pythia-12b-steps")
     assert not plan.on_gpu("pythia-12b-steps") and not row.on_gpu
     assert plan.on_gpu("pythia-6.9b-steps")  # device auto with gpu_mem_gb
@@ -137,7 +138,7 @@ def test_a_model_on_the_cpu_is_a_cpu_job_for_the_planner_and_the_memory_check() 
 
 def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
     config = paper()
-    plan = wf.check_config(copy.deepcopy(config), REPO, check_memory=False)
+    plan = check_config(copy.deepcopy(config), REPO, check_memory=False)
     download, peak, revisions = cost.hub_volume(plan)
     suites = [e for e in plan.models.values() if e.is_checkpoint_suite]
     others = [e for e in plan.models.values() if not e.is_checkpoint_suite]
@@ -150,10 +151,10 @@ def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
     default = plan.config["hub"]["max_revisions"]  # the schema's bound
     assert peak == pytest.approx(other_bytes + default * largest + cost.VIT_DATA_BYTES)
     config["hub"] = {"max_revisions": 2}
-    plan = wf.check_config(config, REPO, check_memory=False)
+    plan = check_config(config, REPO, check_memory=False)
     bounded = cost.hub_volume(plan)[1]
     assert bounded == pytest.approx(other_bytes + 2 * largest + cost.VIT_DATA_BYTES)
     config["hub"] = {"max_revisions": "all"}  # fetched ahead: every revision on disk at once
-    wf.validate_config(config, REPO / "schemas" / "config.schema.yaml")
-    plan = wf.check_config(config, REPO, check_memory=False)
+    validate_config(config, REPO / "schemas" / "config.schema.yaml")
+    plan = check_config(config, REPO, check_memory=False)
     assert cost.hub_volume(plan)[1] == pytest.approx(download)

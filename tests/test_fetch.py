@@ -16,7 +16,7 @@ import yaml
 from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_run
 
 from blockcoupling import hub
-from blockcoupling.workflow import ModelEntry
+from blockcoupling.pipeline.entries import ModelEntry
 
 REPO = Path(__file__).resolve().parents[1]
 # .ci/slurm_test.sh sets it where a Slurm cluster is up: the hub-fault and fetch-ahead runs then

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from blockcoupling import workflow as wf
 from blockcoupling.combine import META_FIELDS
+from blockcoupling.pipeline.entries import FINAL, RANDOM, model_entries
+from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.grids import expand_grids
 from blockcoupling.schedule import TrainConfig
 
 
@@ -20,7 +22,7 @@ def test_grid_names_groups_and_recipe_metadata() -> None:
         "base": {"n_layers": 4, "d_model": 64, "learning_rate": 0.003},
         "models": {"checkpoints": False},
     }
-    config = wf.expand_grids(_config({"fixed_size": grid}))
+    config = expand_grids(_config({"fixed_size": grid}))
     runs = config["train"]["runs"]
     assert len(runs) == 8 and "fixed_size-f0.1-wd0.3-s1" in runs
     assert runs["fixed_size-f0.1-wd0.3-s1"] == {
@@ -53,7 +55,7 @@ def test_recipe_defaults_reach_the_metadata_and_families_can_be_shared() -> None
         "emergence": {"axes": {"learning_rate": [0.001, 0.003], "seed": [0]}},
         "extra": {"axes": {"seed": [5]}, "family": "emergence", "models": {"final": False}},
     }
-    models = wf.expand_grids(_config(grids))["models"]
+    models = expand_grids(_config(grids))["models"]
     assert sorted(models) == [
         "emergence-lr0.001-s0",
         "emergence-lr0.001-s0-final",
@@ -75,9 +77,9 @@ def test_recipe_defaults_reach_the_metadata_and_families_can_be_shared() -> None
 def test_a_bad_data_fraction_names_the_grid(fraction: float) -> None:
     grid = {"axes": {"data_fraction": [0.5, fraction]}}
     with pytest.raises(
-        wf.ConfigError, match=r"^train\.grids\.g \(run g-f.*\): data_fraction must be in \(0, 1\]"
+        ConfigError, match=r"^train\.grids\.g \(run g-f.*\): data_fraction must be in \(0, 1\]"
     ):
-        wf.expand_grids(_config({"g": grid}))
+        expand_grids(_config({"g": grid}))
 
 
 def _tiny_tokenizer():
@@ -124,12 +126,12 @@ def test_runs_with_identical_twins_measure_one_twin() -> None:
         },
         "wide": {"axes": {"seed": [0, 1]}, "base": {"n_layers": 2, "d_model": 128}},
     }
-    entries = wf.model_entries(wf.expand_grids(_config(grids)))
-    twins = {name: e.measured_as(wf.RANDOM) for name, e in entries.items() if wf.RANDOM in e.steps}
+    entries = model_entries(expand_grids(_config(grids)))
+    twins = {name: e.measured_as(RANDOM) for name, e in entries.items() if RANDOM in e.steps}
     assert set(twins.values()) == {"fixed_size-f0.1-wd0.0-s0-final", "wide-s0-final"}
     assert all(twins[n] == "wide-s0-final" for n in twins if n.startswith("wide"))
     for name, entry in entries.items():
-        own = entry.measured_as(wf.RANDOM) == name
-        assert (wf.RANDOM in entry.measured_steps) == (own and wf.RANDOM in entry.steps)
-        assert entry.measured_as(wf.FINAL) == name
+        own = entry.measured_as(RANDOM) == name
+        assert (RANDOM in entry.measured_steps) == (own and RANDOM in entry.steps)
+        assert entry.measured_as(FINAL) == name
     assert entries["wide-s1"].measured_steps == entries["wide-s1"].steps  # checkpoint suites

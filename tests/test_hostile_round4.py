@@ -14,9 +14,10 @@ import yaml
 from snakemake.utils import validate
 
 from blockcoupling import cli
-from blockcoupling import workflow as wf
 from blockcoupling.hub_names import HubNameError, check_repo_id, check_revision, contained
 from blockcoupling.models import ModelSourceError, parse_source, resolve
+from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
@@ -56,9 +57,9 @@ def smoke(**changes: dict) -> dict:
 def refusal(config: dict) -> str:
     """The one-line ConfigError of the schema or check_config for ``config``."""
     config = copy.deepcopy(config)
-    with pytest.raises(wf.ConfigError) as error:
-        wf.validate_config(config, SCHEMA)
-        wf.check_config(config, REPO)
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, SCHEMA)
+        check_config(config, REPO)
     message = str(error.value)
     assert "\n" not in message
     return message

@@ -15,9 +15,12 @@ import yaml
 from snakemake.utils import validate
 
 from blockcoupling import cli, io
-from blockcoupling import workflow as wf
 from blockcoupling.metrics import MetricConfig
 from blockcoupling.options import MeasureConfig
+from blockcoupling.pipeline.checks import check_config, science_params
+from blockcoupling.pipeline.code_hash import code_hash, script_modules
+from blockcoupling.pipeline.figure_registry import FIGURES
+from blockcoupling.pipeline.plan import Plan
 from blockcoupling.schedule import TrainConfig
 from blockcoupling.selection import Selection
 from blockcoupling.train import work_dir
@@ -26,10 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
 
-def checked(config: dict) -> wf.Plan:
+def checked(config: dict) -> Plan:
     config = copy.deepcopy(config)
     validate(config, SCHEMA)
-    return wf.check_config(config, REPO)
+    return check_config(config, REPO)
 
 
 def load(name: str) -> dict:
@@ -76,7 +79,7 @@ def test_unknown_extract_key_names_it() -> None:
 
 def test_run_only_keys_are_not_science_params() -> None:
     section = {"prompt_set": "s", "k_max": 5, "threads": 4, "device": "cuda", "chunk_size": 64}
-    assert wf.science_params(section) == {"k_max": 5}
+    assert science_params(section) == {"k_max": 5}
 
 
 def test_targets_hold_every_documented_output() -> None:
@@ -91,32 +94,31 @@ def test_targets_hold_every_documented_output() -> None:
 
 
 def test_code_hashes_follow_imports_transitively() -> None:
-    modules = wf.script_modules(REPO / "scripts" / "train.py")
+    modules = script_modules(REPO / "scripts" / "train.py")
     assert "blockcoupling.schedule" in modules  # imported by train.py, not by the script
-    assert "blockcoupling.stats.core" in wf.script_modules(REPO / "scripts" / "figure.py")
-    assert "blockcoupling.workflow" not in modules
-    assert wf.code_hash(REPO / "scripts" / "metrics.py") != wf.code_hash(
-        REPO / "scripts" / "stats.py"
-    )
+    assert "blockcoupling.stats.core" in script_modules(REPO / "scripts" / "figure.py")
+    assert "blockcoupling.pipeline.checks" not in modules
+    assert code_hash(REPO / "scripts" / "metrics.py") != code_hash(REPO / "scripts" / "stats.py")
 
 
 def test_figure_registry_is_read_without_importing_figures() -> None:
     code = (
-        "import sys; from blockcoupling.workflow import figure_registry; r = figure_registry(); "
+        "import sys; from blockcoupling.pipeline.figure_registry import FIGURES as r; "
         "assert 'depth_heatmaps' in r and 'matplotlib' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     from blockcoupling import figures
 
-    assert wf.figure_registry() == figures.FIGURES
+    assert FIGURES == figures.FIGURES
     missing = [n for n in figures.FIGURES if not (REPO / "report" / f"{n}.rst").is_file()]
     assert not missing, f"figures without a caption: {missing}"
 
 
 def test_analysis_side_needs_no_torch() -> None:
-    modules = "metrics, combine, stats, figures, formulas, io, prompts, runner, workflow"
+    modules = "metrics, combine, stats, figures, formulas, io, prompts, runner"
     code = (
         f"import sys; from blockcoupling import {modules}; import blockcoupling.stats.vit; "
+        "import blockcoupling.pipeline.checks; "
         "import blockcoupling.stats.crossmodel; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

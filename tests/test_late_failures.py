@@ -10,7 +10,8 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from blockcoupling import workflow as wf
+from blockcoupling.pipeline.checks import check_config, k_warnings
+from blockcoupling.pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
@@ -29,8 +30,8 @@ def smoke(**changes: dict) -> dict:
 
 
 def refusal(config: dict) -> str:
-    with pytest.raises(wf.ConfigError) as error:
-        wf.check_config(copy.deepcopy(config), REPO)
+    with pytest.raises(ConfigError) as error:
+        check_config(copy.deepcopy(config), REPO)
     message = str(error.value)
     assert "\n" not in message
     return message
@@ -43,7 +44,7 @@ def test_k_max_above_a_trained_runs_width_is_refused() -> None:
 
 
 def test_k_max_equal_to_the_width_passes() -> None:
-    plan = wf.check_config(smoke(extract={"k_max": 32}), REPO)
+    plan = check_config(smoke(extract={"k_max": 32}), REPO)
     assert plan.config["extract"]["k_max"] == 32
 
 
@@ -58,7 +59,7 @@ def test_token_layers_outside_a_trained_runs_depth_are_refused() -> None:
 
 
 def test_token_layers_counted_from_the_end_that_fit_pass() -> None:
-    wf.check_config(smoke(extract={"token_layers": [-2, 1, 2]}), REPO)
+    check_config(smoke(extract={"token_layers": [-2, 1, 2]}), REPO)
 
 
 def test_packaged_model_meta_shape_is_checked() -> None:
@@ -94,7 +95,7 @@ def test_leaderboard_score_needs_a_meta_score() -> None:
     validate(config, SCHEMA)
     assert "meta.score" in refusal(config)
     config["models"]["smollm2-135m"]["meta"]["score"] = 1.0
-    plan = wf.check_config(config, REPO)
+    plan = check_config(config, REPO)
     assert not plan.evaluate
 
 
@@ -108,8 +109,8 @@ def test_vit_k_max_and_token_layers_against_its_shape() -> None:
 
 
 def test_k_above_an_eighth_of_the_width_is_a_warning_naming_the_key() -> None:
-    plan = wf.check_config(smoke(), REPO)  # K 4, 8 of d = 32 LMs; vit.ks 2, 4 of embed_dim 8
-    lines = wf.k_warnings(plan)
+    plan = check_config(smoke(), REPO)  # K 4, 8 of d = 32 LMs; vit.ks 2, 4 of embed_dim 8
+    lines = k_warnings(plan)
     assert [line.split(" is more")[0] for line in lines] == [
         "metrics.ks: K=8",
         "vit.ks: K=2",
@@ -118,4 +119,4 @@ def test_k_above_an_eighth_of_the_width_is_a_warning_naming_the_key() -> None:
     assert "d=32: K/d=0.25" in lines[0] and "prefer K <= 4" in lines[0]
     quiet = smoke(metrics={"ks": [2, 4]}, stats={"k": 4})
     quiet["vit"]["ks"], quiet["vit"]["k"] = [1], 1
-    assert wf.k_warnings(wf.check_config(quiet, REPO)) == []
+    assert k_warnings(check_config(quiet, REPO)) == []

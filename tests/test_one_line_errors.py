@@ -146,7 +146,8 @@ SCHEMA_ERRORS = pytest.mark.parametrize(
 def test_a_schema_error_is_one_line_naming_the_key_path(
     change: Callable[[dict], None], message: str
 ) -> None:
-    from blockcoupling.workflow import ConfigError, validate_config
+    from blockcoupling.pipeline.checks import validate_config
+    from blockcoupling.pipeline.errors import ConfigError
 
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     change(config)

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from blockcoupling.overrides import coerce_overrides
-from blockcoupling.workflow import ConfigError, validate_config
+from blockcoupling.pipeline.checks import validate_config
+from blockcoupling.pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schemas" / "config.schema.yaml"

@@ -246,20 +246,21 @@ def test_a_shakespeare_set_counts_its_passages_and_refuses_another_split():
     import yaml
     from snakemake.utils import validate
 
-    from blockcoupling import workflow as wf
+    from blockcoupling.pipeline.checks import check_config
+    from blockcoupling.pipeline.errors import ConfigError
 
     repo = Path(__file__).resolve().parents[1]
     config = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())
     config["prompts"]["sets"]["default"]["shakespeare"] = 0
     validate(config, str(repo / "schemas" / "config.schema.yaml"))
-    without = wf.check_config(copy.deepcopy(config), repo, check_memory=False).n_prompts
+    without = check_config(copy.deepcopy(config), repo, check_memory=False).n_prompts
     config["prompts"]["sets"]["default"]["shakespeare"] = 5
-    with_heldout = wf.check_config(copy.deepcopy(config), repo, check_memory=False).n_prompts
+    with_heldout = check_config(copy.deepcopy(config), repo, check_memory=False).n_prompts
     assert with_heldout == without + 5
     config["prompts"]["sets"]["default"]["shakespeare"] = 10**6
-    with pytest.raises(wf.ConfigError, match=r"shakespeare=1000000 exceeds the \d+ held-out"):
-        wf.check_config(copy.deepcopy(config), repo, check_memory=False)
+    with pytest.raises(ConfigError, match=r"shakespeare=1000000 exceeds the \d+ held-out"):
+        check_config(copy.deepcopy(config), repo, check_memory=False)
     config["prompts"]["sets"]["default"]["shakespeare"] = 5
     config["train"]["runs"]["other"] = {"split_seed": 3}
-    with pytest.raises(wf.ConfigError, match=r"prompts\.sets\.default\.shakespeare: .*split_seed"):
-        wf.check_config(config, repo, check_memory=False)
+    with pytest.raises(ConfigError, match=r"prompts\.sets\.default\.shakespeare: .*split_seed"):
+        check_config(config, repo, check_memory=False)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.report_text import report_models
-from blockcoupling.workflow import check_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

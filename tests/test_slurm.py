@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from blockcoupling import slurm
-from blockcoupling.slurm import (
+from blockcoupling.pipeline import slurm
+from blockcoupling.pipeline.slurm import (
     ENV,
     JOB_GROUPS,
     Needs,
@@ -256,7 +256,7 @@ def test_a_controller_that_does_not_answer_is_said_in_one_line(
 
 
 def test_runtime_is_the_planned_time_with_a_safety_factor_and_floor_doubled_on_a_retry() -> None:
-    from blockcoupling import cost
+    from blockcoupling.pipeline import cost
 
     assert cost.runtime_minutes(0) == cost.RUNTIME_FLOOR_MIN
     assert cost.runtime_minutes(3600) == 3 * 60  # 3x an hour
@@ -309,7 +309,7 @@ def paper_plan():
 
 @pytest.mark.parametrize("limit", [24 * 60, 18 * 60])
 def test_shards_follow_from_the_time_limit_and_each_attempt_fits(limit: int) -> None:
-    from blockcoupling import cost
+    from blockcoupling.pipeline import cost
 
     plan = paper_plan()
     sized = cost.sized_plan(plan, lambda model: ("gpu", limit), lambda model: cost.GPU)
@@ -342,7 +342,7 @@ def test_shards_follow_from_the_time_limit_and_each_attempt_fits(limit: int) -> 
 
 
 def test_a_job_that_no_shard_size_fits_is_refused_in_one_line() -> None:
-    from blockcoupling import cost
+    from blockcoupling.pipeline import cost
 
     plan = paper_plan()
     # 8 hours: llama-3-70b's shards fit, but one token prompt's own job (~136 min x 3 x 2) not

@@ -504,7 +504,8 @@ def test_stats_primary_declared_in_config_yaml_with_effects_and_one_line_errors(
     import yaml
     from snakemake.utils import validate
 
-    from blockcoupling import workflow as wf
+    from blockcoupling.pipeline.checks import check_config
+    from blockcoupling.pipeline.errors import ConfigError
 
     repo = Path(__file__).resolve().parents[1]
     schema = str(repo / "schemas" / "config.schema.yaml")
@@ -521,13 +522,13 @@ def test_stats_primary_declared_in_config_yaml_with_effects_and_one_line_errors(
     bad = copy.deepcopy(config)
     bad["stats"]["primary"] = {"emergence_trend": {"effect": 1, "source": "x"}}
     bad["stats"]["primary"]["coupling_is_great"] = {"effect": 1, "source": "x"}
-    with pytest.raises(wf.ConfigError, match=r"stats.primary .*'coupling_is_great'") as error:
-        wf.check_config(bad, repo)
+    with pytest.raises(ConfigError, match=r"stats.primary .*'coupling_is_great'") as error:
+        check_config(bad, repo)
     assert "\n" not in str(error.value)
     bad = copy.deepcopy(config)
     bad["stats"]["power_file"] = str(tmp_path / "none.csv")
-    with pytest.raises(wf.ConfigError, match=r"stats.power_file .*bench/power.py") as error:
-        wf.check_config(bad, repo)
+    with pytest.raises(ConfigError, match=r"stats.power_file .*bench/power.py") as error:
+        check_config(bad, repo)
     assert "\n" not in str(error.value)
     bad["stats"]["primary"] = ["fixed_size_excess_vs_bpb"]
     with pytest.raises(Exception, match="primary"):

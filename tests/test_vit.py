@@ -18,11 +18,13 @@ from safetensors.torch import load_file
 from snakemake.utils import validate
 
 from blockcoupling import vision_data
-from blockcoupling import workflow as wf
 from blockcoupling.jacobians import JacobianEngine
 from blockcoupling.measure import MeasureConfig, eager_attention, measure_inputs
 from blockcoupling.models import adapter_for, architecture_key, blocks_of
 from blockcoupling.options import PromptText
+from blockcoupling.pipeline.checks import check_config
+from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.plan import Plan
 from blockcoupling.vit import VisionTransformer, build_vit, drop_path, load_vit
 from blockcoupling.vit_config import ViTPlan, ViTRunConfig, grid_label, learning_rate
 from blockcoupling.vit_train import train_vit
@@ -79,10 +81,10 @@ def _config(name: str) -> dict:
     return yaml.safe_load((REPO / name).read_text())
 
 
-def _checked(config: dict) -> wf.Plan:
+def _checked(config: dict) -> Plan:
     config = copy.deepcopy(config)
     validate(config, SCHEMA)
-    return wf.check_config(config, REPO)
+    return check_config(config, REPO)
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "config/smoke.yaml", "config/paper.yaml"])
@@ -129,7 +131,7 @@ def test_default_grid_is_5_rates_by_4_seeds_at_one_decay_with_k_an_eighth_of_d()
 def test_bad_vit_configs_stop_with_one_line(change, message: str) -> None:
     config = _config("config.yaml")
     change(config["vit"])
-    with pytest.raises(wf.ConfigError, match=message) as error:
+    with pytest.raises(ConfigError, match=message) as error:
         _checked(config)
     assert "\n" not in str(error.value)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from blockcoupling.workflow import EXTRACTED
+from blockcoupling.pipeline.plan import EXTRACTED
 
 pytestmark = pytest.mark.slow
 

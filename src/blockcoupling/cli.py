@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
             "and shards), hours of the longest job, peak device memory against the model's "
             "gpu_mem_gb, output size, and the totals. Exits 1 when a GPU job does not fit "
             "(the workflow refuses such a config before any job). Rates: see "
-            "blockcoupling.cost (CPU calibrated on a 2-core machine; GPU assumed)."
+            "blockcoupling.pipeline.cost (CPU calibrated on a 2-core machine; GPU assumed)."
         ),
     )
     plan.add_argument("--configfile", type=Path, required=True, metavar="FILE", help="config")
@@ -179,7 +179,7 @@ def _workflow_dir(given: Path | None) -> Path:
 
 def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool = True) -> Any:
     """The workflow's ``Plan`` of a config file: schema defaults and every check applied."""
-    from blockcoupling.workflow import check_config, validate_config
+    from blockcoupling.pipeline.checks import check_config, validate_config
 
     folder = _workflow_dir(workflow_dir)
     try:
@@ -199,7 +199,7 @@ def check_slurm(plan: Any) -> str:
     """The Slurm checks of the slurm profile (``slurm.check_plan`` against sinfo's nodes, the
     ``BLOCKCOUPLING_SLURM_*`` settings); raises ``SlurmError`` naming the setting.
     """
-    from blockcoupling import slurm
+    from blockcoupling.pipeline import slurm
 
     settings = slurm.SlurmSettings.from_env()
     try:
@@ -218,7 +218,7 @@ def check_config_file(
     """Validate a config file as the workflow does; return a one-paragraph summary and a line
     per warning (K above d/8).
     """
-    from blockcoupling.workflow import k_warnings
+    from blockcoupling.pipeline.checks import k_warnings
 
     plan = load_plan(file, workflow_dir)
     jobs = sum(
@@ -247,7 +247,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     """The cost table of a config's extract/evaluate jobs, and whether every GPU job fits."""
     from dataclasses import replace
 
-    from blockcoupling import cost
+    from blockcoupling.pipeline import cost
 
     if args.gpu_tflops is not None and not 0 < args.gpu_tflops < float("inf"):
         raise ValueError(
@@ -271,7 +271,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         )
     limit = None
     if args.time_limit:
-        from blockcoupling.slurm import minutes
+        from blockcoupling.pipeline.slurm import minutes
 
         try:
             limit = minutes(args.time_limit)

@@ -5,7 +5,8 @@ text (``config["report_models"]``), resolved from the checked plan.
 
 from __future__ import annotations
 
-from blockcoupling.workflow import RANDOM, ModelEntry, Plan
+from blockcoupling.pipeline.entries import RANDOM, ModelEntry
+from blockcoupling.pipeline.plan import Plan
 
 
 def _names(names: list[str]) -> str:

@@ -36,6 +36,7 @@ from blockcoupling.figures.trajectories import (
 )
 from blockcoupling.figures.vit import vit_coupling_vs_accuracy, vit_coupling_vs_sd
 from blockcoupling.io import read_netcdf
+from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.selection import Selection
 from blockcoupling.stats.core import select
 
@@ -61,84 +62,7 @@ __all__ = [
     "vit_coupling_vs_sd",
 ]
 
-# The figures: name -> (report category, input file, options it takes, statistics tables its
-# titles read). A literal, so the workflow reads it without importing matplotlib
-# (workflow.figure_registry); a rule per entry calls `render`. A figure is made when its input
-# file is one of the config's outputs; a statistics table it reads is an input when the config
-# produces it (else the titles say there is no row). Adding one: its function (named as the
-# figure, taking (data, path) or an adapter in `render`), a line here, and its caption
-# report/<name>.rst.
-FIGURES = {
-    "coupling_vs_score": (
-        "cross-model",
-        "results/stats/summary.csv",
-        (),
-        ("results/stats/correlations.csv",),
-    ),
-    "hyperparameter_correlations": (
-        "cross-model",
-        "results/stats/correlations.csv",
-        (),
-        (),
-    ),
-    "depth_heatmaps": ("cross-model", "results/combined/coupling.nc", ("selection",), ()),
-    "token_heatmaps": (
-        "cross-model",
-        "results/combined/tokens.nc",
-        ("selection", "token_model"),
-        (),
-    ),
-    "lss_expodistance": ("cross-model", "results/combined/trajectories.nc", (), ()),
-    "pca_trajectories": (
-        "cross-model",
-        "results/combined/trajectories.nc",
-        ("token_model",),
-        (),
-    ),
-    "singular_value_spectra": (
-        "cross-model",
-        "results/combined/spectra.nc",
-        ("token_model",),
-        (),
-    ),
-    "k_sweep_curve": ("cross-model", "results/stats/k_sweep.csv", (), ()),
-    "coupling_vs_step": (
-        "training emergence",
-        "results/stats/checkpoint_table.csv",
-        (),
-        (),
-    ),
-    "depth_heatmaps_over_training": (
-        "training emergence",
-        "results/combined/checkpoints/coupling.nc",
-        ("selection",),
-        (),
-    ),
-    "trajectory_metrics_vs_step": (
-        "training emergence",
-        "results/stats/checkpoint_points.csv",
-        (),
-        (),
-    ),
-    "coupling_vs_validation_loss": (
-        "training emergence",
-        "results/stats/checkpoint_points.csv",
-        (),
-        ("results/stats/checkpoint_correlations.csv",),
-    ),
-    "vit_coupling_vs_sd": (
-        "ViT sweep",
-        "results/stats/vit_coupling_vs_sd.csv",
-        (),
-        ("results/stats/vit_sd_trend.csv",),
-    ),
-    "vit_coupling_vs_accuracy": (
-        "ViT sweep",
-        "results/stats/vit_models.csv",
-        (),
-        ("results/stats/vit_coupling_vs_accuracy.csv",),
-    ),
-}
+# The figures (name -> category, input, options, tables): pipeline.figure_registry.FIGURES.
 # The keyword under which each figure function takes the statistics table its titles read.
 TABLE_KEYWORDS = {
     "coupling_vs_score": "correlations",

