@@ -55,10 +55,10 @@ dry=$("${run[@]}" -n --quiet rules)
 planned=$(echo "$dry" | awk '$1 == "total" {n = $2} END {print n}')
 # Slurm jobs: local rules (all, vit_data, the fetch stage) run here; with BLOCKCOUPLING_SLURM_BATCH
 # the short CPU jobs go in batches of the profile's group width (slurm.slurm_jobs); + 1: the retry
-width=$("$python" -c 'from blockcoupling.slurm import SlurmSettings; print(SlurmSettings.from_env().group_width())')
+width=$("$python" -c 'from blockcoupling.pipeline.slurm import SlurmSettings; print(SlurmSettings.from_env().group_width())')
 expected=$(echo "$dry" | "$python" -c '
 import sys
-from blockcoupling.slurm import slurm_jobs
+from blockcoupling.pipeline.slurm import slurm_jobs
 local = {"all", "vit_data", "fetch", "fetch_model", "fetch_checkpoint", "fetch_dataset", "total"}
 rows = [line.split() for line in sys.stdin]
 counts = {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[1].isdigit()}

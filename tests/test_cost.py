@@ -10,8 +10,9 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from blockcoupling import cli, cost
+from blockcoupling import cli
 from blockcoupling.options import MeasureConfig, SVDOptions
+from blockcoupling.pipeline import cost
 from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.errors import ConfigError
 

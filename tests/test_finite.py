@@ -20,6 +20,7 @@ from blockcoupling.evaluate import evaluate
 from blockcoupling.finite import require_finite, scores_defined
 from blockcoupling.io import write_netcdf
 from blockcoupling.measure import MeasureConfig, measure
+from blockcoupling.metrics import MetricConfig
 from blockcoupling.train import train_tokenizer
 
 TEXT = "Now is the winter of our discontent\nMade glorious summer by this sun of York;\n"
@@ -81,7 +82,7 @@ def _metrics_job(tmp_path: Path, depth: xr.Dataset, tokens: xr.Dataset) -> Simpl
     return SimpleNamespace(
         input=SimpleNamespace(depth=str(tmp_path / "depth.nc"), tokens=str(tmp_path / "tokens.nc")),
         output=output,
-        params=SimpleNamespace(metrics={"ks": [2]}),
+        params=SimpleNamespace(metrics=MetricConfig(ks=(2,))),
         wildcards=SimpleNamespace(model="tiny-llama", step="final"),
         log=[],
         rule="metrics",

@@ -15,6 +15,7 @@ from snakemake.utils import validate
 
 from blockcoupling import cli
 from blockcoupling.hub_names import HubNameError, check_repo_id, check_revision, contained
+from blockcoupling.metrics import MetricConfig
 from blockcoupling.models import ModelSourceError, parse_source, resolve
 from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.errors import ConfigError
@@ -385,7 +386,7 @@ def test_the_metrics_rule_names_a_zero_block_not_nan_weights(tmp_path: Path) -> 
         rule="metrics",
         input=types.SimpleNamespace(depth=tmp_path / "depth.nc", tokens=tmp_path / "tokens.nc"),
         output=types.SimpleNamespace(depth=tmp_path / "o.nc", tokens=tmp_path / "t.nc"),
-        params=types.SimpleNamespace(metrics={"ks": [2, 4]}),
+        params=types.SimpleNamespace(metrics=MetricConfig(ks=(2, 4))),
         wildcards=types.SimpleNamespace(model="zeroed", step="final"),
     )
     with pytest.raises(SystemExit):
