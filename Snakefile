@@ -6,7 +6,7 @@ import sys
 
 from snakemake.utils import min_version
 
-from blockcoupling.report_text import report_models
+from blockcoupling.pipeline.report_text import report_models
 from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
 

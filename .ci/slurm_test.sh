@@ -95,7 +95,7 @@ done
 grep -q "JobId=$cancelled .*JobState=CANCELLED" "$work/jobcomp.log" \
     || fail "job $cancelled is not CANCELLED in the jobcomp log"
 grep -q "Trying to restart job" "$work/run.log" || fail "Snakemake did not resubmit the cancelled job"
-# Slurm's own line, or the job's (blockcoupling.runner) where its script had started
+# Slurm's own line, or the job's (blockcoupling.runtime.runner) where its script had started
 grep -rqsE "JOB $cancelled ON .* CANCELLED|CANCELLED \(SIGTERM to Slurm job $cancelled" \
     "$slurm_run/.snakemake/slurm_logs" || fail "the cancelled job's Slurm log does not say CANCELLED"
 say "every job went through sbatch: $((expected - 1)) submissions completed + job $cancelled cancelled and resubmitted"

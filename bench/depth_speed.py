@@ -77,13 +77,13 @@ import torch
 import transformers
 from torch import nn
 
-from blockcoupling import measure as measure_module
-from blockcoupling.formulas import READINGS, VARIANTS, normaliser
-from blockcoupling.jacobians import JacobianEngine
-from blockcoupling.measure import MeasureConfig, PromptText, measure_inputs
-from blockcoupling.metrics import MetricConfig, coupling_dataset
-from blockcoupling.models import blocks_of, load_model, parse_source
-from blockcoupling.spectral import SVDOptions
+from blockcoupling.coupling.formulas import READINGS, VARIANTS, normaliser
+from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
+from blockcoupling.jacobians import extract as measure_module
+from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs
+from blockcoupling.jacobians.spectral import SVDOptions
+from blockcoupling.lm.models import blocks_of, load_model, parse_source
 
 METHODS = ("authors", "dense", "topk")
 LABELS = {"authors": "(a)", "dense": "(b)", "topk": "(c)"}

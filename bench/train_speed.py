@@ -16,9 +16,9 @@ import torch
 import yaml
 from transformers import GPTNeoXForCausalLM
 
+from blockcoupling.lm.schedule import TrainConfig
+from blockcoupling.lm.train import make_optimizer, model_config, run_settings
 from blockcoupling.pipeline.grids import expand_grids
-from blockcoupling.schedule import TrainConfig
-from blockcoupling.train import make_optimizer, model_config, run_settings
 
 
 class _VocabOnly:

@@ -13,10 +13,10 @@ from blockcoupling.pipeline.entries import RANDOM
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
-from blockcoupling.vit_config import science_extract as vit_science_extract
-from blockcoupling import isa
+from blockcoupling.vit.config import science_extract as vit_science_extract
+from blockcoupling.runtime import isa
 from blockcoupling.pipeline import cost
-from blockcoupling.hub import (
+from blockcoupling.lm.hub import (
     HubSettings,
     hub_revisions,
     incomplete,
@@ -24,7 +24,7 @@ from blockcoupling.hub import (
     predecessor,
     revision_of,
 )
-from blockcoupling.models import is_local_gguf
+from blockcoupling.lm.models import is_local_gguf
 from blockcoupling.pipeline.slurm import (
     GROUPED_JOB_MEM_MB,
     Request,
@@ -98,7 +98,7 @@ HUB_REVISIONS = {(r.repo, r.revision): r for r in hub_revisions(PLAN.models)}
 os.environ.update(HUB.job_env())
 
 # Every job's math libraries on one code path (AVX2), so that any x86-64 machine gives the same
-# numbers (blockcoupling.isa; the runner refuses a job without them).
+# numbers (blockcoupling.runtime.isa; the runner refuses a job without them).
 try:
     os.environ.update(isa.job_env())
 except isa.ISAError as error:

@@ -14,8 +14,8 @@
 # revisions are extracted at once; a failed job stops its lane (--keep-going runs the others);
 # asking for one checkpoint's results runs its lane's earlier revisions first; the bound holds
 # per run (two runs sharing a cache each keep their own), and --notemp keeps every revision.
-from blockcoupling.lockfile import LockError, stale
-from blockcoupling.prompts import SOURCES as PROMPT_SOURCES
+from blockcoupling.lm.lockfile import LockError, stale
+from blockcoupling.lm.prompts import SOURCES as PROMPT_SOURCES
 
 
 localrules:

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from blockcoupling.models import assemble_package_file
-from blockcoupling.runner import run_script
+from blockcoupling.lm.models import assemble_package_file
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

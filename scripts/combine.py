@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from blockcoupling.combine import combine
-from blockcoupling.finite import CHANGED, require_finite, statistic_inputs
-from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.runner import run_script
+from blockcoupling.coupling.finite import CHANGED, require_finite, statistic_inputs
+from blockcoupling.files.combine import combine
+from blockcoupling.files.io import read_netcdf, write_netcdf
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

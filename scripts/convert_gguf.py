@@ -3,8 +3,8 @@ safetensors, tokenizer.json), which the model's jobs read instead of parsing the
 
 from pathlib import Path
 
-from blockcoupling.models import convert_gguf, parse_source
-from blockcoupling.runner import run_script
+from blockcoupling.lm.models import convert_gguf, parse_source
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

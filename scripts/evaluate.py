@@ -2,12 +2,12 @@
 
 from pathlib import Path
 
-from blockcoupling import prompts
-from blockcoupling.evaluate import evaluate
-from blockcoupling.finite import require_finite, scores_defined
-from blockcoupling.io import provenance, write_netcdf
-from blockcoupling.models import load_for_job
-from blockcoupling.runner import run_script
+from blockcoupling.coupling.finite import require_finite, scores_defined
+from blockcoupling.files.io import provenance, write_netcdf
+from blockcoupling.lm import prompts
+from blockcoupling.lm.evaluate import evaluate
+from blockcoupling.lm.models import load_for_job
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

@@ -4,11 +4,11 @@ job: the first prompts, writing tokens.nc only)."""
 
 from dataclasses import asdict, replace
 
-from blockcoupling import prompts
-from blockcoupling.io import provenance, write_netcdf
-from blockcoupling.measure import MeasureConfig, measure
-from blockcoupling.models import load_for_job
-from blockcoupling.runner import run_script
+from blockcoupling.files.io import provenance, write_netcdf
+from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.lm import prompts
+from blockcoupling.lm.models import load_for_job
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

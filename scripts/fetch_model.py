@@ -2,11 +2,11 @@
 holds one) into the hub cache (local rules: online, where Snakemake runs); its manifest, and
 the commit fetched recorded in the lock file."""
 
-from blockcoupling import hub, lockfile
+from blockcoupling.lm import hub, lockfile
 
 hub.go_online()  # before huggingface_hub is imported: compute jobs alone are offline
 
-from blockcoupling.runner import run_script  # noqa: E402
+from blockcoupling.runtime.runner import run_script  # noqa: E402
 
 
 def main(sm):

@@ -1,7 +1,7 @@
 """Rules figure_<name>: one figure (PNG + PDF) from a combined dataset or a stats table."""
 
 from blockcoupling import figures
-from blockcoupling.runner import run_script
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

@@ -1,8 +1,8 @@
 """Rule heldout_text: the held-out validation plays (the text every model's bits per byte uses)."""
 
-from blockcoupling.evaluate import heldout_text
-from blockcoupling.io import write_text
-from blockcoupling.runner import run_script
+from blockcoupling.files.io import write_text
+from blockcoupling.lm.evaluate import heldout_text
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

@@ -1,8 +1,8 @@
 """Rule merge_shards: one model's prompt shards merged into the files one job would write."""
 
-from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.measure_datasets import merge_shards
-from blockcoupling.runner import run_script
+from blockcoupling.files.io import read_netcdf, write_netcdf
+from blockcoupling.jacobians.datasets import merge_shards
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

@@ -1,9 +1,9 @@
 """Rule metrics: m_K for the configured K list, readings and norms, from stored statistics."""
 
-from blockcoupling.finite import SUMMARIES, require_finite, require_rank
-from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.metrics import coupling_dataset, token_coupling_dataset
-from blockcoupling.runner import run_script
+from blockcoupling.coupling.finite import SUMMARIES, require_finite, require_rank
+from blockcoupling.coupling.metrics import coupling_dataset, token_coupling_dataset
+from blockcoupling.files.io import read_netcdf, write_netcdf
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

@@ -4,9 +4,9 @@ asks; beside it the set's provenance (the dataset commits fetched, or the file's
 
 import json
 
-from blockcoupling import prompts
-from blockcoupling.io import write_text
-from blockcoupling.runner import run_script
+from blockcoupling.files.io import write_text
+from blockcoupling.lm import prompts
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

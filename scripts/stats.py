@@ -5,10 +5,10 @@ stats_summary's)."""
 
 import pandas as pd
 
-from blockcoupling.io import read_netcdf
-from blockcoupling.runner import run_script
-from blockcoupling.selection import POINT
+from blockcoupling.files.io import read_netcdf
+from blockcoupling.runtime.runner import run_script
 from blockcoupling.stats import calibration, core, crossmodel, fixed_size, tokens
+from blockcoupling.stats.selection import POINT
 
 
 def main(sm):

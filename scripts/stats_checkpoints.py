@@ -3,10 +3,10 @@
 curve. No number here depends on stats.n_boot (the intervals and the emergence tests are rule
 stats_emergence's)."""
 
-from blockcoupling.io import read_netcdf
-from blockcoupling.runner import run_script
-from blockcoupling.selection import POINT
+from blockcoupling.files.io import read_netcdf
+from blockcoupling.runtime.runner import run_script
 from blockcoupling.stats import checkpoints, core
+from blockcoupling.stats.selection import POINT
 
 
 def main(sm):

@@ -4,8 +4,8 @@ markdown rendering (with the raw coupling of each model beside its chance level 
 
 import pandas as pd
 
-from blockcoupling.io import git_commit, write_text
-from blockcoupling.runner import run_script
+from blockcoupling.files.io import git_commit, write_text
+from blockcoupling.runtime.runner import run_script
 from blockcoupling.stats import calibration, claims, core, inference
 
 

@@ -4,8 +4,8 @@ trend): the checkpoint outputs that stats.n_boot changes."""
 
 import pandas as pd
 
-from blockcoupling.io import read_netcdf
-from blockcoupling.runner import run_script
+from blockcoupling.files.io import read_netcdf
+from blockcoupling.runtime.runner import run_script
 from blockcoupling.stats import checkpoints, core
 
 

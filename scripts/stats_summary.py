@@ -2,8 +2,8 @@
 over prompts (summary.csv, model_coupling.nc): the only cross-model outputs that stats.n_boot
 changes."""
 
-from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.runner import run_script
+from blockcoupling.files.io import read_netcdf, write_netcdf
+from blockcoupling.runtime.runner import run_script
 from blockcoupling.stats import core, crossmodel
 
 

@@ -8,9 +8,9 @@ could no longer tell which to trust. Each copy is recorded in the results manife
 import shutil
 from pathlib import Path
 
-from blockcoupling import manifest
-from blockcoupling.runner import run_script
-from blockcoupling.train import TrainConfig, train, work_dir
+from blockcoupling.files import manifest
+from blockcoupling.lm.train import TrainConfig, train, work_dir
+from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):

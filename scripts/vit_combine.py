@@ -4,9 +4,9 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from blockcoupling.io import provenance, read_netcdf, write_netcdf
-from blockcoupling.runner import run_script
-from blockcoupling.vit_results import grid_dataset
+from blockcoupling.files.io import provenance, read_netcdf, write_netcdf
+from blockcoupling.runtime.runner import run_script
+from blockcoupling.vit.results import grid_dataset
 
 
 def main(sm):

@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
-from blockcoupling import manifest, vision_data
-from blockcoupling.runner import run_script
+from blockcoupling.files import manifest
+from blockcoupling.runtime.runner import run_script
+from blockcoupling.vit import data as vision_data
 
 
 def main(sm):

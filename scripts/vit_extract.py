@@ -2,14 +2,14 @@
 
 import torch
 
-from blockcoupling.io import provenance, write_netcdf
-from blockcoupling.measure import measure_inputs
-from blockcoupling.models import resolve_device
-from blockcoupling.options import PromptText
-from blockcoupling.runner import run_script
-from blockcoupling.vision_data import read_prepared
-from blockcoupling.vit import load_vit
-from blockcoupling.vit_config import ViTRunConfig, measure_config
+from blockcoupling.files.io import provenance, write_netcdf
+from blockcoupling.jacobians.extract import measure_inputs
+from blockcoupling.jacobians.options import PromptText
+from blockcoupling.lm.models import resolve_device
+from blockcoupling.runtime.runner import run_script
+from blockcoupling.vit.config import ViTRunConfig, measure_config
+from blockcoupling.vit.data import read_prepared
+from blockcoupling.vit.model import load_vit
 
 
 def main(sm):

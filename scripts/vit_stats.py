@@ -2,8 +2,8 @@
 accuracy at a fixed rate, and the sweep's designed tests (tidy CSVs under
 results/stats/vit_*.csv)."""
 
-from blockcoupling.io import read_netcdf
-from blockcoupling.runner import run_script
+from blockcoupling.files.io import read_netcdf
+from blockcoupling.runtime.runner import run_script
 from blockcoupling.stats import core, vit
 
 

@@ -5,11 +5,11 @@ history (not hard links: damage to one would be damage to both).
 import shutil
 from pathlib import Path
 
-from blockcoupling.models import resolve_device
-from blockcoupling.runner import run_script
-from blockcoupling.vision_data import read_prepared
-from blockcoupling.vit_config import ViTRunConfig
-from blockcoupling.vit_train import train_vit, work_dir
+from blockcoupling.lm.models import resolve_device
+from blockcoupling.runtime.runner import run_script
+from blockcoupling.vit.config import ViTRunConfig
+from blockcoupling.vit.data import read_prepared
+from blockcoupling.vit.train import train_vit, work_dir
 
 
 def main(sm):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from blockcoupling import isa
+from blockcoupling.runtime import isa
 
 isa.pin()  # the jobs' code path (AVX2) before torch loads: tests run what the jobs run
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from blockcoupling import spectral
-from blockcoupling.jacobians import JacobianEngine
+from blockcoupling.jacobians import spectral
+from blockcoupling.jacobians.engine import JacobianEngine
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "depth_speed.py"
 

@@ -13,11 +13,12 @@ import torch
 from scipy.stats import ortho_group
 from tiny_models import ARCHITECTURES, CharTokenizer
 
-from blockcoupling import coupling, measures
-from blockcoupling.measure import MeasureConfig, measure
-from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
-from blockcoupling.null import spectrum_null
-from blockcoupling.selection import Bootstrap, Selection
+from blockcoupling.coupling import registry as measures
+from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
+from blockcoupling.coupling.null import spectrum_null
+from blockcoupling.jacobians import statistics as coupling
+from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 REPO = Path(__file__).resolve().parents[1]
 SPECTRA = {
@@ -200,7 +201,7 @@ def test_every_registered_measure_is_documented() -> None:
 
 
 def test_the_calibration_table_summarises_the_combined_measures(tiny) -> None:
-    from blockcoupling.combine import combine
+    from blockcoupling.files.combine import combine
     from blockcoupling.stats.calibration import calibration_markdown, calibration_table
 
     _, ds, _ = tiny
@@ -224,7 +225,7 @@ def test_the_calibration_table_summarises_the_combined_measures(tiny) -> None:
 
 
 def test_the_model_table_carries_the_calibrated_measures_with_their_nulls(tiny) -> None:
-    from blockcoupling.combine import combine
+    from blockcoupling.files.combine import combine
     from blockcoupling.stats import crossmodel
 
     _, ds, _ = tiny

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from blockcoupling.cf import CONVENTIONS, attributes, check_files, label
-from blockcoupling.io import read_netcdf, write_netcdf
-from blockcoupling.measures import MEASURES
+from blockcoupling.coupling.registry import MEASURES
+from blockcoupling.files.cf import CONVENTIONS, attributes, check_files, label
+from blockcoupling.files.io import read_netcdf, write_netcdf
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blockcoupling import vision_data
+from blockcoupling.vit import data as vision_data
 
 
 class _Planted:

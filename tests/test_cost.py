@@ -11,7 +11,7 @@ import yaml
 from snakemake.utils import validate
 
 from blockcoupling import cli
-from blockcoupling.options import MeasureConfig, SVDOptions
+from blockcoupling.jacobians.options import MeasureConfig, SVDOptions
 from blockcoupling.pipeline import cost
 from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.errors import ConfigError

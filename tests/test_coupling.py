@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from blockcoupling import coupling, formulas
-from blockcoupling.spectral import svd
+from blockcoupling.coupling import formulas
+from blockcoupling.jacobians import statistics as coupling
+from blockcoupling.jacobians.spectral import svd
 
 READINGS, VARIANTS, NORMS = formulas.READINGS, formulas.VARIANTS, formulas.NORMS
 

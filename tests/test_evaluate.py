@@ -12,15 +12,15 @@ import torch
 from tokenizers.processors import TemplateProcessing
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from blockcoupling import corpus
-from blockcoupling.evaluate import (
+from blockcoupling.lm import corpus
+from blockcoupling.lm.evaluate import (
     bits_per_byte,
     choice_loglikelihoods,
     evaluate,
     heldout_text,
     multiple_choice_accuracy,
 )
-from blockcoupling.train import train_tokenizer
+from blockcoupling.lm.train import train_tokenizer
 
 TEXT = "Now is the winter of our discontent\nMade glorious summer by this sun of York;\n"
 CTX = 64

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_run
 
-from blockcoupling import hub
+from blockcoupling.lm import hub
 from blockcoupling.pipeline.entries import ModelEntry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_dataset_patterns_follow_the_card() -> None:
 
 
 def test_a_missing_revision_fails_in_one_line_naming_it(tmp_path: Path) -> None:
-    from blockcoupling.models import load_for_job
+    from blockcoupling.lm.models import load_for_job
 
     spec = {
         "name": "neox-steps",

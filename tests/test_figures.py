@@ -17,8 +17,8 @@ from matplotlib.collections import PathCollection
 from blockcoupling import figures
 from blockcoupling.figures import common
 from blockcoupling.figures import crossmodel as figure_crossmodel
-from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats import checkpoints, core, crossmodel
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 SEL = Selection(k=10)
 TOKENS, LAYERS, PROMPTS, RANKS = 5, 4, 3, 6

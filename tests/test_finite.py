@@ -16,12 +16,12 @@ import xarray as xr
 from tiny_models import ARCHITECTURES, CharTokenizer
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from blockcoupling.evaluate import evaluate
-from blockcoupling.finite import require_finite, scores_defined
-from blockcoupling.io import write_netcdf
-from blockcoupling.measure import MeasureConfig, measure
-from blockcoupling.metrics import MetricConfig
-from blockcoupling.train import train_tokenizer
+from blockcoupling.coupling.finite import require_finite, scores_defined
+from blockcoupling.coupling.metrics import MetricConfig
+from blockcoupling.files.io import write_netcdf
+from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.lm.evaluate import evaluate
+from blockcoupling.lm.train import train_tokenizer
 
 TEXT = "Now is the winter of our discontent\nMade glorious summer by this sun of York;\n"
 ITEMS = [{"text": "Now is the", "choices": [" winter", " summer"], "answer": 0}]

@@ -14,9 +14,9 @@ import yaml
 from snakemake.utils import validate
 
 from blockcoupling import cli
-from blockcoupling.hub_names import HubNameError, check_repo_id, check_revision, contained
-from blockcoupling.metrics import MetricConfig
-from blockcoupling.models import ModelSourceError, parse_source, resolve
+from blockcoupling.coupling.metrics import MetricConfig
+from blockcoupling.lm.hub_names import HubNameError, check_repo_id, check_revision, contained
+from blockcoupling.lm.models import ModelSourceError, parse_source, resolve
 from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.errors import ConfigError
 
@@ -181,7 +181,7 @@ def test_every_load_passes_trust_remote_code_false(
 ) -> None:
     import transformers
 
-    from blockcoupling import models
+    from blockcoupling.lm import models
 
     folder = save_tiny_folder(tmp_path / "m")
     seen: list[tuple[str, object]] = []
@@ -201,7 +201,7 @@ def test_every_load_passes_trust_remote_code_false(
 
 
 def test_an_emptied_fetched_folder_says_fetch_it_again(tmp_path: Path) -> None:
-    from blockcoupling import hub, models
+    from blockcoupling.lm import hub, models
 
     folder = tmp_path / "hub_cache" / "models" / "org" / "x" / "main"
     folder.mkdir(parents=True)
@@ -370,9 +370,9 @@ def test_the_metrics_rule_names_a_zero_block_not_nan_weights(tmp_path: Path) -> 
     import runpy
     import types
 
-    from blockcoupling import io
-    from blockcoupling.measure import MeasureConfig, measure
-    from blockcoupling.models import load_model
+    from blockcoupling.files import io
+    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.lm.models import load_model
 
     folder = zeroed_tiny(tmp_path / "m", (1,))
     model, tokenizer = load_model(parse_source({"path": str(folder)}))
@@ -401,7 +401,7 @@ def test_require_rank_agrees_with_numpys_rank() -> None:
     import numpy as np
     import xarray as xr
 
-    from blockcoupling.finite import require_rank
+    from blockcoupling.coupling.finite import require_rank
 
     rng = np.random.default_rng(0)
     d, k = 12, 5
@@ -427,7 +427,7 @@ def _run_combine(tmp_path: Path, name: str, datasets: dict[str, object]) -> Path
     import runpy
     import types
 
-    from blockcoupling import io
+    from blockcoupling.files import io
 
     paths = {}
     for model, dataset in datasets.items():
@@ -519,8 +519,8 @@ def test_a_full_disk_under_netcdf_says_disk_full_not_permission_denied(full_disk
     import numpy as np
     import xarray as xr
 
-    from blockcoupling import io
-    from blockcoupling.runner import reason
+    from blockcoupling.files import io
+    from blockcoupling.runtime.runner import reason
 
     target = full_disk / "coupling.nc"
     with pytest.raises(OSError) as error:
@@ -540,8 +540,8 @@ def test_the_tiny_gguf_is_byte_identical_and_loads_as_its_conversion(tmp_path: P
 
     import torch
 
-    from blockcoupling import manifest
-    from blockcoupling.models import convert_gguf, load_model
+    from blockcoupling.files import manifest
+    from blockcoupling.lm.models import convert_gguf, load_model
     from blockcoupling_tinygguf import D_MODEL, N_LAYERS, assemble
 
     first, second = assemble(tmp_path / "a.gguf"), assemble(tmp_path / "b.gguf")

@@ -1,4 +1,4 @@
-"""The instruction-set pin (blockcoupling.isa): its checks, and that pinned training and
+"""The instruction-set pin (blockcoupling.runtime.isa): its checks, and that pinned training and
 extraction give bit-identical numbers when the libraries are told the CPU stops at AVX2, while
 unpinned ones do not (bench/isa_pin.py runs them in fresh processes)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from blockcoupling import isa
+from blockcoupling.runtime import isa
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "isa_pin.py"
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")

@@ -9,9 +9,9 @@ import pytest
 import xarray as xr
 from tiny_models import ARCHITECTURES, CharTokenizer
 
-from blockcoupling.measure import MeasureConfig, measure
-from blockcoupling.measure_datasets import merge_shards
-from blockcoupling.options import PromptText
+from blockcoupling.jacobians.datasets import merge_shards
+from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.options import PromptText
 
 PROMPTS = [PromptText(f"q{i}", "test", text) for i, text in enumerate(["hello", "abc", "lemon"])]
 CONFIG = MeasureConfig(k_max=3, token_layers=(-1,), token_prompts=2, jacobian_prompts=1)

@@ -8,9 +8,9 @@ import pytest
 import torch
 from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, IMAGE_SIZE, float64_exact
 
-from blockcoupling.capture import record_calls, residual_function
-from blockcoupling.jacobians import JacobianEngine, Request
-from blockcoupling.models import ADAPTERS, blocks_of
+from blockcoupling.jacobians.capture import record_calls, residual_function
+from blockcoupling.jacobians.engine import JacobianEngine, Request
+from blockcoupling.lm.models import ADAPTERS, blocks_of
 
 N_TOKENS = 6
 IDS = torch.tensor([[5, 17, 3, 42, 8, 29]])
@@ -210,7 +210,7 @@ def test_recording_with_a_kv_cache_would_be_wrong() -> None:
 def test_a_cache_in_recorded_kwargs_is_refused() -> None:
     from transformers.cache_utils import DynamicCache
 
-    from blockcoupling.capture import _check_no_cache
+    from blockcoupling.jacobians.capture import _check_no_cache
 
     with pytest.raises(RuntimeError, match="use_cache=False"):
         _check_no_cache({"past_key_values": DynamicCache()})
@@ -238,7 +238,7 @@ def test_half_precision_model_is_differentiated_in_float32() -> None:
 
 
 def test_non_finite_jacobian_names_layer_and_tokens() -> None:
-    from blockcoupling.jacobians import NonFiniteJacobianError
+    from blockcoupling.jacobians.engine import NonFiniteJacobianError
 
     model = ARCHITECTURES["gpt2"]()
     with torch.no_grad():
@@ -278,7 +278,7 @@ def test_diagonal_falls_back_when_the_cached_call_disagrees() -> None:
 def test_input_token_jacobians_equal_output_token_ones_and_the_fallback() -> None:
     """J_{t1 t} for every output token t from one JVP batch at t1 equals the VJP path's blocks
     (zero for t < t1: causality), and the double-backward fallback gives the same columns."""
-    from blockcoupling.jacobians import _products_by_double_backward
+    from blockcoupling.jacobians.engine import _products_by_double_backward
 
     with float64_exact():
         model = ARCHITECTURES["llama"]()
@@ -320,7 +320,7 @@ def test_blocks_that_torch_func_refuses_fall_back_to_autograd_loops() -> None:
     """A token-mixing block whose nonlinearity is a custom autograd.Function: the VJP loop and the
     double-backward JVPs equal the vmapped paths on the same block built from torch.tanh, and
     each fallback is reported once per batch."""
-    from blockcoupling.jacobians import input_token_jacobians, output_token_jacobians
+    from blockcoupling.jacobians.engine import input_token_jacobians, output_token_jacobians
 
     generator = torch.Generator().manual_seed(0)
     mixing = torch.randn(N_TOKENS, N_TOKENS, generator=generator, dtype=torch.float64).tril()
@@ -357,7 +357,7 @@ def test_blocks_that_torch_func_refuses_fall_back_to_autograd_loops() -> None:
 def test_auto_chunk_bounds_memory_everywhere_and_cache_traffic_on_cpu() -> None:
     """GPU batches are as large as 1 GiB of activations allows (all d when they fit); CPU
     batches keep one (token, d) gradient under 4 MiB, but never below max(64, d / 8)."""
-    from blockcoupling.options import AUTO_CHUNK_BYTES, AUTO_CHUNK_CPU_BYTES, auto_chunk
+    from blockcoupling.jacobians.options import AUTO_CHUNK_BYTES, AUTO_CHUNK_CPU_BYTES, auto_chunk
 
     assert auto_chunk(26, 576) == 576
     assert auto_chunk(64, 4096) == AUTO_CHUNK_BYTES // (8 * 64 * 4096 * 4) == 128
@@ -383,7 +383,7 @@ def test_a_block_call_copies_only_its_own_cache_entry() -> None:
     no layer index (a block with none or several) the whole cache is copied."""
     from transformers import DynamicCache
 
-    from blockcoupling.capture import _snapshot, own_layer
+    from blockcoupling.jacobians.capture import _snapshot, own_layer
 
     model = ARCHITECTURES["llama"]()
     with torch.no_grad():

@@ -21,8 +21,9 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from blockcoupling import cli, io, manifest
-from blockcoupling.runner import run_script
+from blockcoupling import cli
+from blockcoupling.files import io, manifest
+from blockcoupling.runtime.runner import run_script
 
 
 def _job(outputs: list[Path]) -> None:
@@ -113,7 +114,7 @@ def test_files_outside_a_results_folder_are_not_recorded(tmp_path: Path) -> None
 def test_a_killed_writers_temp_file_is_removed_at_the_next_write(tmp_path: Path) -> None:
     target = tmp_path / "tokens.nc"
     code = (
-        "import sys, time; from blockcoupling.io import atomic_write\n"
+        "import sys, time; from blockcoupling.files.io import atomic_write\n"
         "def write(temp):\n"
         "    open(temp, 'wb').write(b'half'); print('writing', flush=True); time.sleep(60)\n"
         "atomic_write(sys.argv[1], write)\n"

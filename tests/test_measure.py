@@ -11,12 +11,14 @@ import transformers
 import xarray as xr
 from tiny_models import ARCHITECTURES, VOCAB, CharTokenizer
 
-from blockcoupling import coupling, formulas, trajectories
-from blockcoupling.capture import record_calls, states
-from blockcoupling.jacobians import JacobianEngine
-from blockcoupling.measure import MeasureConfig, measure
-from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
-from blockcoupling.models import ADAPTERS, UnknownArchitectureError, blocks_of
+from blockcoupling.coupling import formulas
+from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
+from blockcoupling.jacobians import statistics as coupling
+from blockcoupling.jacobians import trajectories
+from blockcoupling.jacobians.capture import record_calls, states
+from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.lm.models import ADAPTERS, UnknownArchitectureError, blocks_of
 
 PROMPTS = ["hello", "abc"]  # 5 and 3 tokens: the second is NaN-padded
 K_MAX = 6
@@ -534,7 +536,7 @@ def test_attention_is_restored_after_an_error() -> None:
 def test_merged_prompt_shards_equal_one_job_over_every_prompt(model) -> None:
     """Shards of 2, 2 and 1 prompts (token families on the first 3 prompts, spectra on the first
     one) merge into exactly the datasets of one job: values, padding, coords and attrs."""
-    from blockcoupling.measure_datasets import merge_shards
+    from blockcoupling.jacobians.datasets import merge_shards
 
     texts = ["hello", "abc", "fourteen", "xy", "abcdefg"]
     config = MeasureConfig(k_max=3, token_layers=(-1,), token_prompts=3, spectra_prompts=1)

@@ -1,5 +1,5 @@
-"""The measure registry (blockcoupling.measures) is the single source of every per-pair measure:
-a measure added there reaches the metrics, the ViT grid dataset, the statistics' lists, the
+"""The measure registry (blockcoupling.coupling.registry) is the single source of every per-pair
+measure: a measure added there reaches the metrics, the ViT grid dataset, the statistics' lists, the
 designed tests' ids, the figures' rows and labels, and the NetCDF long names, with no other
 edit; the docs and the report's captions name every registered measure."""
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from blockcoupling import measures
+from blockcoupling.coupling import registry as measures
 from blockcoupling.figures import FIGURES
 from blockcoupling.figures import common as figure_common
 from blockcoupling.stats import calibration, core, fixed_size
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 PROBE = """
 import json, math, sys
 import xarray as xr
-from blockcoupling import measures
+from blockcoupling.coupling import registry as measures
 
 def chance(s):
     return math.exp(math.lgamma(s.d / 2) - math.lgamma((s.d + 1) / 2)) / math.sqrt(math.pi)
@@ -33,9 +33,11 @@ measures.MEASURES = (*measures.MEASURES, measures.Measure(
     label="top-1 cosine", short_label="cos", caption="top-1 cosine", tabulated=True,
     key="top1_cos"))
 
-from blockcoupling import cf, metrics, vit_results
+from blockcoupling.files import cf
+from blockcoupling.coupling import metrics
+from blockcoupling.vit import results as vit_results
 from blockcoupling.figures import common
-from blockcoupling.measure import MeasureConfig, measure
+from blockcoupling.jacobians.extract import MeasureConfig, measure
 from blockcoupling.stats import calibration, core, fixed_size, hypotheses
 sys.path.insert(0, sys.argv[1])
 from tiny_models import ARCHITECTURES, CharTokenizer

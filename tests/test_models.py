@@ -10,8 +10,8 @@ import torch
 import transformers
 from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, VOCAB
 
-from blockcoupling.jacobians import JacobianEngine
-from blockcoupling.models import (
+from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.lm.models import (
     ADAPTERS,
     LoadOptions,
     ModelSource,
@@ -132,7 +132,7 @@ def test_a_converted_gguf_loads_as_the_gguf_does(tmp_path: Path) -> None:
     """convert_gguf's folder gives the GGUF's weights bit for bit, its tokenization, and the same
     seeded random-init twin; the job reads it through the spec's ``converted`` key, with the
     GGUF named in the provenance attrs."""
-    from blockcoupling.models import convert_gguf, is_local_gguf, load_for_job, load_random_twin
+    from blockcoupling.lm.models import convert_gguf, is_local_gguf, load_for_job, load_random_twin
 
     assert is_local_gguf(SMOLLM2) and is_local_gguf({"package": "x", "assemble": True})
     assert not is_local_gguf({"path": str(tmp_path)}) and not is_local_gguf({"hub": "a/b"})
@@ -224,7 +224,7 @@ def test_load_options(saved_folder: Path) -> None:
 
 def test_4bit_loading_gets_the_quantization_knob() -> None:
     """The BitsAndBytesConfig the loader passes (bitsandbytes may not run here: the object)."""
-    from blockcoupling.models import QUANT_4BIT_DEFAULTS, _quantization_config
+    from blockcoupling.lm.models import QUANT_4BIT_DEFAULTS, _quantization_config
 
     default = _quantization_config(LoadOptions(quantization="4bit"))
     assert default.load_in_4bit and not default.load_in_8bit
@@ -309,7 +309,7 @@ def test_random_twin(dtype: torch.dtype) -> None:
 def test_a_twin_is_built_in_its_storage_dtype_and_spread_with_device_map(tmp_path: Path) -> None:
     """load_random_twin reads only the config; bfloat16 twins are created in bfloat16 (no float32
     copy); device_map='auto' builds the same weights and dispatches them (here all to the CPU)."""
-    from blockcoupling.models import load_random_twin
+    from blockcoupling.lm.models import load_random_twin
 
     ARCHITECTURES["llama"](dtype=torch.float32).save_pretrained(tmp_path)
     source = parse_source({"path": str(tmp_path)})

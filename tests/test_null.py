@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from blockcoupling import coupling, formulas, null
+from blockcoupling.coupling import formulas, null
+from blockcoupling.jacobians import statistics as coupling
 
 
 def test_fast_path_equals_the_explicit_null_matrices() -> None:

@@ -92,7 +92,7 @@ def test_measure_errors_name_the_cli_flag(tiny: Path, failing: Callable[..., str
 
 RULE_ON_A_FULL_DISK = """
 import logging, types
-from blockcoupling.runner import run_script
+from blockcoupling.runtime.runner import run_script
 sm = types.SimpleNamespace(log=["/dev/full"], threads=1, rule="extract", output=["out.nc"])
 def main(sm):
     for i in range(50):
@@ -175,8 +175,8 @@ def test_a_rule_meeting_a_non_finite_jacobian_fails_in_one_line(tmp_path: Path) 
     """The runner treats it as a user error (one line, exit 1), not a bug (a traceback)."""
     script = f"""
 import types
-from blockcoupling.jacobians import NonFiniteJacobianError
-from blockcoupling.runner import run_script
+from blockcoupling.jacobians.engine import NonFiniteJacobianError
+from blockcoupling.runtime.runner import run_script
 sm = types.SimpleNamespace(log=[{str(tmp_path / "extract.log")!r}], threads=1, rule="extract",
                            output=[])
 def main(sm):
@@ -192,7 +192,7 @@ run_script(sm, main)
 
 RULE_CANCELLED = """
 import logging, sys, time, types
-from blockcoupling.runner import run_script
+from blockcoupling.runtime.runner import run_script
 sm = types.SimpleNamespace(log=[sys.argv[1]], threads=1, rule="metrics", output=["out.nc"])
 def main(sm):
     logging.info("started")

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from blockcoupling.overrides import coerce_overrides
 from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.overrides import coerce_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schemas" / "config.schema.yaml"

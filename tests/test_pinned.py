@@ -15,7 +15,7 @@ import pytest
 import yaml
 from hub_server import ARC, CONFIG, LocalHub, build, commit_of
 
-from blockcoupling import hub, lockfile
+from blockcoupling.lm import hub, lockfile
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,9 @@ def online_env(server: LocalHub, home: Path) -> dict[str, str]:
 
 FETCH = """
 import json, sys
-from blockcoupling import hub, lockfile, prompts
+from blockcoupling.lm import hub
+from blockcoupling.lm import lockfile
+from blockcoupling.lm import prompts
 repo, cache, revision, lock = sys.argv[1:5]
 settings = hub.HubSettings(cache_dir=cache)
 target = settings.dataset_folder(repo, revision)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from blockcoupling.coupling import mis_coupling
-from blockcoupling.null import spectrum_null
+from blockcoupling.coupling.null import spectrum_null
+from blockcoupling.jacobians.statistics import mis_coupling
 
 D = 64
 

@@ -27,9 +27,11 @@ import numpy as np
 import pytest
 import torch
 
-from blockcoupling import coupling, formulas, models
-from blockcoupling.jacobians import JacobianEngine
-from blockcoupling.spectral import svd
+from blockcoupling.coupling import formulas
+from blockcoupling.jacobians import statistics as coupling
+from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.spectral import svd
+from blockcoupling.lm import models
 
 pytestmark = [
     pytest.mark.slow,

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from blockcoupling.pipeline.checks import check_config, validate_config
-from blockcoupling.report_text import report_models
+from blockcoupling.pipeline.report_text import report_models
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from blockcoupling.coupling import bases, cross_stats
-from blockcoupling.formulas import mis_coupling_from_stats
-from blockcoupling.options import SVDOptions
-from blockcoupling.spectral import randomized_top_k, svd, top_k
+from blockcoupling.coupling.formulas import mis_coupling_from_stats
+from blockcoupling.jacobians.options import SVDOptions
+from blockcoupling.jacobians.spectral import randomized_top_k, svd, top_k
+from blockcoupling.jacobians.statistics import bases, cross_stats
 
 TOPK = SVDOptions(method="topk", dense_up_to=0)
 
@@ -32,7 +32,7 @@ def no_dense_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(jac: torch.Tensor) -> None:
         raise AssertionError("fell back to the dense SVD")
 
-    monkeypatch.setattr("blockcoupling.spectral.svd", refuse)
+    monkeypatch.setattr("blockcoupling.jacobians.spectral.svd", refuse)
 
 
 def test_top_k_matches_the_dense_svd_on_a_slowly_decaying_spectrum(

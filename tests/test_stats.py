@@ -9,9 +9,9 @@ import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
 
-from blockcoupling import io
-from blockcoupling.selection import Bootstrap, Selection
+from blockcoupling.files import io
 from blockcoupling.stats import checkpoints, core, crossmodel
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 Z95 = 1.959963984540054  # standard normal 97.5% quantile
 

@@ -9,7 +9,6 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
-from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats import (
     checkpoints,
     claims,
@@ -21,6 +20,7 @@ from blockcoupling.stats import (
     vit,
 )
 from blockcoupling.stats.hypotheses import HYPOTHESES
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 
 def clustered(rng: np.random.Generator, slope: float, groups: int = 8, per: int = 4):

@@ -17,9 +17,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from blockcoupling import corpus, manifest
-from blockcoupling.schedule import TrainConfig, checkpoint_schedule
-from blockcoupling.train import (
+from blockcoupling.files import manifest
+from blockcoupling.lm import corpus
+from blockcoupling.lm.schedule import TrainConfig, checkpoint_schedule
+from blockcoupling.lm.train import (
     _generator,
     _passages,
     _texts,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from blockcoupling.trajectories import (
+from blockcoupling.jacobians.trajectories import (
     expodistance,
     line_shape_score,
     pca_projection,

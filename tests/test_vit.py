@@ -17,17 +17,17 @@ import yaml
 from safetensors.torch import load_file
 from snakemake.utils import validate
 
-from blockcoupling import vision_data
-from blockcoupling.jacobians import JacobianEngine
-from blockcoupling.measure import MeasureConfig, eager_attention, measure_inputs
-from blockcoupling.models import adapter_for, architecture_key, blocks_of
-from blockcoupling.options import PromptText
+from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.extract import MeasureConfig, eager_attention, measure_inputs
+from blockcoupling.jacobians.options import PromptText
+from blockcoupling.lm.models import adapter_for, architecture_key, blocks_of
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.plan import Plan
-from blockcoupling.vit import VisionTransformer, build_vit, drop_path, load_vit
-from blockcoupling.vit_config import ViTPlan, ViTRunConfig, grid_label, learning_rate
-from blockcoupling.vit_train import train_vit
+from blockcoupling.vit import data as vision_data
+from blockcoupling.vit.config import ViTPlan, ViTRunConfig, grid_label, learning_rate
+from blockcoupling.vit.model import VisionTransformer, build_vit, drop_path, load_vit
+from blockcoupling.vit.train import train_vit
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
@@ -398,8 +398,12 @@ def test_schema_defaults_equal_the_library_defaults() -> None:
 def test_grid_dataset_stacks_coupling_and_accuracy(vit64) -> None:
     import pandas as pd
 
-    from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
-    from blockcoupling.vit_results import grid_dataset
+    from blockcoupling.coupling.metrics import (
+        MetricConfig,
+        coupling_dataset,
+        token_coupling_dataset,
+    )
+    from blockcoupling.vit.results import grid_dataset
 
     model, x = vit64
     items = [PromptText("test00000", "3", ""), PromptText("test00001", "4", "")]
@@ -468,7 +472,7 @@ def test_published_vit_weights_are_recorded_copies(tmp_path: Path) -> None:
     import runpy
     from types import SimpleNamespace
 
-    from blockcoupling import manifest
+    from blockcoupling.files import manifest
 
     data = vision_data.write_prepared(vision_data.digits(0), tmp_path / "digits.npz")
     folder = tmp_path / "results" / "vit" / "train" / "x"

@@ -12,8 +12,8 @@ import xarray as xr
 from scipy import stats as sps
 
 from blockcoupling import figures
-from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats import core, vit
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 SD, WD, SEEDS, IMAGES = [0.0, 0.1, 0.3], [0.0, 0.05], [0, 1, 2], 5
 SEL = Selection(k=4)

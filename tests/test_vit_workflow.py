@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from blockcoupling.io import read_netcdf
+from blockcoupling.files.io import read_netcdf
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def test_every_vit_output_is_made(done: Path) -> None:
 
 
 def test_every_vit_netcdf_has_cf_labels_and_provenance(done: Path) -> None:
-    from blockcoupling.cf import check_files
+    from blockcoupling.files.cf import check_files
 
     files, checked, problems = check_files(done / "results" / "vit")
     assert files >= 9 and not problems, problems[:10]

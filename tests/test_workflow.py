@@ -157,7 +157,7 @@ def test_every_documented_output_is_a_target(done: Path) -> None:
 
 
 def test_every_netcdf_has_cf_labels_and_provenance(done: Path) -> None:
-    from blockcoupling.cf import check_files
+    from blockcoupling.files.cf import check_files
 
     files, checked, problems = check_files(done / "results")
     assert files >= 20 and checked > 500 and not problems, problems[:10]
@@ -259,7 +259,7 @@ def _imported_at_run_time(script: str) -> set[str]:
     """The package modules a script imports, found by importing it (run_script disabled): an
     independent check of the AST-derived hashes."""
     code = (
-        "import runpy, sys, blockcoupling.runner as r\n"
+        "import runpy, sys, blockcoupling.runtime.runner as r\n"
         "r.run_script = lambda *a: None\n"
         f"runpy.run_path({str(REPO / 'scripts' / f'{script}.py')!r}, "
         "init_globals={'snakemake': None})\n"
@@ -410,7 +410,7 @@ def test_prompt_shards_merge_into_the_same_files_and_a_killed_shard_reruns_alone
     files equal the one-job files of the finished run, and the temporary shards are gone."""
     import xarray as xr
 
-    from blockcoupling.io import read_netcdf
+    from blockcoupling.files.io import read_netcdf
 
     def shard(config: dict, folder: Path) -> None:
         config["extract"]["prompts_per_shard"] = 1

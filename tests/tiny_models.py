@@ -77,7 +77,7 @@ mixtral = _tiny(
     **DECODER,
     num_local_experts=4,
     num_experts_per_tok=2,
-    experts_implementation="eager",  # as blockcoupling.models loads them
+    experts_implementation="eager",  # as blockcoupling.lm.models loads them
 )
 qwen2 = _tiny(hf.Qwen2ForCausalLM, **DECODER)
 qwen3 = _tiny(hf.Qwen3ForCausalLM, **DECODER, head_dim=4)

@@ -153,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def render_claims(results: Path, readme: Path) -> str:
     """Write ``results``/stats/claims.md into ``readme`` between the claims markers."""
-    from blockcoupling.io import write_text
+    from blockcoupling.files.io import write_text
     from blockcoupling.stats.claims import render_readme
 
     source = results / "stats" / "claims.md"
@@ -336,15 +336,15 @@ def _check_measure_flags(args: argparse.Namespace) -> None:
 def measure_source(args: argparse.Namespace) -> str:
     """Load the model (or its twin), measure the prompts, return the summary table."""
     _check_measure_flags(args)
-    from blockcoupling import isa
+    from blockcoupling.runtime import isa
 
     isa.pin()  # the workflow jobs' code path (AVX2), set before torch loads
     import torch
 
-    from blockcoupling.finite import require_rank
-    from blockcoupling.measure import MeasureConfig, measure
-    from blockcoupling.metrics import MetricConfig, coupling_dataset
-    from blockcoupling.models import (
+    from blockcoupling.coupling.finite import require_rank
+    from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
+    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.lm.models import (
         LoadOptions,
         load_model,
         load_random_twin,
@@ -399,7 +399,7 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
     """Fetch one model revision into ``folder`` (a revision folder of the hub cache) and write
     its manifest where the fetch rules keep it; returns a one-line summary.
     """
-    from blockcoupling import hub
+    from blockcoupling.lm import hub
 
     parts = folder.parts
     kinds = {"models": "model", "checkpoints": "checkpoint"}
@@ -421,7 +421,7 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
 
 def verify_results(folder: Path) -> int:
     """Print each problem of ``folder`` (see ``manifest.verify``) and a summary; 1 if any."""
-    from blockcoupling import manifest
+    from blockcoupling.files import manifest
 
     problems = manifest.verify(folder)
     for line in problems:

@@ -35,10 +35,10 @@ from blockcoupling.figures.trajectories import (
     singular_value_spectra,
 )
 from blockcoupling.figures.vit import vit_coupling_vs_accuracy, vit_coupling_vs_sd
-from blockcoupling.io import read_netcdf
+from blockcoupling.files.io import read_netcdf
 from blockcoupling.pipeline.figure_registry import FIGURES
-from blockcoupling.selection import Selection
 from blockcoupling.stats.core import select
+from blockcoupling.stats.selection import Selection
 
 __all__ = [
     "FIGURES",

@@ -17,7 +17,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from blockcoupling import measures as measures_registry
+from blockcoupling.coupling import registry as measures_registry
 
 matplotlib.use("Agg")
 

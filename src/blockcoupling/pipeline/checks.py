@@ -9,14 +9,14 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.models import LoadOptions
-from blockcoupling.options import RUN_ONLY_KEYS, MeasureConfig
+from blockcoupling.jacobians.options import RUN_ONLY_KEYS, MeasureConfig
+from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.entries import ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
 from blockcoupling.pipeline.plan import Plan
-from blockcoupling.selection import Selection
-from blockcoupling.vit_config import ViTPlan
+from blockcoupling.stats.selection import Selection
+from blockcoupling.vit.config import ViTPlan
 
 
 def resource_path(path: str, basedir: str | Path) -> str:
@@ -45,7 +45,7 @@ def _check_source(name: str, entry: ModelEntry) -> None:
     """A local source's package or path exists; a hub source's id and the revision of every
     step are ones the hub accepts (they become folders of the hub cache).
     """
-    from blockcoupling.models import ModelSourceError, check_local_source, parse_source
+    from blockcoupling.lm.models import ModelSourceError, check_local_source, parse_source
 
     if entry.is_trained_here:
         return
@@ -119,7 +119,7 @@ def validate_config(
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
-    from blockcoupling.overrides import coerce_overrides
+    from blockcoupling.pipeline.overrides import coerce_overrides
 
     if overrides:
         coerce_overrides(config, overrides, yaml.safe_load(Path(schema).read_text("utf-8")))
@@ -147,7 +147,7 @@ def check_config(
     (``cost.check_fits``) exceeds its model's ``gpu_mem_gb``. Raises ``ConfigError`` with one
     line naming the key and the fix.
     """
-    from blockcoupling.metrics import MetricConfig
+    from blockcoupling.coupling.metrics import MetricConfig
 
     config = expand_grids(dict(config))
     if config.get("model_table"):
@@ -381,7 +381,7 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
     sampled here, so a bad file stops before any job; a hub set holds at most n_per_source per
     source).
     """
-    from blockcoupling import prompts
+    from blockcoupling.lm import prompts
 
     name = config["extract"]["prompt_set"]
     n, seed = config["prompts"]["n_per_source"], config["prompts"]["seed"]

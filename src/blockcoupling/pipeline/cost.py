@@ -27,7 +27,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from blockcoupling.options import AUTO_CHUNK_FLOATS, MeasureConfig, auto_chunk, runs_on_gpu
+from blockcoupling.jacobians.options import (
+    AUTO_CHUNK_FLOATS,
+    MeasureConfig,
+    auto_chunk,
+    runs_on_gpu,
+)
 
 GB = 1e9
 BYTES_PER_PARAM = {

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.combine import META_FIELDS
-from blockcoupling.models import LoadOptions
+from blockcoupling.files.combine import META_FIELDS
+from blockcoupling.lm.models import LoadOptions
+from blockcoupling.lm.schedule import TrainConfig
 from blockcoupling.pipeline.errors import ConfigError
-from blockcoupling.schedule import TrainConfig
 
 FINAL, RANDOM = "final", "random"
 

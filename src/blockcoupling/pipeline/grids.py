@@ -7,9 +7,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from blockcoupling.lm.schedule import TrainConfig
 from blockcoupling.pipeline.entries import train_config
 from blockcoupling.pipeline.errors import ConfigError
-from blockcoupling.schedule import TrainConfig
 
 GRID_ABBREVIATIONS = {
     "n_layers": "L",

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from blockcoupling.options import MeasureConfig, runs_on_gpu
+from blockcoupling.jacobians.options import MeasureConfig, runs_on_gpu
 from blockcoupling.pipeline.entries import ModelEntry, train_config
-from blockcoupling.selection import Bootstrap, Selection
-from blockcoupling.vit_config import ViTPlan
+from blockcoupling.stats.selection import Bootstrap, Selection
+from blockcoupling.vit.config import ViTPlan
 
 if TYPE_CHECKING:  # the metrics module loads xarray: the DAG needs only the checked object
-    from blockcoupling.metrics import MetricConfig
+    from blockcoupling.coupling.metrics import MetricConfig
 
 COMBINE_SOURCES = {
     "coupling": "results/metrics/{model}/{step}/coupling.nc",

@@ -478,7 +478,7 @@ def job_needs(plan: Any, rule: str, model: str, threads: int) -> tuple[str, Need
     ViT sweep) of a ``workflow.Plan``: GPU memory only where the job runs on a GPU
     (``Plan.on_gpu``, ``options.runs_on_gpu``), at least 1 GB there (one GPU).
     """
-    from blockcoupling.options import runs_on_gpu
+    from blockcoupling.jacobians.options import runs_on_gpu
 
     if model == "vit":
         name, resources = f"vit ({rule})", {}

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from blockcoupling import measures
-from blockcoupling.selection import Selection
+from blockcoupling.coupling import registry as measures
 from blockcoupling.stats.core import select
+from blockcoupling.stats.selection import Selection
 
 # The tabulated measures (raw first), each followed by its chance level where a variable holds it.
 MEANS = tuple(

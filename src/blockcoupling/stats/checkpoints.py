@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats.core import (
     CALIBRATED,
     METHODS,
@@ -31,6 +30,7 @@ from blockcoupling.stats.inference import (
     run_level_test,
     test_row,
 )
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 EMERGENCE_FAMILY = "emergence"
 

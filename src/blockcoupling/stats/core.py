@@ -17,8 +17,8 @@ import xarray as xr
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from blockcoupling import measures
-from blockcoupling.io import atomic_write
+from blockcoupling.coupling import registry as measures
+from blockcoupling.files.io import atomic_write
 
 MIN_N_CORRELATION = 4
 MIN_BOOTSTRAP = 5  # fewer resampling units: no bootstrap interval

@@ -16,7 +16,6 @@ import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
 
-from blockcoupling.selection import Bootstrap, Selection
 from blockcoupling.stats.core import (
     CALIBRATED,
     METHODS,
@@ -33,6 +32,7 @@ from blockcoupling.stats.core import (
     select,
 )
 from blockcoupling.stats.inference import analysis_row, analysis_table
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 SUBSETS = ("all", "base", "pretrained")
 SCORE_NAMES = {"score": "score", "bits_per_byte": "neg_bits_per_byte", "mc_accuracy": "mc_accuracy"}

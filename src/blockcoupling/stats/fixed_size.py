@@ -17,8 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from blockcoupling import measures
-from blockcoupling.selection import Selection
+from blockcoupling.coupling import registry as measures
 from blockcoupling.stats.core import correlate, select
 from blockcoupling.stats.inference import (
     analysis_row,
@@ -27,6 +26,7 @@ from blockcoupling.stats.inference import (
     run_level_test,
     test_row,
 )
+from blockcoupling.stats.selection import Selection
 
 FAMILY = "fixed_size"
 HELD_OUT_SOURCE = "shakespeare"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 
-from blockcoupling import measures
+from blockcoupling.coupling import registry as measures
 
 
 def _ids() -> tuple[str, ...]:

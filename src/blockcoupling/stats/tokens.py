@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from blockcoupling.selection import Selection
 from blockcoupling.stats.core import select
 from blockcoupling.stats.fixed_size import FAMILY
 from blockcoupling.stats.inference import analysis_row, analysis_table, run_level_test, test_row
+from blockcoupling.stats.selection import Selection
 
 FAMILIES = {"self": ("self",), "context": ("fixed_in", "fixed_out")}
 

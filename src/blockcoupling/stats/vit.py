@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from blockcoupling import measures
-from blockcoupling.selection import Bootstrap, Selection
+from blockcoupling.coupling import registry as measures
 from blockcoupling.stats.core import (
     CALIBRATED,
     METHODS,
@@ -32,6 +31,7 @@ from blockcoupling.stats.inference import (
     analysis_row,
     analysis_table,
 )
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 # --------------------------------------------------------------------------- ViT sweep
 VIT_NOTE_HOLM = "p_holm: Holm-adjusted over the {n} per-rate tests of this method"

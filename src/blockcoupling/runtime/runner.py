@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from blockcoupling import isa, manifest
+from blockcoupling.files import manifest
+from blockcoupling.runtime import isa
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockcoupling import hub
-from blockcoupling.hub_names import HubNameError, check_repo_id, check_revision, contained
-from blockcoupling.progress import on_terminal
+from blockcoupling.lm import hub
+from blockcoupling.lm.hub_names import HubNameError, check_repo_id, check_revision, contained
+from blockcoupling.runtime.progress import on_terminal
 
 if TYPE_CHECKING:  # torch is imported where weights are touched: parsing sources stays light
     import torch
@@ -97,7 +97,7 @@ def adapter_for(model: nn.Module) -> Adapter:
         raise UnknownArchitectureError(
             f"unknown architecture {model_type!r} ({type(model).__name__}); "
             f"supported: {supported}. "
-            f"To add it, add one line to blockcoupling.models.ADAPTERS, e.g. "
+            f"To add it, add one line to blockcoupling.lm.models.ADAPTERS, e.g. "
             f"{model_type!r}: Adapter('layers'), "
             "with the path of its block list below model.base_model"
         )

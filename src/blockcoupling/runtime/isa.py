@@ -80,7 +80,7 @@ def pin() -> None:
     """
     env = job_env()
     if any(os.environ.get(k) != v for k, v in env.items()) and "torch" in sys.modules:
-        raise ISAError("torch was imported before blockcoupling.isa.pin(): pin first")
+        raise ISAError("torch was imported before blockcoupling.runtime.isa.pin(): pin first")
     os.environ.update(env)
 
 

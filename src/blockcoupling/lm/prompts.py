@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blockcoupling import corpus, hub
-from blockcoupling.io import write_text
+from blockcoupling.files.io import write_text
+from blockcoupling.lm import corpus, hub
 
 
 @dataclass(frozen=True)

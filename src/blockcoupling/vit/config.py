@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from blockcoupling.options import MeasureConfig
+from blockcoupling.jacobians.options import MeasureConfig
 
 # dataset -> (channels, image side in pixels, classes)
 DATASETS: dict[str, tuple[int, int, int]] = {"digits": (1, 8, 10), "cifar10": (3, 32, 10)}

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-from blockcoupling.vit_config import ViTRunConfig
+from blockcoupling.vit.config import ViTRunConfig
 
 
 def drop_path(x: torch.Tensor, rate: float, training: bool) -> torch.Tensor:

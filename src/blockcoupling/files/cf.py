@@ -16,7 +16,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from blockcoupling.measures import MEASURES
+from blockcoupling.coupling.registry import MEASURES
 
 CONVENTIONS = "CF-1.11"
 DIMENSIONLESS = "1"
@@ -157,7 +157,8 @@ def label(dataset: xr.Dataset) -> xr.Dataset:
         found = attributes(str(name))
         if found is None:
             raise ValueError(
-                f"variable {name!r} has no long_name/units: add it to blockcoupling.cf.VARIABLES"
+                f"variable {name!r} has no long_name/units: add it to "
+                "blockcoupling.files.cf.VARIABLES"
             )
         variable.attrs.setdefault("long_name", found[0])
         variable.attrs.setdefault("units", found[1])
@@ -189,7 +190,7 @@ def check_files(root: str | Path) -> tuple[int, int, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m blockcoupling.cf RESULTS``: exit 1 naming every unlabelled variable."""
+    """``python -m blockcoupling.files.cf RESULTS``: exit 1 naming every unlabelled variable."""
     root = (argv if argv is not None else sys.argv[1:] or ["results"])[0]
     files, checked, problems = check_files(root)
     for problem in problems:

@@ -35,13 +35,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
-from blockcoupling import corpus
-from blockcoupling.determinism import deterministic
-from blockcoupling.io import atomic_write, permissions, write_text
-from blockcoupling.manifest import sha256
-from blockcoupling.progress import track
-from blockcoupling.schedule import TrainConfig
-from blockcoupling.workdir import keyed_work_dir
+from blockcoupling.files.io import atomic_write, permissions, write_text
+from blockcoupling.files.manifest import sha256
+from blockcoupling.lm import corpus
+from blockcoupling.lm.schedule import TrainConfig
+from blockcoupling.runtime.determinism import deterministic
+from blockcoupling.runtime.progress import track
+from blockcoupling.runtime.workdir import keyed_work_dir
 
 EOS = "<|endoftext|>"
 PAD = "<|padding|>"

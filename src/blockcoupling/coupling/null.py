@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blockcoupling.formulas import mis_coupling_from_stats
+from blockcoupling.coupling.formulas import mis_coupling_from_stats
 
 NULL_DRAWS = 128
 NULL_SEED = 0

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 import xarray as xr
 
-from blockcoupling import corpus
-from blockcoupling.progress import track
+from blockcoupling.lm import corpus
+from blockcoupling.runtime.progress import track
 
 Normalize = Literal["none", "bytes"]
 

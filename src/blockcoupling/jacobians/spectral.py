@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from blockcoupling.options import SVDOptions
+from blockcoupling.jacobians.options import SVDOptions
 
 __all__ = ["SVD", "SVDOptions", "randomized_top_k", "singular_values", "svd", "top_k"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blockcoupling.io import atomic_write
+from blockcoupling.files.io import atomic_write
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"

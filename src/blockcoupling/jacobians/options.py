@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from blockcoupling.formulas import VARIANTS, check_option
+from blockcoupling.coupling.formulas import VARIANTS, check_option
 
 SVD_METHODS = ("auto", "dense", "topk")
 AUTO_CHUNK_BYTES = 1 << 30  # activations of one vmapped batch of VJPs/JVPs when chunk_size is null

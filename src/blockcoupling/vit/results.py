@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from blockcoupling.measures import summary_variables
-from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
+from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
+from blockcoupling.coupling.registry import summary_variables
 
 Point = tuple[float, float, int]  # (drop-path rate, weight decay, seed)
 FAMILIES = ("self", "fixed_in", "fixed_out")

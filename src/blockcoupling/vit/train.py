@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from blockcoupling.determinism import deterministic
-from blockcoupling.io import atomic_write, write_text
-from blockcoupling.progress import track
-from blockcoupling.vision_data import Prepared
-from blockcoupling.vit import VisionTransformer, build_vit
-from blockcoupling.vit_config import ViTRunConfig, learning_rate
-from blockcoupling.workdir import keyed_work_dir
+from blockcoupling.files.io import atomic_write, write_text
+from blockcoupling.runtime.determinism import deterministic
+from blockcoupling.runtime.progress import track
+from blockcoupling.runtime.workdir import keyed_work_dir
+from blockcoupling.vit.config import ViTRunConfig, learning_rate
+from blockcoupling.vit.data import Prepared
+from blockcoupling.vit.model import VisionTransformer, build_vit
 
 HISTORY_COLUMNS = ("epoch", "lr", "train_loss", "test_loss", "test_accuracy", "elapsed_s")
 _ORDER, _AUGMENT, _MIXUP, _DROP_PATH, _INIT = range(5)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from blockcoupling.formulas import READINGS, VARIANTS, check_option, normaliser
-from blockcoupling.spectral import SVD, svd
+from blockcoupling.coupling.formulas import READINGS, VARIANTS, check_option, normaliser
+from blockcoupling.jacobians.spectral import SVD, svd
 
 
 def bases(factors: SVD, variant: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,7 @@ META_FIELDS = (
 TRAINED_INITS = {"final": "trained", "random": "random"}
 
 # The combined files keep every variable of their per-model files (the metrics hold exactly the
-# registered measures, blockcoupling.measures): nothing is dropped on the way.
+# registered measures, blockcoupling.coupling.registry): nothing is dropped on the way.
 NAMES = ("coupling", "tokens", "trajectories", "spectra", "evaluation")
 PER_MODEL_COORDS = ("n_tokens", "token_position")
 KEEP_ATTRS = (

@@ -20,10 +20,8 @@ import torch
 import xarray as xr
 from torch import nn
 
-from blockcoupling.capture import states
-from blockcoupling.coupling import bases, basis_corners, cross_stats, spectrum_sums
-from blockcoupling.jacobians import JacobianEngine
-from blockcoupling.measure_datasets import (
+from blockcoupling.jacobians.capture import states
+from blockcoupling.jacobians.datasets import (
     DepthResult,
     TokenResult,
     depth_dataset,
@@ -31,10 +29,12 @@ from blockcoupling.measure_datasets import (
     tokens_dataset,
     trajectory_dataset,
 )
-from blockcoupling.models import blocks_of
-from blockcoupling.options import MeasureConfig, PromptText
-from blockcoupling.progress import track
-from blockcoupling.spectral import SVD, singular_values, svd, top_k
+from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.options import MeasureConfig, PromptText
+from blockcoupling.jacobians.spectral import SVD, singular_values, svd, top_k
+from blockcoupling.jacobians.statistics import bases, basis_corners, cross_stats, spectrum_sums
+from blockcoupling.lm.models import blocks_of
+from blockcoupling.runtime.progress import track
 
 __all__ = ["MeasureConfig", "PromptText", "as_prompts", "measure", "measure_inputs"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import xarray as xr
 
-from blockcoupling.cf import label
+from blockcoupling.files.cf import label
 
 
 def git_commit() -> str:

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from blockcoupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
-from blockcoupling.measures import MEASURES, Measure, PairStats
-from blockcoupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
+from blockcoupling.coupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
+from blockcoupling.coupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
+from blockcoupling.coupling.registry import MEASURES, Measure, PairStats
 
 
 @dataclass(frozen=True)

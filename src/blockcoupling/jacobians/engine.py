@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from blockcoupling.capture import (
+from blockcoupling.jacobians.capture import (
     BlockCall,
     accepts_use_cache,
     compute_block,
@@ -23,8 +23,8 @@ from blockcoupling.capture import (
     record_token_calls,
     residual_function,
 )
-from blockcoupling.models import adapter_for
-from blockcoupling.options import auto_chunk
+from blockcoupling.jacobians.options import auto_chunk
+from blockcoupling.lm.models import adapter_for
 
 
 class NonFiniteJacobianError(FloatingPointError, ValueError):

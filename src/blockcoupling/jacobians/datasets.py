@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from blockcoupling import trajectories
-from blockcoupling.options import MeasureConfig, PromptText
+from blockcoupling.jacobians import trajectories
+from blockcoupling.jacobians.options import MeasureConfig, PromptText
 
 
 @dataclass

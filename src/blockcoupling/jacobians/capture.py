@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from blockcoupling.models import blocks_of
+from blockcoupling.lm.models import blocks_of
 
 
 @dataclass

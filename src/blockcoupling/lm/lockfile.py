@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.io import write_text
+from blockcoupling.files.io import write_text
 
 KINDS = {"dataset": "datasets", "model": "models", "checkpoint": "models"}
 HEADER = "commits of the hub revisions fetched (blockcoupling fetch rules); commit this file"
