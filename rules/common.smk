@@ -93,7 +93,7 @@ elif not workflow.is_main_process and os.environ.get(SHARD_SIZES):
 
 # The hub cache (rules/fetch.smk): every compute job, here or on a node, runs with the hub offline
 # (the variables pass to local jobs and through sbatch's environment); the fetch rules go online.
-HUB = HubSettings.from_config(config)
+HUB = PLAN.hub
 HUB_REVISIONS = {(r.repo, r.revision): r for r in hub_revisions(PLAN.models)}
 os.environ.update(HUB.job_env())
 

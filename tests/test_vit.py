@@ -453,7 +453,8 @@ def test_the_dag_side_of_the_sweep_needs_no_torch() -> None:
     import sys
 
     code = (
-        "import sys; from blockcoupling import vit_config, vision_data, vit_results; "
+        "import sys; import blockcoupling.vit.config, blockcoupling.vit.data; "
+        "import blockcoupling.vit.results; "
         "import blockcoupling.pipeline.checks; "
         "assert 'torch' not in sys.modules"
     )

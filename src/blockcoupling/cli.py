@@ -312,12 +312,12 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         f"{cost.DEFAULT_TOKENS})"
     )
     download, peak, revisions = cost.hub_volume(plan)
-    bound = (plan.config.get("hub") or {}).get("max_revisions")
+    bound = plan.hub.max_revisions
     hub = (
         f"hub: {download / cost.GB:,.0f} GB to download ({revisions} model revisions at "
         f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
-        f"(hub.max_revisions={bound if bound is not None else 'unset: every revision kept'}"
-        + ("; every revision fetched ahead)" if bound == "all" else ")")
+        f"(hub.max_revisions={bound if bound is not None else 'all'}"
+        + ("; every revision fetched ahead)" if bound is None else ")")
     )
     table = cost.plan_table(rows, gpu=gpu, limit=limit)
     return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)

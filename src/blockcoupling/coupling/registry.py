@@ -179,6 +179,13 @@ def tested() -> tuple[Measure, ...]:
     return (measure(PRIMARY), *rest, measure(RAW))
 
 
+def primary_first() -> tuple[Measure, ...]:
+    """The tabulated measures, the primary first, then raw first as in ``shown`` (the ViT
+    sweep's designed tests).
+    """
+    return (measure(PRIMARY), *(m for m in shown() if m.name != PRIMARY))
+
+
 def test_suffix(entry: Measure) -> str:
     """The suffix of ``entry``'s designed-test ids: none for the primary measure, else its key
     (``vit_sd_effect`` is the primary measure's test, ``vit_sd_effect_coupling`` raw coupling's).

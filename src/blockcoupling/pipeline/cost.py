@@ -301,8 +301,7 @@ def hub_volume(plan: Any) -> tuple[float, float, int]:
     needs no weights), with at most ``hub.max_revisions`` checkpoint revisions in the cache at
     once (absent or ``all``: all of them stay), plus the CIFAR-10 archive of the ViT sweep.
     """
-    bound = (plan.config.get("hub") or {}).get("max_revisions")
-    bound = None if bound == "all" else bound
+    bound = plan.hub.max_revisions
     total = kept = largest = 0.0
     revisions = checkpoints = 0
     for entry in plan.models.values():

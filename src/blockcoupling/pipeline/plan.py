@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import MeasureConfig, runs_on_gpu
+from blockcoupling.lm.hub import HubSettings
 from blockcoupling.pipeline.entries import ModelEntry, train_config
 from blockcoupling.stats.selection import Bootstrap, Selection
 from blockcoupling.vit.config import ViTPlan
@@ -61,6 +62,11 @@ class Plan:
     shard_sizes: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ what the rules read
+    @property
+    def hub(self) -> HubSettings:
+        """The checked ``hub:`` section (``max_revisions: all`` -> None: every revision ahead)."""
+        return HubSettings.from_config(self.config)
+
     def threads(self, section: str) -> int:
         """Threads of the jobs of ``section`` (extract: extraction and evaluation; train; vit)."""
         return int(self.config[section]["threads"])

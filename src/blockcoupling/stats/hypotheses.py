@@ -29,7 +29,7 @@ def _ids() -> tuple[str, ...]:
         )
     ]
     emergence.append("emergence_locality")
-    suffixes = [measures.test_suffix(m) for m in measures.tested()]
+    suffixes = [measures.test_suffix(m) for m in measures.primary_first()]
     vit = [f"vit_sd_effect{s}" for s in (*suffixes, "_accuracy")]
     vit += [f"vit_accuracy_within_rate{s}" for s in suffixes]
     extra = (

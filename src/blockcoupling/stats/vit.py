@@ -369,7 +369,7 @@ def vit_analyses(runs: pd.DataFrame, primary: Sequence[str] = (), ci: float = 0.
     secondary. A missing measure gives a row saying so.
     """
     rows = []
-    tested = {m.summary: measures.test_suffix(m) for m in measures.tested()}
+    tested = {m.summary: measures.test_suffix(m) for m in measures.primary_first()}
     for measure, suffix in {**tested, "test_accuracy": "_accuracy"}.items():
         if measure not in runs or runs[measure].isna().all():
             note = f"not measured: {measure} absent"

@@ -1,0 +1,80 @@
+"""The library's layout: one subpackage per concern, imports that run one way (each package imports
+only packages of lower layers), no module import cycle, and the DAG side free of torch."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "blockcoupling"
+# Lowest first: a package may import its own modules and those of lower layers only.
+LAYERS = (
+    ("coupling",),  # the measures from stored statistics: numpy and xarray only
+    ("files",),  # NetCDF, CF labels, combining, hashes
+    ("runtime", "stats"),  # how jobs run; the statistics
+    ("lm",),  # language models: sources, hub, prompts, training, evaluation
+    ("jacobians",),  # block Jacobians and their statistics
+    ("vit",),  # the ViT sweep
+    ("pipeline",),  # the workflow's side (the figure registry is plain data here)
+    ("figures",),
+    ("cli",),
+)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package: dotted name -> file."""
+    out = {}
+    for path in SOURCE.rglob("*.py"):
+        parts = path.relative_to(SOURCE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imported(path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that ``path`` imports (anywhere in it)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if name in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name in known}
+
+
+def package(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def test_every_package_imports_only_lower_layers_and_no_module_cycle() -> None:
+    known = modules()
+    layer = {name: i for i, names in enumerate(LAYERS) for name in names}
+    packages = {package(m) for m in known if m != "blockcoupling"}
+    assert packages == set(layer), f"packages without a layer: {packages ^ set(layer)}"
+    upward = []
+    graph = {}
+    for module, path in known.items():
+        targets = imported(path, known) - {module}
+        graph[module] = targets
+        for target in targets:
+            if (
+                package(target) != package(module)
+                and layer[package(target)] >= layer[package(module)]
+            ):
+                upward.append(f"{module} -> {target}")
+    assert not upward, upward
+    list(graphlib.TopologicalSorter(graph).static_order())  # CycleError names the cycle
+
+
+def test_the_dag_side_imports_no_torch() -> None:
+    code = (
+        "import sys; import blockcoupling.pipeline.checks, blockcoupling.pipeline.cost, "
+        "blockcoupling.pipeline.slurm, blockcoupling.pipeline.figure_registry, "
+        "blockcoupling.coupling.metrics, blockcoupling.files.combine, blockcoupling.stats.core; "
+        "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
