@@ -50,6 +50,7 @@ include: "rules/figures.smk"
 
 
 apply_job_defaults()  # every rule's memory and runtime, whatever the profile
+check_params()  # every param is one Snakemake compares: a changed one re-runs its rule
 
 # The report's opening text (report/workflow.rst) names every measured model: its template sees
 # only the config, so the list resolved from the plan joins it (a key the schema refuses as input).

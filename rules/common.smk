@@ -307,6 +307,26 @@ def small_job_runtime(wildcards, attempt):
     return min(DEFAULT_RUNTIME, limit or DEFAULT_RUNTIME)
 
 
+# The param types Snakemake compares to decide a re-run (any other is silently left out).
+COMPARED_PARAMS = (int, float, bool, str, complex, range, list, tuple, dict, set, frozenset)
+
+
+def check_params():
+    """Stop at parse time on a rule param that Snakemake would not compare (a typed object
+    that is neither a builtin container nor a subclass of one: changing it would re-run
+    nothing), or whose repr changes from run to run (an object address)."""
+    for each in workflow.rules:
+        for name, value in each.params.items():
+            if value is None or callable(value):
+                continue
+            if not isinstance(value, COMPARED_PARAMS) or " at 0x" in repr(value):
+                sys.exit(
+                    f"rules: param {name!r} of rule {each.name} is a {type(value).__name__}, "
+                    "which Snakemake does not compare, so changing it would re-run nothing: "
+                    "pass a builtin, a NamedTuple or a dict subclass with a stable repr"
+                )
+
+
 def apply_job_defaults():
     """Give every rule the workflow's own requests where neither the rule nor the user's
     --default-resources sets them (mem_mb, runtime: what the shipped profile asked before),

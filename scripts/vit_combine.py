@@ -1,7 +1,5 @@
 """Rule vit_combine: m_K of every grid point and its test accuracy -> results/vit/combined.nc."""
 
-from dataclasses import asdict
-
 import pandas as pd
 
 from blockcoupling.files.io import provenance, read_netcdf, write_netcdf
@@ -17,7 +15,7 @@ def main(sm):
         )
     }
     metric = sm.params.metrics  # the checked MetricConfig at the sweep's Ks
-    dataset = grid_dataset(parts, metric, provenance(asdict(metric)))
+    dataset = grid_dataset(parts, metric, provenance(metric._asdict()))
     write_netcdf(dataset, sm.output[0])
 
 

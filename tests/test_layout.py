@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,34 @@ def test_the_dag_side_imports_no_torch() -> None:
         "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_param_snakemake_would_not_compare_stops_the_dag(tmp_path: Path) -> None:
+    """Snakemake compares only builtin params (a typed object is silently left out, so
+    changing it would re-run nothing): the workflow refuses one when it parses."""
+    repo = SOURCE.parents[1]
+    for name in ("Snakefile", "rules", "schemas", "config", "report", "resources", "scripts"):
+        source = repo / name
+        copy = shutil.copytree if source.is_dir() else shutil.copy
+        copy(source, tmp_path / name)
+    rules = tmp_path / "rules" / "metrics.smk"
+    text = rules.read_text()
+    assert "metrics=PLAN.metric," in text
+    rules.write_text(text.replace("metrics=PLAN.metric,", "metrics=PLAN.measure,"))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--quiet",
+            "rules",
+            "--configfile",
+            "config/smoke.yaml",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode != 0
+    assert "param 'metrics' of rule metrics is a MeasureConfig" in run.stderr + run.stdout

@@ -7,8 +7,7 @@ Jacobians, and the analysis environment needs no torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -18,10 +17,7 @@ from blockcoupling.coupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
 from blockcoupling.coupling.registry import MEASURES, Measure, PairStats
 
 
-@dataclass(frozen=True)
-class MetricConfig:
-    """Which m_K values to compute from the statistics: the K list, readings, norms, p."""
-
+class _MetricFields(NamedTuple):
     ks: tuple[int, ...] = (10, 30, 50)
     readings: tuple[str, ...] = READINGS
     norms: tuple[str, ...] = NORMS
@@ -29,7 +25,18 @@ class MetricConfig:
     null_draws: int = NULL_DRAWS
     null_seed: int = NULL_SEED
 
-    def __post_init__(self) -> None:
+
+class MetricConfig(_MetricFields):
+    """Which m_K values to compute from the statistics: the K list, readings, norms, p, and
+    the null's draws and seed. Checked when built; a tuple, so that the metrics rule re-runs
+    when it changes (Snakemake compares only builtin params).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> MetricConfig:
+        """Built as a NamedTuple, then checked (one-line ValueError naming the key)."""
+        self = super().__new__(cls, *args, **kwargs)
         for reading in self.readings:
             check_option("reading", reading, READINGS)
         for norm in self.norms:
@@ -38,11 +45,16 @@ class MetricConfig:
             raise ValueError(f"metrics.ks must be a non-empty list of K >= 1, got {list(self.ks)}")
         if self.null_draws < 2:
             raise ValueError(f"metrics.null_draws must be at least 2, got {self.null_draws}")
+        return self
+
+    def at_ks(self, ks: tuple[int, ...]) -> MetricConfig:
+        """The same settings for another K list (checked)."""
+        return MetricConfig(**{**self._asdict(), "ks": tuple(ks)})
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> MetricConfig:
         """From the config's ``metrics`` section (schema defaults already filled in)."""
-        known = {f.name for f in fields(cls)}
+        known = set(cls._fields)
         unknown = sorted(set(section) - known)
         if unknown:
             raise ValueError(

@@ -74,7 +74,7 @@ class Plan:
     @property
     def vit_metric(self) -> MetricConfig:
         """The metrics section at the ViT sweep's K list (``vit.ks``)."""
-        return replace(self.metric, ks=tuple(self.config["vit"]["ks"]))
+        return self.metric.at_ks(tuple(self.config["vit"]["ks"]))
 
     @property
     def score(self) -> str:

@@ -1,50 +1,66 @@
 """What the statistics and figures read from a coupling dataset, in one type each: one K,
 reading, variant and norm (``Selection``), and the intervals' settings (``Bootstrap``). Plain
-data with no heavy imports: the workflow builds them when it checks the config.
+data with no heavy imports: the workflow builds them when it checks the config. Both are
+builtin containers (a dict, a tuple), so that a rule passing one as a param re-runs when it
+changes (Snakemake compares only builtin params).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 COORDINATES = ("k", "reading", "variant", "norm")
 
 
-@dataclass(frozen=True)
-class Selection(Mapping[str, object]):
+class Selection(dict):
     """One value per coupling coordinate: ``k`` (None: the dataset has no K dim), ``reading``,
-    ``variant`` and ``norm``. A mapping of those four, so ``core.select(obj, **selection)``
-    picks them (a coordinate the object lacks is skipped).
+    ``variant`` and ``norm``. A read-only dict of those four, so ``core.select(obj,
+    **selection)`` picks them (a coordinate the object lacks is skipped).
     """
 
-    k: int | None = 10
-    reading: str = "authors"
-    variant: str = "ujv"
-    norm: str = "p"
+    def __init__(
+        self, k: int | None = 10, reading: str = "authors", variant: str = "ujv", norm: str = "p"
+    ) -> None:
+        super().__init__(k=k, reading=reading, variant=variant, norm=norm)
 
-    def __getitem__(self, key: str) -> object:
-        if key not in COORDINATES:
-            raise KeyError(key)
-        return getattr(self, key)
+    @property
+    def k(self) -> int | None:
+        """The K of m_K (None: the dataset has no K dim)."""
+        return self["k"]
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(COORDINATES)
+    @property
+    def reading(self) -> str:
+        """The m_K reading (authors, offdiag)."""
+        return self["reading"]
 
-    def __len__(self) -> int:
-        return len(COORDINATES)
+    @property
+    def variant(self) -> str:
+        """The basis variant (ujv, vju)."""
+        return self["variant"]
+
+    @property
+    def norm(self) -> str:
+        """The norm of m_K (p, trace)."""
+        return self["norm"]
 
     def at(self, k: int | None) -> Selection:
         """The same selection at another K."""
-        return replace(self, k=k)
+        return Selection(k, self.reading, self.variant, self.norm)
 
     def every_k(self) -> dict[str, object]:
         """The coordinates other than K (reading, variant, norm), for a sweep over K."""
         return {key: self[key] for key in COORDINATES if key != "k"}
 
+    def __repr__(self) -> str:
+        return "Selection(" + ", ".join(f"{key}={self[key]!r}" for key in COORDINATES) + ")"
 
-@dataclass(frozen=True)
-class Bootstrap:
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a Selection is read-only: build another (Selection(...), .at(k))")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _read_only
+
+
+class Bootstrap(NamedTuple):
     """Percentile bootstrap settings: resamples (0: point estimates only, no interval), the
     seed every cell's generator derives from, and the confidence level of every interval.
     """
