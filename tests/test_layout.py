@@ -110,3 +110,19 @@ def test_a_param_snakemake_would_not_compare_stops_the_dag(tmp_path: Path) -> No
     )
     assert run.returncode != 0
     assert "param 'metrics' of rule metrics is a MeasureConfig" in run.stderr + run.stdout
+
+
+def test_typed_params_survive_the_job_s_pickle_and_stay_read_only() -> None:
+    """A job's params are pickled into its script: the typed ones come back equal."""
+    import pickle
+
+    import pytest
+
+    from blockcoupling.coupling.metrics import MetricConfig
+    from blockcoupling.stats.selection import Bootstrap, Selection
+
+    for value in (Selection(k=4, norm="trace"), Bootstrap(n_boot=7), MetricConfig(ks=(2, 3))):
+        again = pickle.loads(pickle.dumps(value))
+        assert again == value and type(again) is type(value) and repr(again) == repr(value)
+    with pytest.raises(TypeError, match="read-only"):
+        Selection()["k"] = 3

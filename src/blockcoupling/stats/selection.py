@@ -54,6 +54,10 @@ class Selection(dict):
     def __repr__(self) -> str:
         return "Selection(" + ", ".join(f"{key}={self[key]!r}" for key in COORDINATES) + ")"
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its constructor call (a job's params are pickled into its script)."""
+        return Selection, (self.k, self.reading, self.variant, self.norm)
+
     def _read_only(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("a Selection is read-only: build another (Selection(...), .at(k))")
 
