@@ -5,11 +5,10 @@ level, and the registry against docs/datasets.md."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 from scipy.stats import ortho_group
 from tiny_models import ARCHITECTURES, CharTokenizer
 
@@ -18,7 +17,6 @@ from blockcoupling.measure import MeasureConfig, measure
 from blockcoupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.null import spectrum_null
 
-REPO = Path(__file__).resolve().parents[1]
 SPECTRA = {
     "flat": lambda d: np.ones(d),
     "power law": lambda d: np.arange(1, d + 1, dtype=float) ** -1.0,

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import REPO
 
 from blockcoupling.cf import CONVENTIONS, attributes, check_files, label
 from blockcoupling.io import read_netcdf, write_netcdf
 from blockcoupling.measures import MEASURES
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def small() -> xr.Dataset:

@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
 from blockcoupling import cli
 from blockcoupling import workflow as wf
 from blockcoupling.hub_names import HubNameError, check_repo_id, check_revision, contained
 from blockcoupling.models import ModelSourceError, parse_source, resolve
-
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
+from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
 from blockcoupling import cli, io
@@ -20,9 +21,6 @@ from blockcoupling.metrics import MetricConfig
 from blockcoupling.options import MeasureConfig
 from blockcoupling.schedule import TrainConfig
 from blockcoupling.train import work_dir
-
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
 
 def checked(config: dict) -> wf.Plan:

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import REPO
 
 from blockcoupling import cli
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def save_tiny(folder: Path, poison: float | None = None) -> Path:
