@@ -1,4 +1,9 @@
-"""Shared test settings."""
+"""Shared test settings, the project's paths and one Snakemake runner (test files import them:
+``from conftest import REPO, SCHEMA, snakemake``)."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -7,6 +12,27 @@ from blockcoupling.runtime import isa
 isa.pin()  # the jobs' code path (AVX2) before torch loads: tests run what the jobs run
 
 import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "schemas" / "config.schema.yaml"
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
+
+
+def snakemake(
+    folder: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    configfile: bool = True,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess:
+    """The workflow run by Snakemake in ``folder`` with its ``config.yaml`` (``configfile``
+    False: none, the arguments name it), then ``args``; output captured as text."""
+    command = [*SNAKEMAKE, "--directory", str(folder)]
+    if configfile:
+        command += ["--configfile", str(folder / "config.yaml")]
+    return subprocess.run(
+        [*command, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(autouse=True, scope="session")

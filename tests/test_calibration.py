@@ -5,11 +5,10 @@ level, and the registry against docs/datasets.md."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 from scipy.stats import ortho_group
 from tiny_models import ARCHITECTURES, CharTokenizer
 
@@ -20,7 +19,6 @@ from blockcoupling.jacobians import statistics as coupling
 from blockcoupling.jacobians.extract import MeasureConfig, measure
 from blockcoupling.stats.selection import Bootstrap, Selection
 
-REPO = Path(__file__).resolve().parents[1]
 SPECTRA = {
     "flat": lambda d: np.ones(d),
     "power law": lambda d: np.arange(1, d + 1, dtype=float) ** -1.0,

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import REPO
 
 from blockcoupling.coupling.registry import MEASURES
 from blockcoupling.files.cf import CONVENTIONS, attributes, check_files, label
 from blockcoupling.files.io import read_netcdf, write_netcdf
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def small() -> xr.Dataset:

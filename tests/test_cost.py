@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
 from blockcoupling import cli
@@ -16,8 +17,6 @@ from blockcoupling.pipeline import cost
 from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 SHAPE = cost.Shape(n_layers=32, d_model=4096, params=7e9, bytes_per_param=2)
 EXTRACT = MeasureConfig(  # chunk_size None: options.auto_chunk, a batch's activations < 1 GiB
     max_tokens=64, k_max=50, variants=("ujv", "vju"), token_layers=(), spectra_prompts=0

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 def dry_run(*args: str, env: dict[str, str] | None = None) -> str:

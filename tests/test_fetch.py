@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, snakemake
 from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_run
 
 from blockcoupling.lm import hub
 from blockcoupling.pipeline.entries import ModelEntry
 
-REPO = Path(__file__).resolve().parents[1]
 # .ci/slurm_test.sh sets it where a Slurm cluster is up: the hub-fault and fetch-ahead runs then
 # go through the shipped profile (compute jobs by sbatch, fetch rules local) instead of --cores 1
 THROUGH_SLURM = os.environ.get("BLOCKCOUPLING_TEST_THROUGH_SLURM") == "1"
@@ -116,16 +116,11 @@ def test_the_workflow_fetches_then_runs_offline_within_the_revision_bound(
     hub_root: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
-    command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
-    command += ["--cores", "1"]  # after --configfile, which takes every path up to an option
     with LocalHub(hub_root, lifetime=600) as server:
         env = dict(os.environ, HF_ENDPOINT=server.endpoint, HF_HOME=str(tmp_path / "hf_home"))
         for name in hub.OFFLINE:
             env.pop(name, None)
-        run = subprocess.run(
-            [*command, *TARGETS], env=env, capture_output=True, text=True, timeout=900
-        )
+        run = snakemake(tmp_path, "--cores", "1", *TARGETS, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
     assert check_run(tmp_path, server.requests) == []
 
@@ -214,24 +209,18 @@ def test_an_emptied_or_deleted_revision_stops_the_workflow_in_one_line(
     fails in one line naming the endpoint."""
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
     folder = tmp_path / "cache" / "models" / MODEL / "main"
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--nolock"]
-    command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
-    command += executor_args()
+    command = ["--nolock", *executor_args()]
     with LocalHub(hub_root) as server:
         env = dict(os.environ, HF_ENDPOINT=server.endpoint, HF_HOME=str(tmp_path / "hf_home"))
         for name in hub.OFFLINE:
             env.pop(name, None)
-        run = subprocess.run(
-            [*command, "fetch"], env=env, capture_output=True, text=True, timeout=300
-        )
+        run = snakemake(tmp_path, *command, "fetch", env=env, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
     for path in folder.iterdir():
         path.unlink()
     (folder / ".snakemake_timestamp").touch()
     target = "results/extract/neox/final/depth.nc"
-    emptied = subprocess.run(
-        [*command, "-n", target], env=env, capture_output=True, text=True, timeout=300
-    )
+    emptied = snakemake(tmp_path, *command, "-n", target, env=env, timeout=300)
     assert emptied.returncode == 1
     assert (
         emptied.stderr.strip()
@@ -242,9 +231,7 @@ def test_an_emptied_or_deleted_revision_stops_the_workflow_in_one_line(
     for path in folder.iterdir():
         path.unlink()
     folder.rmdir()
-    deleted = subprocess.run(
-        [*command, "fetch"], env=env, capture_output=True, text=True, timeout=300
-    )
+    deleted = snakemake(tmp_path, *command, "fetch", env=env, timeout=300)
     assert deleted.returncode == 1
     errors = [line for line in deleted.stderr.splitlines() if "cannot reach the hub" in line]
     assert errors and errors[0].split(" ERROR ")[-1].startswith(
@@ -264,18 +251,14 @@ def test_fetch_ahead_then_the_run_needs_no_hub(hub_root: Path, tmp_path: Path) -
 
     config = {**CONFIG, "hub": {"cache_dir": "cache", "max_revisions": "all"}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--nolock"]
-    command += ["--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
-    command += executor_args()
+    command = ["--nolock", *executor_args()]
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"))
     for name in hub.OFFLINE:
         env.pop(name, None)
     with LocalHub(hub_root) as server:
         env["HF_ENDPOINT"] = server.endpoint
         start = time.monotonic()
-        fetch = subprocess.run(
-            [*command, "fetch"], env=env, capture_output=True, text=True, timeout=600
-        )
+        fetch = snakemake(tmp_path, *command, "fetch", env=env, timeout=600)
         seconds = time.monotonic() - start
     assert fetch.returncode == 0, fetch.stderr[-3000:]
     said = [line for line in fetch.stderr.splitlines() if line.startswith("hub: max_revisions")]
@@ -287,7 +270,7 @@ def test_fetch_ahead_then_the_run_needs_no_hub(hub_root: Path, tmp_path: Path) -
         assert hub.missing_files(cache / "checkpoints" / MODEL / step) == []
     fetched = len(server.requests)
     # the hub is stopped: the compute part runs offline to the end
-    run = subprocess.run([*command, *TARGETS], env=env, capture_output=True, text=True, timeout=900)
+    run = snakemake(tmp_path, *command, *TARGETS, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
     assert "rule fetch_" not in run.stdout + run.stderr  # nothing fetched again
     if THROUGH_SLURM:  # every compute job went through sbatch, with no hub to reach

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
 from blockcoupling import cli
@@ -19,9 +20,6 @@ from blockcoupling.lm.hub_names import HubNameError, check_repo_id, check_revisi
 from blockcoupling.lm.models import ModelSourceError, parse_source, resolve
 from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.errors import ConfigError
-
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
+from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
 from blockcoupling import cli
@@ -25,9 +26,6 @@ from blockcoupling.pipeline.code_hash import code_hash, script_modules
 from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import Plan
 from blockcoupling.stats.selection import Selection
-
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
 
 def checked(config: dict) -> Plan:

@@ -4,17 +4,14 @@ the DAG is built (workflow.check_config), in one line naming the key and the fix
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
 from blockcoupling.pipeline.checks import check_config, k_warnings
 from blockcoupling.pipeline.errors import ConfigError
-
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
 
 def smoke(**changes: dict) -> dict:

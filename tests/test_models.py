@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -274,9 +275,10 @@ def test_load_folder_without_weights(tmp_path: Path) -> None:
         load_model(parse_source({"path": str(tmp_path)}))
 
 
-def test_load_empty_folder_is_a_value_error(tmp_path: Path) -> None:
-    # transformers raises ValueError (no config.json), which load_model passes through unwrapped
-    with pytest.raises(ValueError):
+def test_load_empty_folder_is_a_model_source_error_naming_the_folder(tmp_path: Path) -> None:
+    # transformers' own error (no config.json), wrapped in a ModelSourceError naming the source
+    folder = re.escape(str(tmp_path))
+    with pytest.raises(ModelSourceError, match=f"^cannot load path:{folder}: .*config.json"):
         load_model(parse_source({"path": str(tmp_path)}))
 
 

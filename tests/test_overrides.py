@@ -4,19 +4,16 @@ layers config files (later keys win, nested sections merged)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import REPO, SCHEMA, snakemake
 
 from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.overrides import coerce_overrides
-
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = REPO / "schemas" / "config.schema.yaml"
 
 
 def smoke_with(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -82,9 +79,7 @@ def test_a_string_the_schema_wants_stays_a_string() -> None:
 
 
 def snakemake_dry_run(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
-    command += ["--directory", str(folder), "-n", "--quiet", "rules", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return snakemake(folder, "-n", "--quiet", "rules", *args, configfile=False, timeout=600)
 
 
 @pytest.mark.slow

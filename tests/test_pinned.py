@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import snakemake
 from hub_server import ARC, CONFIG, LocalHub, build, commit_of
 
 from blockcoupling.lm import hub, lockfile
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +115,6 @@ def test_the_card_api_gives_the_hand_parsers_file_list() -> None:
 
 
 PROMPTS = ["results/prompts/board.jsonl"]
-
-
-def snakemake(folder: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
-    command += ["--directory", str(folder), "--configfile", str(folder / "config.yaml")]
-    return subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=900)
 
 
 def write(folder: Path, revision: str | None) -> None:

@@ -4,9 +4,8 @@ contents."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 def test_every_rule_opens_with_a_one_line_docstring() -> None:

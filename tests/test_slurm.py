@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from blockcoupling.pipeline import slurm
 from blockcoupling.pipeline.slurm import (
@@ -185,7 +186,6 @@ def test_status_command_is_squeue_where_slurm_keeps_no_accounting() -> None:
 
 
 # --- what the workflow asks Slurm, and when (fake Slurm commands on PATH that log their calls) ---
-REPO = Path(__file__).resolve().parents[1]
 ONE_NODE = "batch*|2|24105|(null)|infinite\ngpu|16|128000|gpu:2|1:00:00\n"
 
 

@@ -67,7 +67,7 @@ def test_split_is_by_play_and_seeded() -> None:
     assert sorted(train_a + val_a) == sorted(corpus.plays()) and len(val_a) == 4
     assert corpus.split_plays(0) == (train_a, val_a)
     assert corpus.split_plays(1)[1] != val_a
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"validation_fraction must be in \(0, 1\), got 1.0"):
         corpus.split_plays(0, validation_fraction=1.0)
 
 
@@ -95,7 +95,7 @@ def test_checkpoint_schedule(total: int, n_even: int) -> None:
 def test_checkpoint_schedule_like_pythia() -> None:
     steps = checkpoint_schedule(143000, 143)
     assert steps[:12] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000] and len(steps) == 154
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need total_steps >= 1 and n_even >= 1, got 0, 3"):
         checkpoint_schedule(0, 3)
 
 

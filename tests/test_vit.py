@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import REPO, SCHEMA
 from safetensors.torch import load_file
 from snakemake.utils import validate
 
@@ -29,8 +30,6 @@ from blockcoupling.vit.config import ViTPlan, ViTRunConfig, grid_label, learning
 from blockcoupling.vit.model import VisionTransformer, build_vit, drop_path, load_vit
 from blockcoupling.vit.train import train_vit
 
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 TINY = ViTRunConfig(
     embed_dim=8, depth=2, num_heads=2, patch_size=4, epochs=3, warmup_epochs=1, batch_size=256
 )

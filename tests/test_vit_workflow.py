@@ -5,30 +5,22 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, snakemake
 
 from blockcoupling.files.io import read_netcdf
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 TARGETS = [
     "results/vit/combined.nc",
     "results/stats/vit_models.csv",
     "results/figures/vit_coupling_vs_sd.png",
     "results/figures/vit_coupling_vs_accuracy.png",
 ]
-
-
-def snakemake(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
-    command += ["--directory", str(folder), "--configfile", str(folder / "config.yaml")]
-    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=900)
 
 
 def planned(folder: Path) -> dict[str, int]:
