@@ -35,28 +35,52 @@ class UnknownArchitectureError(ValueError):
 
 
 @dataclass(frozen=True)
+class TokenJacobian:
+    """How ``token_jacobian`` composes a pre-norm rotary decoder block's ``J_tt``: RMSNorm
+    scales ``offset + weight`` (``norm_offset``: 1 for Gemma), ``sandwich`` norms (Gemma 2/3:
+    the attention and MLP outputs normed, the MLP input by ``pre_feedforward_layernorm``), and
+    per-head ``qk_norm`` before the rotary embedding (Qwen3, Gemma 3).
+    """
+
+    norm_offset: float = 0.0
+    sandwich: bool = False
+    qk_norm: bool = False
+
+
+LLAMA_LIKE = TokenJacobian()
+GEMMA_SANDWICH = TokenJacobian(norm_offset=1.0, sandwich=True)
+GEMMA3 = TokenJacobian(norm_offset=1.0, sandwich=True, qk_norm=True)
+
+
+@dataclass(frozen=True)
 class Adapter:
-    """Where an architecture keeps its blocks (dotted path below ``model.base_model``)."""
+    """Where an architecture keeps its blocks (dotted path below ``model.base_model``), and
+    ``token_jacobian``: how its single-token ``J_tt`` is composed from the weights (None: by
+    autograd through the re-invoked block).
+    """
 
     blocks: str
     causal: bool = True
+    token_jacobian: TokenJacobian | None = None
 
 
 # The one adapter table. Keys are ``config.model_type``; models without a Hugging Face config
 # are keyed ``<top-level package>.<class name>`` (``architecture_key``). Paths as the pinned
 # transformers (5.23) lays the modules out (ViT and DeiT keep their blocks in ``layers``, no
 # ``encoder``). Every entry is checked against finite differences on a tiny random model
-# (tests/test_jacobians.py).
+# (tests/test_jacobians.py), the composed single-token ``J_tt`` (``token_jacobian``) too.
 ADAPTERS: dict[str, Adapter] = {
-    "llama": Adapter("layers"),
-    "mistral": Adapter("layers"),
+    "llama": Adapter("layers", token_jacobian=LLAMA_LIKE),
+    "mistral": Adapter("layers", token_jacobian=LLAMA_LIKE),
     "mixtral": Adapter("layers"),
-    "qwen2": Adapter("layers"),
-    "qwen3": Adapter("layers"),
-    "gemma": Adapter("layers"),
-    "gemma2": Adapter("layers"),
-    "gemma3_text": Adapter("layers"),
-    "gemma3": Adapter("language_model.layers"),  # text prompts: image tokens attend both ways
+    "qwen2": Adapter("layers", token_jacobian=LLAMA_LIKE),
+    "qwen3": Adapter("layers", token_jacobian=TokenJacobian(qk_norm=True)),
+    "gemma": Adapter("layers", token_jacobian=TokenJacobian(norm_offset=1.0)),
+    "gemma2": Adapter("layers", token_jacobian=GEMMA_SANDWICH),
+    "gemma3_text": Adapter("layers", token_jacobian=GEMMA3),
+    "gemma3": Adapter(
+        "language_model.layers", token_jacobian=GEMMA3
+    ),  # text prompts: image tokens attend both ways
     "olmo": Adapter("layers"),
     "olmo2": Adapter("layers"),
     "phi": Adapter("layers"),
