@@ -385,6 +385,33 @@ def max_errors(result: np.ndarray, reference: np.ndarray, ks: Sequence[int]) -> 
     return errors
 
 
+# ---------------------------------------------------------------- the GEMM floor
+
+
+def gemm_floor(model: nn.Module, repeats: int = 5) -> float:
+    """Seconds per block of the floor of a batch of d VJPs: the middle block's weight matrices
+    (every ``nn.Linear`` in it: q, k, v, o, gate, up, down for Llama) each as one plain GEMM
+    ``U W`` over d cotangents ``U (d, out)``, summed; median of ``repeats`` after a warm-up.
+    """
+    blocks = blocks_of(model)
+    block = blocks[len(blocks) // 2]
+    d = model.config.hidden_size
+    generator = torch.Generator().manual_seed(0)
+    pairs = [
+        (torch.randn(d, m.weight.shape[0], generator=generator), m.weight.detach())
+        for m in block.modules()
+        if isinstance(m, nn.Linear)
+    ]
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            for cotangents, weight in pairs:
+                torch.mm(cotangents, weight)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
 # ---------------------------------------------------------------- worker process
 
 
@@ -425,6 +452,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     tiny, tiny_ids = tiny_llama()
     run_method(spec["method"], tiny, tiny_ids, TINY_KS, None, topk=TINY_TOPK)  # warm-up
     del tiny
+    floor_before = gemm_floor(model)
     peak_reset = reset_peak()
     rss_before = rss_kib("VmRSS")
     phases = Phases()
@@ -432,6 +460,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     mis = run_method(spec["method"], model, input_ids, KS, rows, phases, TOPK, spec["chunk_size"])
     seconds = time.perf_counter() - start
     phases.seconds["rest"] = seconds - sum(phases.seconds.values())
+    floor = (floor_before + gemm_floor(model)) / 2  # around the timed run, same process
     np.save(spec["out"], mis)
     d = model.config.hidden_size
     return {
@@ -446,6 +475,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "tokens": int(input_ids.shape[1]),
         "authors_rows": rows if spec["method"] == "authors" else None,
         "load_seconds": load_seconds,
+        "floor_seconds": floor,
     }
 
 
@@ -542,6 +572,13 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
                 row[f"error_{key}_{name}"] = max(values, default=np.nan)
     row["ratio_ab"] = row["seconds_a"] / row["seconds_b"]
     row["ratio_ac"] = row["seconds_a"] / row["seconds_c"]
+    floors = [r["floor_seconds"] for done in runs.values() for r in done]
+    row["floor_s"] = _median(floors)  # per block, over every worker of the case
+    for method in METHODS:
+        key = LABELS[method][1]
+        ratios = [r["phases"].get("jacobians", 0.0) / r["layers"] / r["floor_seconds"]
+                  for r in runs[method]]  # fmt: skip
+        row[f"floor_ratio_{key}"] = _median(ratios)  # each worker's J per block / its floor
     return row
 
 
@@ -563,6 +600,7 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def results_table(rows: Sequence[dict[str, Any]]) -> str:
     header = [
         "model", "L", "d", "tokens", "(a) s", "(b) s", "(c) s", "(a)/(b)", "(a)/(c)",
+        "J/floor (a)", "J/floor (b)", "J/floor (c)", "floor ms/block",
         "peak (a) GiB", "peak (b) GiB", "peak (c) GiB", "m_K err (b)", "m_K err (c)", "repeats",
     ]  # fmt: skip
     body = [
@@ -571,6 +609,8 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
             _cell(r["seconds_a"], ".1f"), _cell(r["seconds_b"], ".1f"),
             _cell(r["seconds_c"], ".1f"),
             _cell(r["ratio_ab"], ".1f", "x"), _cell(r["ratio_ac"], ".1f", "x"),
+            _cell(r["floor_ratio_a"], ".2f"), _cell(r["floor_ratio_b"], ".2f"),
+            _cell(r["floor_ratio_c"], ".2f"), _cell(1e3 * r["floor_s"], ".1f"),
             _cell(r["peak_gib_a"], ".2f"), _cell(r["peak_gib_b"], ".2f"),
             _cell(r["peak_gib_c"], ".2f"),
             _cell(r["error_b_max"], ".1e"), _cell(r["error_c_max"], ".1e"),

@@ -1,11 +1,18 @@
 """The composed ``J_tt`` (``token_jacobian``) on the default config's real models, in float32:
-SmolLM2-135M (Llama) and Gemma-3-270M, every block at the last token of a 26-token prompt and at
-token 0, against autograd through the re-invoked single-token block (the path before it).
-Rounding only: relative Frobenius error < 1e-6 (measured: at most 6.3e-7 on SmolLM2).
+SmolLM2-135M (Llama) and Gemma-3-270M, every block at the last token of a 26-token prompt (the
+depth-wise default) and at token 0.
+
+At the last token it agrees with autograd through the re-invoked single-token block (the path
+before it) to relative 1e-6 (Frobenius). Both are float32 roundings of one function, so the
+test also measures each against the same path in a float64 copy of the model: at token 0 of
+SmolLM2's block 15 (a tiny Jacobian, norm 0.16, next to the first token's huge activations)
+autograd is 8.7e-6 off and the composition 4.8e-7, so there the two differ by more than 1e-6,
+and the composition must be at least as close to float64 as autograd (to 2e-6 either way).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
 
@@ -54,14 +61,29 @@ def _load(name: str, tmp_path: Path) -> tuple[torch.nn.Module, object]:
 def test_composed_diagonal_equals_autograd_on_real_models(name: str, tmp_path: Path) -> None:
     model, tokenizer = _load(name, tmp_path)
     ids = tokenizer(TEXT, return_tensors="pt")["input_ids"][:, :TOKENS]
+    last = int(ids.shape[1]) - 1
     engine = JacobianEngine(model, {"input_ids": ids})
     autograd = JacobianEngine(model, {"input_ids": ids})
     autograd._composed = lambda layer, t: None
-    worst = 0.0
-    for t in (0, ids.shape[1] - 1):
+    exact = JacobianEngine(copy.deepcopy(model).double(), {"input_ids": ids})
+    worst = {"vs autograd at the last token": 0.0, "composed vs float64": 0.0,
+             "autograd vs float64": 0.0}  # fmt: skip
+    for t in (0, last):
         for layer in range(1, len(blocks_of(model)) + 1):
-            fast, reference = engine.diagonal(layer, t), autograd.diagonal(layer, t)
-            worst = max(worst, float((fast - reference).norm() / reference.norm()))
-    print(f"{name}: worst relative difference {worst:.2e}")
-    assert worst < 1e-6
-    assert engine.not_composed == 0 and autograd.composed == 0
+            fast, old = engine.diagonal(layer, t).double(), autograd.diagonal(layer, t).double()
+            reference = exact.diagonal(layer, t)
+            errors = {
+                "composed vs float64": _relative(fast, reference),
+                "autograd vs float64": _relative(old, reference),
+            }
+            if t == last:
+                errors["vs autograd at the last token"] = _relative(fast, old)
+            worst = {key: max(value, errors.get(key, 0.0)) for key, value in worst.items()}
+            assert errors["composed vs float64"] <= max(2e-6, errors["autograd vs float64"])
+    print(name, {key: f"{value:.1e}" for key, value in worst.items()})
+    assert worst["vs autograd at the last token"] < 1e-6
+    assert engine.not_composed == 0 and autograd.composed == 0 and exact.not_composed == 0
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
