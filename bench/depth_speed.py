@@ -18,8 +18,9 @@ offdiag, p-norm (p = 2), by three methods:
     from a forward hook on that block: all L blocks, no final norm inside the last one.
 (b) ``dense``: the library before top-K spectra: ``measure.measure_inputs`` with
     ``MeasureConfig(k_max=50, token_layers=(), svd=SVDOptions(method="dense"),
-    spectra_prompts=0)`` (single-token KV-cache path for ``J_tt``, dense SVD, exact sufficient
-    statistics), then ``metrics.coupling_dataset``.
+    spectra_prompts=0)`` (single-token KV-cache path for ``J_tt``, composed from the weights
+    where the adapter table says how, dense SVD, exact sufficient statistics), then
+    ``metrics.coupling_dataset``.
 (c) ``topk``: the same with ``SVDOptions(method="topk")`` (randomized block Krylov).
 
 A case is ``MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]]`` with MODEL ``smollm2``
@@ -41,6 +42,13 @@ median over repeats is reported and the load average is printed before and after
 Workers run with ``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp-wait-policy`` says otherwise: on a
 shared, oversubscribed machine spinning OpenMP threads wait for descheduled partners at every
 parallel region, which made small SVDs 20x slower and the timings meaningless.
+GEMM floor: each worker also times, before and after its run, the floor of one batch of d VJPs
+through a block: the middle block's weight matrices (every ``nn.Linear``: q, k, v, o, gate, up,
+down for Llama) as plain GEMMs over d random cotangents (``gemm_floor``); the results table
+prints each method's Jacobian seconds per block over that floor (median over its workers) and
+the floor itself. The library's ``J_tt`` composed from the weights (``token_jacobian``) needs
+fewer products than the floor counts (the q/k/v products fold into the norm's diagonal-plus-
+rank-one Jacobian), so it can sit below 1.
 m_K error: the largest absolute difference of (b) and (c) from (a) over every pair, variant,
 reading and K (per K and reading in the CSV). Memory: the model's parameter bytes, ``L d^2 x 4
 B`` of the stacked Jacobians, and the bound ``model + L d^2 x 4 B + 2 GB`` beside (c)'s peak.
