@@ -39,7 +39,10 @@ resets the resident-set high-water mark (``/proc/self/clear_refs``), runs the me
 coupling statistics, m_K, the rest), its peak resident memory (the model included) and its m_K
 values. The methods are interleaved within each repeat (the order rotates per repeat), the
 median over repeats is reported and the load average is printed before and after each case.
-Workers run with ``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp-wait-policy`` says otherwise: on a
+Workers run with ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` set to
+``--threads`` (numpy's BLAS, outside ``torch.set_num_threads``, otherwise spawns a thread per
+core: on the loaded machine the metric phase took 3-9 s instead of 0.01) and with
+``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp-wait-policy`` says otherwise: on a
 shared, oversubscribed machine spinning OpenMP threads wait for descheduled partners at every
 parallel region, which made small SVDs 20x slower and the timings meaningless.
 GEMM floor: each worker also times, before and after its run, the floor of one batch of d VJPs
@@ -494,6 +497,8 @@ def spawn(spec: dict[str, Any]) -> dict[str, Any]:
         report_path = Path(folder) / "report.json"
         command = [sys.executable, __file__, "--worker", json.dumps(spec), str(report_path)]
         env = dict(os.environ)
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = str(spec["threads"])  # numpy's BLAS too (xarray/numpy in the metric)
         if spec["omp_wait_policy"] != "default":
             env["OMP_WAIT_POLICY"] = spec["omp_wait_policy"].upper()
         done = subprocess.run(command, capture_output=True, text=True, env=env)
