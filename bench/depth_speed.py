@@ -18,8 +18,9 @@ offdiag, p-norm (p = 2), by three methods:
     from a forward hook on that block: all L blocks, no final norm inside the last one.
 (b) ``dense``: the library before top-K spectra: ``measure.measure_inputs`` with
     ``MeasureConfig(k_max=50, token_layers=(), svd=SVDOptions(method="dense"),
-    spectra_prompts=0)`` (single-token KV-cache path for ``J_tt``, dense SVD, exact sufficient
-    statistics), then ``metrics.coupling_dataset``.
+    spectra_prompts=0)`` (single-token KV-cache path for ``J_tt``, composed from the weights
+    where the adapter table says how, dense SVD, exact sufficient statistics), then
+    ``metrics.coupling_dataset``.
 (c) ``topk``: the same with ``SVDOptions(method="topk")`` (randomized block Krylov).
 
 A case is ``MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]]`` with MODEL ``smollm2``
@@ -38,9 +39,20 @@ resets the resident-set high-water mark (``/proc/self/clear_refs``), runs the me
 coupling statistics, m_K, the rest), its peak resident memory (the model included) and its m_K
 values. The methods are interleaved within each repeat (the order rotates per repeat), the
 median over repeats is reported and the load average is printed before and after each case.
-Workers run with ``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp-wait-policy`` says otherwise: on a
+Workers run with ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` set to
+``--threads`` (numpy's BLAS, outside ``torch.set_num_threads``, otherwise spawns a thread per
+core: on the loaded machine the metric phase took 2.8-8.9 s unpinned, 0.7-0.9 s pinned, 0.01 s
+quiet) and with
+``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp-wait-policy`` says otherwise: on a
 shared, oversubscribed machine spinning OpenMP threads wait for descheduled partners at every
 parallel region, which made small SVDs 20x slower and the timings meaningless.
+GEMM floor: each worker also times, before and after its run, the floor of one batch of d VJPs
+through a block: the middle block's weight matrices (every ``nn.Linear``: q, k, v, o, gate, up,
+down for Llama) as plain GEMMs over d random cotangents (``gemm_floor``); the results table
+prints each method's Jacobian seconds per block over that floor (median over its workers) and
+the floor itself. The library's ``J_tt`` composed from the weights (``token_jacobian``) needs
+fewer products than the floor counts (the q/k/v products fold into the norm's diagonal-plus-
+rank-one Jacobian), so it can sit below 1.
 m_K error: the largest absolute difference of (b) and (c) from (a) over every pair, variant,
 reading and K (per K and reading in the CSV). Memory: the model's parameter bytes, ``L d^2 x 4
 B`` of the stacked Jacobians, and the bound ``model + L d^2 x 4 B + 2 GB`` beside (c)'s peak.
@@ -80,10 +92,11 @@ from torch import nn
 from blockcoupling.coupling.formulas import READINGS, VARIANTS, normaliser
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
 from blockcoupling.jacobians import extract as measure_module
+from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs
 from blockcoupling.jacobians.spectral import SVDOptions
-from blockcoupling.lm.models import blocks_of, load_model, parse_source
+from blockcoupling.lm.models import load_model, parse_source
 
 METHODS = ("authors", "dense", "topk")
 LABELS = {"authors": "(a)", "dense": "(b)", "topk": "(c)"}
@@ -385,6 +398,33 @@ def max_errors(result: np.ndarray, reference: np.ndarray, ks: Sequence[int]) -> 
     return errors
 
 
+# ---------------------------------------------------------------- the GEMM floor
+
+
+def gemm_floor(model: nn.Module, repeats: int = 5) -> float:
+    """Seconds per block of the floor of a batch of d VJPs: the middle block's weight matrices
+    (every ``nn.Linear`` in it: q, k, v, o, gate, up, down for Llama) each as one plain GEMM
+    ``U W`` over d cotangents ``U (d, out)``, summed; median of ``repeats`` after a warm-up.
+    """
+    blocks = blocks_of(model)
+    block = blocks[len(blocks) // 2]
+    d = model.config.hidden_size
+    generator = torch.Generator().manual_seed(0)
+    pairs = [
+        (torch.randn(d, m.weight.shape[0], generator=generator), m.weight.detach())
+        for m in block.modules()
+        if isinstance(m, nn.Linear)
+    ]
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            for cotangents, weight in pairs:
+                torch.mm(cotangents, weight)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
 # ---------------------------------------------------------------- worker process
 
 
@@ -425,6 +465,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     tiny, tiny_ids = tiny_llama()
     run_method(spec["method"], tiny, tiny_ids, TINY_KS, None, topk=TINY_TOPK)  # warm-up
     del tiny
+    floor_before = gemm_floor(model)
     peak_reset = reset_peak()
     rss_before = rss_kib("VmRSS")
     phases = Phases()
@@ -432,6 +473,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     mis = run_method(spec["method"], model, input_ids, KS, rows, phases, TOPK, spec["chunk_size"])
     seconds = time.perf_counter() - start
     phases.seconds["rest"] = seconds - sum(phases.seconds.values())
+    floor = (floor_before + gemm_floor(model)) / 2  # around the timed run, same process
     np.save(spec["out"], mis)
     d = model.config.hidden_size
     return {
@@ -446,6 +488,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "tokens": int(input_ids.shape[1]),
         "authors_rows": rows if spec["method"] == "authors" else None,
         "load_seconds": load_seconds,
+        "floor_seconds": floor,
     }
 
 
@@ -456,6 +499,8 @@ def spawn(spec: dict[str, Any]) -> dict[str, Any]:
         report_path = Path(folder) / "report.json"
         command = [sys.executable, __file__, "--worker", json.dumps(spec), str(report_path)]
         env = dict(os.environ)
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = str(spec["threads"])  # numpy's BLAS too (xarray/numpy in the metric)
         if spec["omp_wait_policy"] != "default":
             env["OMP_WAIT_POLICY"] = spec["omp_wait_policy"].upper()
         done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -542,6 +587,13 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
                 row[f"error_{key}_{name}"] = max(values, default=np.nan)
     row["ratio_ab"] = row["seconds_a"] / row["seconds_b"]
     row["ratio_ac"] = row["seconds_a"] / row["seconds_c"]
+    floors = [r["floor_seconds"] for done in runs.values() for r in done]
+    row["floor_s"] = _median(floors)  # per block, over every worker of the case
+    for method in METHODS:
+        key = LABELS[method][1]
+        ratios = [r["phases"].get("jacobians", 0.0) / r["layers"] / r["floor_seconds"]
+                  for r in runs[method]]  # fmt: skip
+        row[f"floor_ratio_{key}"] = _median(ratios)  # each worker's J per block / its floor
     return row
 
 
@@ -563,6 +615,7 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def results_table(rows: Sequence[dict[str, Any]]) -> str:
     header = [
         "model", "L", "d", "tokens", "(a) s", "(b) s", "(c) s", "(a)/(b)", "(a)/(c)",
+        "J/floor (a)", "J/floor (b)", "J/floor (c)", "floor ms/block",
         "peak (a) GiB", "peak (b) GiB", "peak (c) GiB", "m_K err (b)", "m_K err (c)", "repeats",
     ]  # fmt: skip
     body = [
@@ -571,6 +624,8 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
             _cell(r["seconds_a"], ".1f"), _cell(r["seconds_b"], ".1f"),
             _cell(r["seconds_c"], ".1f"),
             _cell(r["ratio_ab"], ".1f", "x"), _cell(r["ratio_ac"], ".1f", "x"),
+            _cell(r["floor_ratio_a"], ".2f"), _cell(r["floor_ratio_b"], ".2f"),
+            _cell(r["floor_ratio_c"], ".2f"), _cell(1e3 * r["floor_s"], ".1f"),
             _cell(r["peak_gib_a"], ".2f"), _cell(r["peak_gib_b"], ".2f"),
             _cell(r["peak_gib_c"], ".2f"),
             _cell(r["error_b_max"], ".1e"), _cell(r["error_c_max"], ".1e"),

@@ -5,7 +5,7 @@ import torch
 from blockcoupling.files.io import provenance, write_netcdf
 from blockcoupling.jacobians.extract import measure_inputs
 from blockcoupling.jacobians.options import PromptText
-from blockcoupling.lm.models import resolve_device
+from blockcoupling.runtime.device import resolve_device
 from blockcoupling.runtime.runner import run_script
 from blockcoupling.vit.config import ViTRunConfig, measure_config
 from blockcoupling.vit.data import read_prepared

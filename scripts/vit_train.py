@@ -5,7 +5,7 @@ history (not hard links: damage to one would be damage to both).
 import shutil
 from pathlib import Path
 
-from blockcoupling.lm.models import resolve_device
+from blockcoupling.runtime.device import resolve_device
 from blockcoupling.runtime.runner import run_script
 from blockcoupling.vit.config import ViTRunConfig
 from blockcoupling.vit.data import read_prepared

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 import torch
 from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, IMAGE_SIZE, float64_exact
 
+from blockcoupling.jacobians.adapters import ADAPTERS, blocks_of
 from blockcoupling.jacobians.capture import record_calls, residual_function
 from blockcoupling.jacobians.engine import JacobianEngine, Request
-from blockcoupling.lm.models import ADAPTERS, blocks_of
 
 N_TOKENS = 6
 IDS = torch.tensor([[5, 17, 3, 42, 8, 29]])
@@ -264,6 +265,21 @@ def test_single_token_diagonal_path_matches_finite_differences(arch: str) -> Non
             again = engine.diagonal(layer, t)  # the cache snapshot does not grow across calls
             assert torch.equal(fast, again)
         assert engine.fallbacks == 0
+        composed = ADAPTERS[arch].token_jacobian is not None
+        assert (engine.composed, engine.not_composed) == ((6, 0) if composed else (0, 6))
+
+
+@pytest.mark.parametrize("arch", [a for a in CAUSAL_TEXT if ADAPTERS[a].token_jacobian])
+def test_composed_diagonal_equals_the_autograd_single_token_path(arch: str) -> None:
+    """J_tt composed from the weights (``token_jacobian``) equals autograd through the
+    re-invoked single-token block at every layer and token, to rounding in float64."""
+    with float64_exact():
+        model, inputs = tiny(arch)
+        engine, autograd = JacobianEngine(model, inputs), JacobianEngine(model, inputs)
+        autograd._composed = lambda layer, t: None  # the path of architectures without one
+        for layer, t in itertools.product(range(1, 4), range(N_TOKENS)):
+            assert relative_error(engine.diagonal(layer, t), autograd.diagonal(layer, t)) < 1e-12
+        assert engine.composed == 3 * N_TOKENS and autograd.not_composed == 3 * N_TOKENS
 
 
 def test_diagonal_falls_back_when_the_cached_call_disagrees() -> None:

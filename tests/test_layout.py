@@ -16,9 +16,8 @@ LAYERS = (
     ("coupling",),  # the measures from stored statistics: numpy and xarray only
     ("files",),  # NetCDF, CF labels, combining, hashes
     ("runtime", "stats"),  # how jobs run; the statistics
-    ("lm",),  # language models: sources, hub, prompts, training, evaluation
-    ("jacobians",),  # block Jacobians and their statistics
-    ("vit",),  # the ViT sweep
+    ("jacobians",),  # block Jacobians, their statistics and the adapter table
+    ("lm", "vit"),  # language models (sources, hub, prompts, training); the ViT sweep: apart
     ("pipeline",),  # the workflow's side (the figure registry is plain data here)
     ("figures",),
     ("cli",),

@@ -15,10 +15,10 @@ from blockcoupling.coupling import formulas
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.jacobians import statistics as coupling
 from blockcoupling.jacobians import trajectories
+from blockcoupling.jacobians.adapters import ADAPTERS, UnknownArchitectureError, blocks_of
 from blockcoupling.jacobians.capture import record_calls, states
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.extract import MeasureConfig, measure
-from blockcoupling.lm.models import ADAPTERS, UnknownArchitectureError, blocks_of
 
 PROMPTS = ["hello", "abc"]  # 5 and 3 tokens: the second is NaN-padded
 K_MAX = 6

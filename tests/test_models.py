@@ -11,16 +11,14 @@ import torch
 import transformers
 from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, VOCAB
 
+from blockcoupling.jacobians.adapters import ADAPTERS, UnknownArchitectureError, blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.lm.models import (
-    ADAPTERS,
     LoadOptions,
     ModelSource,
     ModelSourceError,
     Resolved,
-    UnknownArchitectureError,
     assemble_package_file,
-    blocks_of,
     load_model,
     load_random_twin,
     package_folder,

@@ -9,9 +9,10 @@ import torch
 import transformers
 from tiny_models import llama
 
+from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.capture import compute_block
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.lm.models import LoadOptions, _quantization_config, blocks_of
+from blockcoupling.lm.models import LoadOptions, _quantization_config
 
 IDS = torch.tensor([[5, 17, 3, 42, 8, 29]])
 

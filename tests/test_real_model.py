@@ -29,6 +29,7 @@ import torch
 
 from blockcoupling.coupling import formulas
 from blockcoupling.jacobians import statistics as coupling
+from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.spectral import svd
 from blockcoupling.lm import models
@@ -88,7 +89,7 @@ def unrelated_baseline(jacs: torch.Tensor, k: int = K) -> float:
 def results(loaded) -> dict[str, dict[str, list[float]]]:
     """Per model: mean m_10 over l != l' per prompt for both readings, and the offdiag baseline."""
     model, twin, tokenizer = loaded
-    assert len(models.blocks_of(model)) == 30 and model.config.hidden_size == 576
+    assert len(blocks_of(model)) == 30 and model.config.hidden_size == 576
     out: dict[str, dict[str, list[float]]] = {
         name: {"authors": [], "offdiag": [], "baseline": []} for name in ("trained", "random")
     }

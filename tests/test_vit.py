@@ -18,10 +18,10 @@ from conftest import REPO, SCHEMA
 from safetensors.torch import load_file
 from snakemake.utils import validate
 
+from blockcoupling.jacobians.adapters import adapter_for, architecture_key, blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.extract import MeasureConfig, eager_attention, measure_inputs
 from blockcoupling.jacobians.options import PromptText
-from blockcoupling.lm.models import adapter_for, architecture_key, blocks_of
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.plan import Plan

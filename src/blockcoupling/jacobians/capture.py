@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from blockcoupling.lm.models import blocks_of
+from blockcoupling.jacobians.adapters import blocks_of
 
 
 @dataclass

@@ -273,6 +273,10 @@ def trajectory_dataset(
     return ds
 
 
+# attrs that count something over a file's prompts: summed when shards merge
+SUMMED_ATTRS = ("jtt_composed", "jtt_autograd")
+
+
 def merge_shards(shards: Sequence[xr.Dataset]) -> xr.Dataset:
     """One dataset from the same kind of dataset of consecutive prompt shards, equal to what one
     job over every prompt writes: concatenated along ``prompt`` (NaN-padding token dims to the
@@ -285,6 +289,9 @@ def merge_shards(shards: Sequence[xr.Dataset]) -> xr.Dataset:
     if not holding:
         return shards[0]
     merged = xr.concat(holding, dim="prompt", join="outer", combine_attrs="override")
+    for key in SUMMED_ATTRS:  # counts over the prompts of each shard
+        if all(key in ds.attrs for ds in holding):
+            merged.attrs[key] = sum(int(ds.attrs[key]) for ds in holding)
     for name, variable in holding[0].variables.items():  # padding must not change dtypes
         if name in merged.variables and merged[name].dtype != variable.dtype:
             if np.issubdtype(variable.dtype, np.integer) and not merged[name].isnull().any():

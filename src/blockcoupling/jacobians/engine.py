@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from blockcoupling.jacobians.adapters import adapter_for
 from blockcoupling.jacobians.capture import (
     BlockCall,
     accepts_use_cache,
@@ -24,7 +25,7 @@ from blockcoupling.jacobians.capture import (
     residual_function,
 )
 from blockcoupling.jacobians.options import auto_chunk
-from blockcoupling.lm.models import adapter_for
+from blockcoupling.jacobians.token_jacobian import NotComposable, token_jacobian
 
 
 class NonFiniteJacobianError(FloatingPointError, ValueError):
@@ -210,6 +211,11 @@ def _guard_tolerance(block: nn.Module) -> float:
     return max([1e-3] + [2 * torch.finfo(d).eps for d in storage])
 
 
+def _agrees(value: torch.Tensor, expected: torch.Tensor, tolerance: float) -> bool:
+    """Whether ``value`` equals ``expected`` to ``tolerance`` relative (2-norm)."""
+    return bool((value - expected).norm() <= tolerance * max(float(expected.norm()), 1e-12))
+
+
 class JacobianEngine:
     """Jacobians of one prompt's blocks. ``inputs``: the model inputs of the prompt, batch 1,
     e.g. ``{'input_ids': (1, token)}``. Recorded calls of each prefix are cached. ``label``
@@ -234,6 +240,8 @@ class JacobianEngine:
         self.n_tokens = int(self.full[0].input.shape[0])  # tokens as the blocks see them
         self._calls[self.n_tokens] = self.full
         self.fallbacks = 0  # diagonal Jacobians that had to take the full-sequence path
+        self.composed = 0  # diagonal Jacobians composed from the weights (token_jacobian)
+        self.not_composed = 0  # diagonal Jacobians by autograd (no or a refused composition)
         self.loop_fallbacks = 0  # VJP/JVP batches torch.func refused: plain autograd loops
         self._compute_block: tuple[nn.Module | None, nn.Module | None] = (None, None)
 
@@ -248,15 +256,19 @@ class JacobianEngine:
         n_tokens = x.shape[0] if attended is None else attended
         return self.chunk_size or auto_chunk(n_tokens, x.shape[-1], x.device.type == "cpu")
 
-    def _residual(self, call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
-        """``residual_function(call)`` with the compute copy of its block kept for the next
-        call on the same block (one copy alive at a time: a half-precision or quantized model
-        never holds more than one float32 block).
+    def _block(self, block: nn.Module) -> nn.Module:
+        """The compute copy of ``block``, kept for the next call on the same block (one copy
+        alive at a time: a half-precision or quantized model never holds more than one float32
+        block).
         """
-        if self._compute_block[0] is not call.block:
+        if self._compute_block[0] is not block:
             self._compute_block = (None, None)  # free the previous copy first
-            self._compute_block = (call.block, compute_block(call.block, compute_dtype(call.block)))
-        return residual_function(call, self._compute_block[1])
+            self._compute_block = (block, compute_block(block, compute_dtype(block)))
+        return self._compute_block[1]
+
+    def _residual(self, call: BlockCall) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``residual_function(call)`` on the kept compute copy of its block."""
+        return residual_function(call, self._block(call.block))
 
     def calls_for(self, length: int) -> list[BlockCall]:
         """Recorded block calls of the prompt's first ``length`` tokens (a causal prefix of the
@@ -291,10 +303,18 @@ class JacobianEngine:
         return _finite(jac, layer, f"t1={t1}", stacked="t2", label=self.label)
 
     def diagonal(self, layer: int, t: int) -> torch.Tensor:
-        """``J^layer_{tt}`` ``(d, d)``. For causal models with a KV cache the block is re-invoked on
-        token t alone with a snapshot of the cache of tokens < t (~t times cheaper); a forward-value
-        check against the full pass guards it, and any mismatch falls back to ``output_token``.
+        """``J^layer_{tt}`` ``(d, d)``. For causal models with a KV cache the block is taken on
+        token t alone with a snapshot of the cache of tokens < t: composed from its weights when
+        the adapter table says how (``token_jacobian``, counted in ``composed``), else re-invoked
+        under autograd (~t times cheaper than the full sequence; counted in ``not_composed``).
+        A forward-value check against the full pass guards both, and any mismatch falls back to
+        ``output_token`` (counted in ``fallbacks`` too).
         """
+        jac = self._composed(layer, t)
+        if jac is not None:
+            self.composed += 1
+            return _finite(jac[None], layer, f"t2={t}", first=t, label=self.label)[0]
+        self.not_composed += 1
         checked = self._token_call(layer, t)
         if checked is None:
             self.fallbacks += 1
@@ -304,10 +324,8 @@ class JacobianEngine:
         jac = output_token_jacobians(residual, x, 0, chunk, self._count_loop_fallback)
         return _finite(jac, layer, f"t2={t}", first=t, label=self.label)[0]
 
-    def _token_call(
-        self, layer: int, t: int
-    ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor] | None:
-        """The single-token residual function and its input ``(1, d)``, if it passes the guard."""
+    def _token_calls_at(self, t: int) -> list[BlockCall] | None:
+        """Every block's single-token call at t (recorded once), or None without a KV cache."""
         if not self.causal or "input_ids" not in self.inputs or not accepts_use_cache(self.model):
             return None
         if t not in self._token_calls:
@@ -315,21 +333,53 @@ class JacobianEngine:
                 self._token_calls[t] = record_token_calls(self.model, self.inputs["input_ids"], t)
             except (RuntimeError, ValueError, TypeError, AttributeError):
                 self._token_calls[t] = None
-        calls = self._token_calls[t]
+        return self._token_calls[t]
+
+    def _expected(self, layer: int, t: int, dtype: torch.dtype) -> torch.Tensor:
+        """``f(x)_t`` of block ``layer`` in the full pass, in ``dtype``: ``(d,)``; as recorded
+        when the block computes in ``dtype``, else re-invoked on the full sequence in it.
+        """
+        reference = self.full[layer - 1]
+        if all(p.dtype == dtype for p in reference.block.parameters()):
+            return reference.output[t] - reference.input[t]
+        return self._residual(reference)(reference.input.to(dtype))[t]
+
+    def _composed(self, layer: int, t: int) -> torch.Tensor | None:
+        """``J_tt`` composed from the block's weights (``token_jacobian``), if the adapter table
+        has a composition for the architecture and its value passes the guard.
+        """
+        spec = adapter_for(self.model).token_jacobian
+        calls = self._token_calls_at(t) if spec is not None else None
         if calls is None:
             return None
-        call, reference = calls[layer - 1], self.full[layer - 1]
+        call = calls[layer - 1]
+        try:
+            with torch.no_grad():
+                jac, value = token_jacobian(call, self._block(call.block), spec)
+                expected = self._expected(layer, t, value.dtype)
+        except (NotComposable, RuntimeError, ValueError, TypeError, AttributeError):
+            return None
+        if not _agrees(value, expected, _guard_tolerance(call.block)):
+            return None
+        return jac
+
+    def _token_call(
+        self, layer: int, t: int
+    ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor] | None:
+        """The single-token residual function and its input ``(1, d)``, if it passes the guard."""
+        calls = self._token_calls_at(t)
+        if calls is None:
+            return None
+        call = calls[layer - 1]
         dtype = compute_dtype(call.block)
         residual, x = self._residual(call), call.input.to(dtype)
         try:
             with torch.no_grad():
                 value = residual(x)[0]
-                expected = self._residual(reference)(reference.input.to(dtype))[t]
+                expected = self._expected(layer, t, dtype)
         except (RuntimeError, ValueError, TypeError):
             return None
-        if (value - expected).norm() > _guard_tolerance(call.block) * max(
-            float(expected.norm()), 1e-12
-        ):
+        if not _agrees(value, expected, _guard_tolerance(call.block)):
             return None
         return residual, x
 

@@ -20,6 +20,7 @@ import torch
 import xarray as xr
 from torch import nn
 
+from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.capture import states
 from blockcoupling.jacobians.datasets import (
     DepthResult,
@@ -33,7 +34,6 @@ from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.options import MeasureConfig, PromptText
 from blockcoupling.jacobians.spectral import SVD, singular_values, svd, top_k
 from blockcoupling.jacobians.statistics import bases, basis_corners, cross_stats, spectrum_sums
-from blockcoupling.lm.models import blocks_of
 from blockcoupling.runtime.progress import track
 
 __all__ = ["MeasureConfig", "PromptText", "as_prompts", "measure", "measure_inputs"]
@@ -359,6 +359,7 @@ def measure_inputs(
     lengths: list[int] = []
     family_tokens: list[int] = []  # tokens of the token families (token_max_tokens at most)
     depth_positions: list[int] = []
+    composed = not_composed = 0  # depth-wise J_tt composed from the weights / by autograd
     with eager_attention(model), eval_mode(model), matmul_precision(config.tf32):
         for i in track(
             range(len(items)), len(items), "block Jacobians", lambda i: items[i].id, progress
@@ -375,6 +376,7 @@ def measure_inputs(
                 continue
             spectrum = config.spectra_prompts is None or i < config.spectra_prompts
             depth_results.append(_depth(engine, depth_positions[-1], config, n_layers, spectrum))
+            composed, not_composed = composed + engine.composed, not_composed + engine.not_composed
             if i < n_token_prompts:
                 family_tokens.append(min(n, config.token_max_tokens or n))
                 token_results.append(
@@ -398,8 +400,11 @@ def measure_inputs(
         for key, value in prompt_coords.items()
     }
     depth_positions = depth_positions[:n_jacobian_prompts]
+    paths = {"jtt_composed": composed, "jtt_autograd": not_composed}  # J_tt per path
     return {
-        "depth": depth_dataset(depth_results, jacobian_coords, depth_positions, config, common)
+        "depth": depth_dataset(
+            depth_results, jacobian_coords, depth_positions, config, {**common, **paths}
+        )
         if depth_results
         else xr.Dataset(attrs=common),  # a shard of forward-only prompts (merge skips it)
         "spectra": spectra_dataset(depth_results, jacobian_coords, common)

@@ -1,9 +1,7 @@
-"""Model sources, loading, the random-init twin, and the one adapter table.
+"""Model sources, loading and the random-init twin (the adapter table: jacobians.adapters).
 
 A model source says where weights live: a hub id (with revision), a local folder or GGUF file, a
 file shipped inside an installed Python package, or a package that assembles its file on demand.
-The adapter table maps an architecture (``config.model_type``) to where its transformer blocks
-sit below ``model.base_model``; nothing else in the library depends on the architecture.
 """
 
 from __future__ import annotations
@@ -17,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockcoupling.jacobians.adapters import UnknownArchitectureError
 from blockcoupling.lm import hub
 from blockcoupling.lm.hub_names import HubNameError, check_repo_id, check_revision, contained
+from blockcoupling.runtime.device import resolve_device
 from blockcoupling.runtime.progress import on_terminal
 
 if TYPE_CHECKING:  # torch is imported where weights are touched: parsing sources stays light
@@ -28,94 +28,6 @@ if TYPE_CHECKING:  # torch is imported where weights are touched: parsing source
 
 class ModelSourceError(ValueError):
     """A model source that cannot be resolved (bad config, missing package or file)."""
-
-
-class UnknownArchitectureError(ValueError):
-    """An architecture that the adapter table does not list."""
-
-
-@dataclass(frozen=True)
-class Adapter:
-    """Where an architecture keeps its blocks (dotted path below ``model.base_model``)."""
-
-    blocks: str
-    causal: bool = True
-
-
-# The one adapter table. Keys are ``config.model_type``; models without a Hugging Face config
-# are keyed ``<top-level package>.<class name>`` (``architecture_key``). Paths as the pinned
-# transformers (5.23) lays the modules out (ViT and DeiT keep their blocks in ``layers``, no
-# ``encoder``). Every entry is checked against finite differences on a tiny random model
-# (tests/test_jacobians.py).
-ADAPTERS: dict[str, Adapter] = {
-    "llama": Adapter("layers"),
-    "mistral": Adapter("layers"),
-    "mixtral": Adapter("layers"),
-    "qwen2": Adapter("layers"),
-    "qwen3": Adapter("layers"),
-    "gemma": Adapter("layers"),
-    "gemma2": Adapter("layers"),
-    "gemma3_text": Adapter("layers"),
-    "gemma3": Adapter("language_model.layers"),  # text prompts: image tokens attend both ways
-    "olmo": Adapter("layers"),
-    "olmo2": Adapter("layers"),
-    "phi": Adapter("layers"),
-    "phi3": Adapter("layers"),
-    "stablelm": Adapter("layers"),
-    "gpt_neox": Adapter("layers"),
-    "gpt2": Adapter("h"),
-    "gpt_neo": Adapter("h"),
-    "gptj": Adapter("h"),
-    "falcon": Adapter("h"),
-    "bloom": Adapter("h"),
-    "mpt": Adapter("blocks"),
-    "opt": Adapter("decoder.layers"),
-    "bert": Adapter("encoder.layer", causal=False),
-    "roberta": Adapter("encoder.layer", causal=False),
-    "vit": Adapter("layers", causal=False),
-    "deit": Adapter("layers", causal=False),
-    "blockcoupling.VisionTransformer": Adapter("blocks", causal=False),
-}
-
-
-def architecture_key(model: nn.Module) -> str:
-    """The model's key in ADAPTERS: ``config.model_type`` for Hugging Face models, else
-    ``<top-level package>.<class name>`` (e.g. ``blockcoupling.VisionTransformer``).
-    """
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type is not None:
-        return str(model_type)
-    cls = type(model)
-    return f"{cls.__module__.split('.')[0]}.{cls.__name__}"
-
-
-def adapter_for(model: nn.Module) -> Adapter:
-    """The adapter of a loaded Hugging Face model, or a one-line error naming the fix."""
-    model_type = architecture_key(model)
-    if model_type not in ADAPTERS:
-        supported = ", ".join(sorted(ADAPTERS))
-        raise UnknownArchitectureError(
-            f"unknown architecture {model_type!r} ({type(model).__name__}); "
-            f"supported: {supported}. "
-            f"To add it, add one line to blockcoupling.lm.models.ADAPTERS, e.g. "
-            f"{model_type!r}: Adapter('layers'), "
-            "with the path of its block list below model.base_model"
-        )
-    return ADAPTERS[model_type]
-
-
-def blocks_of(model: nn.Module) -> list[nn.Module]:
-    """The model's transformer blocks in depth order (length L)."""
-    adapter = adapter_for(model)
-    node: Any = getattr(model, "base_model", model)
-    for name in adapter.blocks.split("."):
-        if not hasattr(node, name):
-            raise UnknownArchitectureError(
-                f"{type(model).__name__}: no attribute {name!r} on the path {adapter.blocks!r} of "
-                f"ADAPTERS[{architecture_key(model)!r}]; fix that entry"
-            )
-        node = getattr(node, name)
-    return list(node)
 
 
 @dataclass(frozen=True)
@@ -329,30 +241,6 @@ def check_local_source(spec: dict[str, Any]) -> None:
         package_folder(source.location)
     elif source.kind == "path":
         resolve(source)
-
-
-def resolve_device(device: str) -> str:
-    """``auto``: ``cuda`` when a GPU is visible, else ``cpu``; any other name unchanged once
-    torch knows it and, for ``cuda[:N]``, sees that GPU (else a one-line ValueError).
-    """
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        raise ValueError(
-            f"device {device!r} is not a torch device (auto, cpu, cuda[:N], mps)"
-        ) from None
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        build = "a CPU-only build" if torch.version.cuda is None else "no GPU visible"
-        raise ValueError(f"device {device!r}: this torch sees no CUDA GPU ({build})")
-    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
-        raise ValueError(
-            f"device {device!r}: this torch sees {torch.cuda.device_count()} CUDA GPU(s)"
-        )
-    return device
 
 
 def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
