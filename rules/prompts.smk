@@ -32,8 +32,7 @@ rule sample_prompts:
     params:
         hub=lambda wildcards: PLAN.prompt_hub(wildcards.set),
         revisions=lambda wildcards: {  # a changed pin re-runs the sampling
-            source: HUB_DATASET_OF[source][1]
-            for source in PLAN.prompt_hub(wildcards.set)
+            source: HUB_DATASET_OF[source][1] for source in PLAN.prompt_hub(wildcards.set)
         },
         shakespeare=lambda wildcards: PLAN.shakespeare(wildcards.set),
         n_per_source=PLAN.prompt_sampling[0],
