@@ -361,6 +361,10 @@ class JacobianEngine:
             return None
         if not _agrees(value, expected, _guard_tolerance(call.block)):
             return None
+        if not (torch.isfinite(value.square().sum()) and torch.isfinite(jac).all()):
+            # overflowing values (huge weights): the composition and autograd overflow in other
+            # places, so the reference path decides, and names the layer as non-finite
+            return None
         return jac
 
     def _token_call(
