@@ -34,7 +34,7 @@ rule evaluate:
         "../envs/torch.yaml"
     threads: PLAN.threads("extract")
     resources:
-        **model_job_resources("evaluate"),
+        **JOBS.resources("evaluate"),
         gpu_mem_gb=gpu_mem,
         device=model_device,
     params:

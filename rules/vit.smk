@@ -49,7 +49,7 @@ if PLAN.vit:
             "../envs/torch.yaml"
         threads: PLAN.threads("vit")
         resources:
-            **model_job_resources("vit_train", "vit"),
+            **JOBS.resources("vit_train", "vit"),
             device=vit_device,
         params:
             run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
@@ -76,7 +76,7 @@ if PLAN.vit:
             "../envs/torch.yaml"
         threads: PLAN.threads("vit")
         resources:
-            **model_job_resources("vit_extract", "vit"),
+            **JOBS.resources("vit_extract", "vit"),
             device=vit_device,
             vjp_chunk=PLAN.vit.section["extract"]["chunk_size"] or 0,
         params:

@@ -73,7 +73,8 @@ def test_every_package_imports_only_lower_layers_and_no_module_cycle() -> None:
 def test_the_dag_side_imports_no_torch() -> None:
     code = (
         "import sys; import blockcoupling.pipeline.checks, blockcoupling.pipeline.cost, "
-        "blockcoupling.pipeline.slurm, blockcoupling.pipeline.figure_registry, "
+        "blockcoupling.pipeline.slurm, blockcoupling.pipeline.job_requests, "
+        "blockcoupling.pipeline.figure_registry, "
         "blockcoupling.coupling.metrics, blockcoupling.files.combine, blockcoupling.stats.core; "
         "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
     )

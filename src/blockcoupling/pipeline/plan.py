@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import MeasureConfig, runs_on_gpu
-from blockcoupling.lm.hub import HubSettings
+from blockcoupling.lm.hub import (
+    HubSettings,
+    Revision,
+    hub_revisions,
+    incomplete,
+    missing_files,
+    predecessor,
+    revision_of,
+)
 from blockcoupling.pipeline.entries import ModelEntry, train_config
 from blockcoupling.stats.selection import Bootstrap, Selection
 from blockcoupling.vit.config import ViTPlan
@@ -66,6 +75,58 @@ class Plan:
     def hub(self) -> HubSettings:
         """The checked ``hub:`` section (``max_revisions: all`` -> None: every revision ahead)."""
         return HubSettings.from_config(self.config)
+
+    @cached_property
+    def hub_revisions(self) -> dict[tuple[str, str], Revision]:
+        """Every hub revision the models read: (repo, revision) -> its Revision."""
+        return {(r.repo, r.revision): r for r in hub_revisions(self.models)}
+
+    def hub_folder(self, model: str, step: str) -> str | None:
+        """The hub-cache folder a model reads at a step (None when not from the hub)."""
+        where = revision_of(self.models[model], step)
+        if where is None:
+            return None
+        revision = self.hub_revisions[where[:2]]
+        return str(self.hub.folder(revision.repo, revision.revision, revision.checkpoint))
+
+    def unfetched(self) -> str | None:
+        """One line for the first fetched revision folder that lacks files its manifest lists
+        (emptied or damaged: a job would fail on it, and its retry again), naming the command
+        that fetches it; None when there is none (a missing folder is fetched by its rule).
+        """
+        hub = self.hub
+        for revision in self.hub_revisions.values():
+            folder = hub.folder(revision.repo, revision.revision, revision.checkpoint)
+            if missing_files(folder):
+                model = revision.consumers[0][0]
+                return incomplete(folder, f"models.{model}", revision.repo, revision.revision)
+        return None
+
+    def lane_before(self, repo: str, revision: str) -> list[str]:
+        """The outputs of the jobs of the checkpoint revision before this one in its lane of
+        ``hub.max_revisions`` (fetched ahead and kept, ``max_revisions: all``: none).
+        """
+        hub = self.hub
+        if hub.ahead:
+            return []
+        revisions = list(self.hub_revisions.values())
+        before = predecessor(revisions, self.hub_revisions[(repo, revision)], hub.max_revisions)
+        if before is None:
+            return []
+        evaluated = self.evaluated(self.models)
+        done = [f"results/extract/{model}/{step}/depth.nc" for model, step in before.consumers]
+        done += [f"results/evaluate/{m}/{s}.nc" for m, s in before.consumers if m in evaluated]
+        return done
+
+    @property
+    def twin_seed(self) -> int:
+        """The seed of every random-init twin (``random_init.seed``)."""
+        return int(self.config["random_init"]["seed"])
+
+    @property
+    def vit_device(self) -> str:
+        """The ViT sweep's device (``vit.device``)."""
+        return str(self.config["vit"]["device"])
 
     def threads(self, section: str) -> int:
         """Threads of the jobs of ``section`` (extract: extraction and evaluation; train; vit)."""

@@ -1,0 +1,247 @@
+"""What each job of a Plan asks Slurm for, and the checks before the first job: the rules'
+Slurm glue (``rules/common.smk`` builds one ``JobRequests`` and hands its functions to the
+rules). Memory and runtime come from the planner (``cost``), capped at the partition
+(``slurm.job_request``); a local run asks for nothing that matters.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from blockcoupling.pipeline import cost
+from blockcoupling.pipeline.plan import Plan
+from blockcoupling.pipeline.slurm import (
+    GROUPED_JOB_MEM_MB,
+    Nodes,
+    Request,
+    SlurmError,
+    SlurmSettings,
+    check_plan,
+    job_needs,
+    job_request,
+    resource_text,
+)
+
+# Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none and the
+# planner cannot tell (no n_layers/d_model in its metadata).
+JOB_DEFAULTS = {"extract": (8000, 720), "evaluate": (8000, 240)}
+DEFAULT_RUNTIME = 60  # minutes of the other rules (apply_defaults)
+SMALL_JOB_MEM_MB = GROUPED_JOB_MEM_MB  # memory of the other rules
+# The shard sizes the main process decided, passed to the jobs on their nodes (sbatch passes the
+# environment), so that both see the same jobs.
+SHARD_SIZES = "BLOCKCOUPLING_SHARD_SIZES"
+
+NodesOf = Callable[[str], "Nodes | None"]
+
+
+def job_rates(settings: SlurmSettings) -> cost.Rates:
+    """The planner's rates of the model jobs: the GPU's, or the CPU's where Slurm gives no GPU
+    (``BLOCKCOUPLING_SLURM_GPU=none``).
+    """
+    return cost.CPU if settings.gpu == "none" else cost.GPU
+
+
+def partition_limit(
+    plan: Plan, settings: SlurmSettings, nodes_of: NodesOf, model: str
+) -> tuple[str, int | None]:
+    """(partition, time limit in minutes or None) of the partition a model's jobs go to."""
+    _, needs = job_needs(plan, "extract", model, 1)
+    partition = (
+        settings.gpu_partition if settings.gpu_count(needs.gpu_mem_gb) else settings.partition
+    )
+    try:
+        nodes = nodes_of(partition)
+    except SlurmError:  # JobRequests.check names the setting
+        return partition or "(default)", None
+    if nodes is None:
+        return partition or "(default)", None
+    return nodes.partition, nodes.time_limit
+
+
+def shard_plan(
+    plan: Plan,
+    settings: SlurmSettings,
+    nodes_of: NodesOf,
+    decides: bool,
+    environ: MutableMapping[str, str],
+) -> Plan:
+    """``plan`` with each model's shards sized to its partition's time limit (``cost.fit_shards``):
+    decided where ``decides`` (the main process with a Slurm profile) and published in
+    ``environ``; read back from it in a job on its node. Raises ``cost.TooLong``.
+    """
+    if decides:
+        rates = job_rates(settings)
+        plan = cost.sized_plan(
+            plan,
+            lambda model: partition_limit(plan, settings, nodes_of, model),
+            lambda model: rates if plan.on_gpu(model) else cost.CPU,
+        )
+        environ[SHARD_SIZES] = json.dumps(plan.shard_sizes)
+    elif environ.get(SHARD_SIZES):
+        plan = replace(plan, shard_sizes=json.loads(environ[SHARD_SIZES]))
+    return plan
+
+
+@dataclass
+class JobRequests:
+    """The Slurm requests of a plan's jobs. ``on_slurm``: whether jobs go to Slurm now (asked of
+    the workflow's executor; Slurm is asked nothing otherwise); ``nodes_of``: a partition's
+    nodes (``slurm.read_nodes``, cached by the caller).
+    """
+
+    plan: Plan
+    settings: SlurmSettings
+    on_slurm: Callable[[], bool]
+    nodes_of: NodesOf
+    own_memory: set[str] = field(default_factory=set)  # rules whose memory resources() gives
+
+    def __post_init__(self) -> None:
+        self.rates = job_rates(self.settings)
+        # the planner's longest job per (model or "vit", rule), at the rates of the device jobs get
+        self.planned = {
+            (row.model, row.rule): row for row in cost.plan_costs(self.plan, gpu=self.rates)
+        }
+        self.request = functools.cache(self._request)
+
+    def partition_limit(self, model: str) -> tuple[str, int | None]:
+        """(partition, time limit in minutes or None) of a model's jobs."""
+        return partition_limit(self.plan, self.settings, self.nodes_of, model)
+
+    def defaults(
+        self, rule: str, model: str, attempt: int, part: int | None = 0, limit: int | None = None
+    ) -> tuple[int, int]:
+        """(mem_mb, runtime) of a job whose model declares none: runtime from the planner
+        (``cost.runtime_minutes``: safety factor and floor, doubled on a retry; ``limit``: the
+        partition's, which the floor yields to); ``part``: the first prompt of an extract_shard
+        job, None for an extract_tokens job (each its own time).
+        """
+        mem_mb, runtime = JOB_DEFAULTS.get(rule, (8000, 720))
+        seconds = None
+        if rule in {"extract_shard", "extract_tokens"}:
+            on_gpu = self.plan.on_gpu(model)
+            seconds = cost.extract_job_seconds(self.plan, model, part, on_gpu, self.rates)
+        elif (model, rule) in self.planned:
+            seconds = self.planned[(model, rule)].job_seconds
+        if seconds is None:
+            return mem_mb, runtime * attempt
+        return mem_mb, cost.runtime_minutes(seconds, attempt, limit)
+
+    def _request(
+        self,
+        rule: str,
+        model: str,
+        threads: int,
+        with_nodes: bool,
+        attempt: int = 1,
+        part: int | None = 0,
+    ) -> Request:
+        """What a model's (or the ViT sweep's, model "vit") job asks Slurm for: memory,
+        runtime, partition, GPUs where it runs on a GPU (``Plan.on_gpu``); checked against
+        sinfo's nodes when jobs go to Slurm (``with_nodes``).
+        """
+        name, needs = job_needs(self.plan, rule, model, threads)
+        nodes_of = self.nodes_of if with_nodes else lambda partition: None
+        limit = self.partition_limit(model)[1] if with_nodes else None
+        defaults = self.defaults(rule, model, attempt, part, limit)
+        request = job_request(name, needs, defaults, self.settings, nodes_of)
+        if request.asked_runtime:  # a default without a planned time: capped, and said (once)
+            print(
+                f"slurm: {name} (attempt {attempt}) has no planned runtime (no n_layers/d_model "
+                f"in its metadata): asks the partition's {request.runtime} min instead of "
+                f"{request.asked_runtime}; declare resources.runtime to choose",
+                file=sys.stderr,
+            )
+        return request
+
+    def resources(self, rule: str, model: str | None = None) -> dict[str, Callable[..., Any]]:
+        """The Slurm resources of a model's job of ``rule`` as Snakemake resource functions
+        (``model``: a fixed one, e.g. "vit"; else the job's wildcard; 0 and '' ask for nothing;
+        a local run ignores them all).
+        """
+
+        def resource(key: str) -> Callable[..., Any]:
+            def value(wildcards: Any, threads: int, attempt: int) -> Any:
+                name = model or wildcards.model
+                part = int(wildcards.shard) if "shard" in wildcards.keys() else 0
+                part = None if "prompt" in wildcards.keys() else part
+                request = self.request(rule, name, threads, self.on_slurm(), attempt, part)
+                return request.resources(self.settings)[key]
+
+            return value
+
+        self.own_memory.add(rule)
+        return {key: resource(key) for key in Request.RESOURCES}
+
+    def small_job_runtime(self, wildcards: Any, attempt: int) -> int:
+        """Runtime of a job without a planned one (``DEFAULT_RUNTIME`` minutes; at most its CPU
+        partition's limit on Slurm, ``check`` says so).
+        """
+        if not self.on_slurm():
+            return DEFAULT_RUNTIME
+        try:
+            nodes = self.nodes_of(self.settings.partition)
+        except SlurmError:
+            return DEFAULT_RUNTIME
+        limit = nodes.time_limit if nodes is not None else None
+        return min(DEFAULT_RUNTIME, limit or DEFAULT_RUNTIME)
+
+    def apply_defaults(self, rules: Iterable[Any], user_defaults: Any) -> None:
+        """Give every rule the workflow's own requests where neither the rule nor the user's
+        ``--default-resources`` sets them (mem_mb, runtime: what the shipped profile asked
+        before), so that any Slurm profile, a site's own too, gets the same per-job requests.
+        """
+        from snakemake.resources import Resource, Resources
+
+        keys = ("mem", "mem_mb", "mem_mib")
+        builtin_text = Resources.DEFAULTS["full"]["mem"]  # Snakemake's own, from the input size
+        users_memory = any(resource_text(user_defaults, k) not in ("", builtin_text) for k in keys)
+        for each in rules:
+            given = [key for key in keys if key in each.resources.keys()]
+            # a function not of resources(): Snakemake's own default (from the input's size); a
+            # number: the rule's own (or the user's)
+            builtin = all(each.resources.get(key).is_evaluable() for key in given)
+            if not users_memory and each.name not in self.own_memory and builtin:
+                for key in given:
+                    each.resources[key] = None
+                each.resources["mem_mb"] = Resource("mem_mb", SMALL_JOB_MEM_MB)
+            each.resources.setdefault("runtime", Resource("runtime", self.small_job_runtime))
+
+    def check(self, threads: int) -> None:
+        """Raise ``SlurmError`` or ``cost.TooLong`` if a model's job cannot run on the Slurm
+        partition it goes to (nothing when jobs do not go to Slurm); say in one line where the
+        small rules' default runtime is capped.
+        """
+        if not self.on_slurm():
+            return
+        check_plan(self.plan, self.settings, threads, self.nodes_of)
+        self._check_runtimes()
+
+    def _check_runtimes(self) -> None:
+        """Raise ``cost.TooLong`` for the first job that cannot be split (evaluate, vit_train,
+        vit_extract) whose planned runtime, retry included, exceeds its partition's limit.
+        """
+        for (model, rule), row in self.planned.items():
+            if rule == "extract":  # sized to fit (cost.fit_shards)
+                continue
+            where, limit = self.partition_limit(model)
+            if not cost.fits_limit(row.job_seconds, limit):
+                name = "vit" if model == "vit" else f"models.{model}"
+                fix = cost.PARTITION_FIX + (", or fewer vit epochs" if rule == "vit_train" else "")
+                raise cost.too_long(f"{name} ({rule})", row.job_seconds, limit, where, fix)
+        try:
+            nodes = self.nodes_of(self.settings.partition)
+        except SlurmError:
+            return
+        if nodes is not None and nodes.time_limit and nodes.time_limit < DEFAULT_RUNTIME:
+            print(
+                f"slurm: partition {nodes.partition} allows {nodes.time_limit} min: the jobs "
+                f"without a planned runtime (metrics, combine, stats, figures, training) ask "
+                f"{nodes.time_limit} min instead of {DEFAULT_RUNTIME}; set-resources "
+                "RULE:runtime=N to choose",
+                file=sys.stderr,
+            )
