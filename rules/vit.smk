@@ -89,9 +89,7 @@ if PLAN.vit:
     rule vit_combine:
         """Coupling and test accuracy of every ViT in one dataset."""
         input:
-            depth=[f"{PLAN.vit.folder('extract', *p)}/depth.nc" for p in PLAN.vit.points],
-            tokens=[f"{PLAN.vit.folder('extract', *p)}/tokens.nc" for p in PLAN.vit.points],
-            histories=[f"{PLAN.vit.folder('train', *p)}/history.csv" for p in PLAN.vit.points],
+            [part[kind] for part in PLAN.vit.parts() for kind in ("depth", "tokens", "history")],
         output:
             "results/vit/combined.nc",
         log:
@@ -103,7 +101,7 @@ if PLAN.vit:
         conda:
             "../envs/analysis.yaml"
         params:
-            points=[(PLAN.vit.sd[sd], PLAN.vit.wd[wd], seed) for sd, wd, seed in PLAN.vit.points],
+            parts=PLAN.vit.parts(),  # each point with its files, by name
             metrics=PLAN.vit_metric,
             code=script_hash("vit_combine"),
         script:

@@ -495,3 +495,25 @@ def test_published_vit_weights_are_recorded_copies(tmp_path: Path) -> None:
 
 class _Outputs(list):
     """Snakemake's output list: every path, and the named ones as attributes."""
+
+
+def test_combine_reads_each_point_from_files_that_hold_its_run(vit64, tmp_path: Path) -> None:
+    """vit_combine pairs a grid point with its files by name and refuses a file whose attrs
+    (written from the run config by vit_extract) hold another run."""
+    from blockcoupling.files.io import write_netcdf
+    from blockcoupling.vit.results import read_part
+
+    model, x = vit64
+    items = [PromptText("test00000", "3", "")]
+    config = MeasureConfig(k_max=4, depth_token=0, token_layers=(), token_prompts=0)
+    run = {"drop_path_rate": 0.1, "weight_decay": 0.05, "seed": 2}
+    result = measure_inputs(model, [{"x": x}], items, config, run, progress=False)
+    for kind in ("depth", "tokens"):
+        write_netcdf(result[kind], tmp_path / f"{kind}.nc")
+    (tmp_path / "history.csv").write_text("epoch,test_accuracy\n1,0.5\n")
+    part = {kind: str(tmp_path / f"{kind}.nc") for kind in ("depth", "tokens")}
+    part["history"] = str(tmp_path / "history.csv")
+    point, (depth, _, history) = read_part({**part, "point": [0.1, 0.05, 2]})
+    assert point == (0.1, 0.05, 2) and depth.sizes["prompt"] == 1 and len(history) == 1
+    with pytest.raises(ValueError, match=r"depth\.nc holds the ViT run .*'seed': 2.*not the grid"):
+        read_part({**part, "point": [0.1, 0.05, 3]})

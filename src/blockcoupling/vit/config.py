@@ -243,6 +243,27 @@ class ViTPlan:
         """``results/vit/{kind}/sd{sd}/wd{wd}/seed{seed}`` (kind: train or extract)."""
         return f"results/vit/{kind}/sd{sd}/wd{wd}/seed{seed}"
 
+    def parts(self) -> list[dict[str, Any]]:
+        """Each grid point's files for the combined dataset, named together: ``point``
+        ``[drop-path rate, weight decay, seed]``, its ``depth`` and ``tokens`` statistics and
+        its training ``history`` (``vit.results.read_part`` checks them against the point).
+        """
+        out = []
+        for sd, wd, seed in self.points:
+            extract, train = (
+                self.folder("extract", sd, wd, seed),
+                self.folder("train", sd, wd, seed),
+            )
+            out.append(
+                {
+                    "point": [self.sd[sd], self.wd[wd], int(seed)],
+                    "depth": f"{extract}/depth.nc",
+                    "tokens": f"{extract}/tokens.nc",
+                    "history": f"{train}/history.csv",
+                }
+            )
+        return out
+
 
 def _labels(key: str, values: list[float]) -> dict[str, float]:
     """Wildcard label -> value, refusing repeats (values that print alike)."""

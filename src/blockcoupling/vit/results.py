@@ -109,6 +109,28 @@ def grid_dataset(
     return data
 
 
+RUN_ATTRS = ("drop_path_rate", "weight_decay", "seed")  # the grid point, in each file's attrs
+
+
+def read_part(part: Mapping[str, Any]) -> tuple[Point, tuple[xr.Dataset, xr.Dataset, pd.DataFrame]]:
+    """One grid point of ``ViTPlan.parts``: its point and its (depth, tokens, history), each
+    extraction file checked to hold the run it is named for (its attrs, written from the run
+    config); ValueError naming the file otherwise.
+    """
+    from blockcoupling.files.io import read_netcdf
+
+    point = (float(part["point"][0]), float(part["point"][1]), int(part["point"][2]))
+    depth, tokens = read_netcdf(part["depth"]), read_netcdf(part["tokens"])
+    for path, data in ((part["depth"], depth), (part["tokens"], tokens)):
+        held = tuple(np.asarray(data.attrs.get(name)).tolist() for name in RUN_ATTRS)
+        if held != point:
+            raise ValueError(
+                f"{path} holds the ViT run {dict(zip(RUN_ATTRS, held))}, not the grid point "
+                f"{dict(zip(RUN_ATTRS, point))} it is named for; delete it to re-extract"
+            )
+    return point, (depth, tokens, pd.read_csv(part["history"]))
+
+
 def check_same_images(parts: Mapping[Point, tuple[xr.Dataset, xr.Dataset, pd.DataFrame]]) -> None:
     """Every grid point must have been measured on the same images (ids in the same order)."""
     reference = None
