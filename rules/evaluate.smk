@@ -38,6 +38,7 @@ rule evaluate:
         gpu_mem_gb=gpu_mem,
         device=model_device,
     params:
+        math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs
         model=model_params,
         context_length=PLAN.context_length,
         code=script_hash("evaluate"),

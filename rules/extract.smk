@@ -1,6 +1,7 @@
 # Block Jacobians, SVDs and exact coupling statistics, per model and step (final, random, or a
-# checkpoint step). The slow stage: everything downstream reuses its files. Device, threads and
-# the VJP chunk size are resources: they change no result, so changing them re-runs nothing.
+# checkpoint step). The slow stage: everything downstream reuses its files. Device and the VJP
+# chunk size are resources (changing them re-runs nothing); the threads are a param too, since
+# a job's numbers depend on its thread count (runner.math_threads).
 # A model with extract.prompts_per_shard (or resources.prompts_per_shard) is extracted in prompt
 # shards ({shard}: the index of its first prompt) and its token families in a job per prompt,
 # merged into the same files as one job writes; the shard files are temporary (removed once
@@ -25,6 +26,7 @@ rule extract:
     resources:
         **extract_resources("extract"),
     params:
+        math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs
         model=model_params,
         extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
         shard=None,
@@ -57,6 +59,7 @@ rule extract_shard:
     resources:
         **extract_resources("extract_shard"),
     params:
+        math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs
         model=model_params,
         extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
         shard=lambda wildcards: {
@@ -90,6 +93,7 @@ rule extract_tokens:
     resources:
         **extract_resources("extract_tokens"),
     params:
+        math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs
         model=model_params,
         extract=lambda wildcards: science_params(PLAN.extract_options(wildcards.model)),
         shard=lambda wildcards: {

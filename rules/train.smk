@@ -24,6 +24,7 @@ for _run, _spec in PLAN.train_runs.items():
         resources:
             mem_mb=4000,
         params:
+            math_threads=PLAN.threads("train"),  # the numbers follow it: a change re-runs
             spec=_spec,
             code=script_hash("train"),
         script:

@@ -52,6 +52,7 @@ if PLAN.vit:
             **JOBS.resources("vit_train", "vit"),
             device=vit_device,
         params:
+            math_threads=PLAN.threads("vit"),  # the numbers follow it: a change re-runs
             run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
             code=script_hash("vit_train"),
         script:
@@ -80,6 +81,7 @@ if PLAN.vit:
             device=vit_device,
             vjp_chunk=PLAN.vit.section["extract"]["chunk_size"] or 0,
         params:
+            math_threads=PLAN.threads("vit"),  # the numbers follow it: a change re-runs
             run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
             extract=vit_science_extract(PLAN.vit.section["extract"]),
             code=script_hash("vit_extract"),

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from blockcoupling.files import manifest
 from blockcoupling.lm.train import TrainConfig, train, work_dir
-from blockcoupling.runtime.runner import run_script
+from blockcoupling.runtime.runner import math_threads, run_script
 
 
 def main(sm):
     config = TrainConfig(**sm.params.spec)
     work = work_dir(Path(sm.output.history).parent, config, sm.params.code)
-    train(config, work, threads=sm.threads)
+    train(config, work, threads=math_threads(sm))
     for step, checkpoint in zip(config.steps, sm.output.checkpoints):
         published = Path(checkpoint).parent
         shutil.copytree(work / f"step{step}", published, dirs_exist_ok=True, copy_function=_copy)

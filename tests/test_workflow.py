@@ -224,10 +224,20 @@ def test_changing_k_or_reading_reruns_metrics_not_jacobians(done: Path, tmp_path
 
 def test_run_only_settings_rerun_nothing(done: Path, tmp_path: Path) -> None:
     def speed(config: dict, folder: Path) -> None:
-        config["extract"].update(chunk_size=3, threads=2, device="cpu")
-        config["train"]["threads"] = 2
+        config["extract"].update(chunk_size=3, device="cpu")
 
     assert planned(variant(done, tmp_path, speed)) == {}
+
+
+def test_threads_rerun_the_jobs_whose_numbers_depend_on_them(done: Path, tmp_path: Path) -> None:
+    """A job computes on its configured threads (runner.math_threads), whatever cores Snakemake
+    grants, and its numbers depend on them: changing them re-runs it and what follows."""
+    train = variant(done, tmp_path / "train", lambda c, f: c["train"].update(threads=2))
+    _, changed = dry_run(train)
+    assert changed and all(rule.startswith("train_") for rule in changed), changed
+    extract = variant(done, tmp_path / "extract", lambda c, f: c["extract"].update(threads=2))
+    _, changed = dry_run(extract)
+    assert changed == {"extract", "evaluate"}, changed
 
 
 def test_n_boot_reruns_the_bootstrap_jobs_and_only_the_figures_that_draw_them(

@@ -73,6 +73,28 @@ def cancelled(rule: str) -> Callable[[int, Any], None]:
     return handler
 
 
+def math_threads(snakemake: Any) -> int:
+    """The threads a job computes with: its rule's ``math_threads`` param (the configured
+    ``threads`` of a job whose numbers depend on it: training, extraction, evaluation, the ViT
+    jobs), whatever cores Snakemake granted (it lowers ``threads`` to ``--cores`` on a smaller
+    machine, which would change the numbers, so the job oversubscribes instead, said in its
+    log); else the granted threads.
+    """
+    granted = max(1, int(snakemake.threads))
+    wanted = getattr(snakemake.params, "math_threads", None)
+    if wanted is None:
+        return granted
+    if int(wanted) > granted:
+        logging.info(
+            "%s: computing on %d threads (its configured threads, which its numbers depend on) "
+            "with %d core(s) granted",
+            snakemake.rule,
+            int(wanted),
+            granted,
+        )
+    return int(wanted)
+
+
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(snakemake)`` logging to the rule's log and stderr, with torch (when the script
     uses it) set to the rule's threads and its math libraries checked to be on the pinned code
@@ -91,9 +113,14 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
         force=True,
     )
     signal.signal(signal.SIGTERM, cancelled(snakemake.rule))
+    threads = math_threads(snakemake)
     torch = sys.modules.get("torch")  # imported by the script's own imports, if it needs it
     if torch is not None:
-        torch.set_num_threads(max(1, int(snakemake.threads)))
+        torch.set_num_threads(threads)
+    if "numpy" in sys.modules:  # numpy's BLAS (OpenBLAS) on as many, not on every core here
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(threads, user_api="blas")
     try:
         isa.check_job()
         main(snakemake)
