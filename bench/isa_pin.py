@@ -59,7 +59,7 @@ PARTS = ("train_lm", "train_vit", "extract")
 
 def environments() -> dict[str, dict[str, str]]:
     """The four environments: this process's, less every pin variable, plus each one's own."""
-    from blockcoupling import isa  # no torch
+    from blockcoupling.runtime import isa  # no torch
 
     base = {k: v for k, v in os.environ.items() if k not in PIN_KEYS}
     base.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
