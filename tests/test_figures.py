@@ -578,3 +578,23 @@ def test_fit_lines_only_beside_their_statistics_row(monkeypatch):
     figures.coupling_vs_score(table, "unused", correlations=only)
     lines = {key: n for key, n in drawn.items() if n}
     assert lines == {(0, "raw coupling"): 1}, drawn
+
+
+def test_vit_accuracy_legends_clear_the_axis_labels(tmp_path, monkeypatch):
+    """The default run's own ViT tables (tests/data/vit_default, from the run at 7971d9e: five
+    rates of four seeds, so a least-squares line and legend entry per rate under each panel):
+    the legends once sat over the two-line x labels."""
+    from blockcoupling.figures import vit as figure_vit
+
+    found = []
+
+    def checked_save(fig, path):
+        found.extend(layout_problems(fig))
+        return common.save(fig, path)
+
+    monkeypatch.setattr(figure_vit, "save", checked_save)
+    data = Path(__file__).parent / "data" / "vit_default"
+    table = pd.read_csv(data / "vit_models.csv")
+    within = pd.read_csv(data / "vit_coupling_vs_accuracy.csv")
+    assert_written(figure_vit.vit_coupling_vs_accuracy(table, tmp_path / "acc.png", within=within))
+    assert not found, "; ".join(found)

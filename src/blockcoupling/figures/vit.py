@@ -33,7 +33,9 @@ RATE_LABEL = "stochastic-depth rate"
 CMAP = "viridis"
 
 
-def _measure_grid(data: pd.DataFrame, shown: list[str], share: str) -> sns.FacetGrid:
+def _measure_grid(
+    data: pd.DataFrame, shown: list[str], share: str, height: float = 3.6
+) -> sns.FacetGrid:
     """A FacetGrid with one panel per coupling measure of ``shown`` (column ``measure`` of
     ``data``), side by side; the measure's axis (``share`` = 'x': the y axis) is each panel's
     own, the other shared.
@@ -44,8 +46,8 @@ def _measure_grid(data: pd.DataFrame, shown: list[str], share: str) -> sns.Facet
         col_order=shown,
         sharex=share == "x",
         sharey=share == "y",
-        height=3.6,
-        aspect=1.2,
+        height=height,
+        aspect=1.2 * 3.6 / height,
         despine=False,
     )
 
@@ -168,7 +170,7 @@ def vit_coupling_vs_accuracy(
     norm = Normalize(min(rates, default=0), max(rates, default=1) if len(rates) > 1 else 1)
     long = long_form(table.dropna(subset=["test_accuracy"]), shown, "measure")
     with style():
-        grid = _measure_grid(long, shown, share="y")
+        grid = _measure_grid(long, shown, share="y", height=5.4)  # room for the legends below
         draw_panels(grid, _accuracy_panel, rates=rates, norm=norm, within=within)
         for measure, ax in grid.axes_dict.items():
             row = first_row(
@@ -181,7 +183,7 @@ def vit_coupling_vs_accuracy(
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(
                     loc="upper center",
-                    bbox_to_anchor=(0.5, -0.42),
+                    bbox_to_anchor=(0.5, -0.3),  # under the two-line x label
                     fontsize="x-small",
                     title="least-squares line per rate",
                     frameon=False,
