@@ -40,7 +40,8 @@ def _job(outputs: list[Path]) -> None:
         fig.savefig(pdf)
         plt.close(fig)
 
-    run_script(SimpleNamespace(log=[], output=outputs, rule="job", threads=1), main)
+    job = SimpleNamespace(log=[], output=outputs, rule="job", threads=1, params=SimpleNamespace())
+    run_script(job, main)
 
 
 @pytest.fixture

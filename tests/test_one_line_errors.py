@@ -92,7 +92,8 @@ def test_measure_errors_name_the_cli_flag(tiny: Path, failing: Callable[..., str
 RULE_ON_A_FULL_DISK = """
 import logging, types
 from blockcoupling.runtime.runner import run_script
-sm = types.SimpleNamespace(log=["/dev/full"], threads=1, rule="extract", output=["out.nc"])
+sm = types.SimpleNamespace(log=["/dev/full"], threads=1, rule="extract", output=["out.nc"],
+                           params=types.SimpleNamespace())
 def main(sm):
     for i in range(50):
         logging.info("prompt %d", i)
@@ -173,7 +174,7 @@ import types
 from blockcoupling.jacobians.engine import NonFiniteJacobianError
 from blockcoupling.runtime.runner import run_script
 sm = types.SimpleNamespace(log=[{str(tmp_path / "extract.log")!r}], threads=1, rule="extract",
-                           output=[])
+                           output=[], params=types.SimpleNamespace())
 def main(sm):
     raise NonFiniteJacobianError("model m, prompt p0001, layer 2, t2=3, t1 in [3]")
 run_script(sm, main)
@@ -188,7 +189,8 @@ run_script(sm, main)
 RULE_CANCELLED = """
 import logging, sys, time, types
 from blockcoupling.runtime.runner import run_script
-sm = types.SimpleNamespace(log=[sys.argv[1]], threads=1, rule="metrics", output=["out.nc"])
+sm = types.SimpleNamespace(log=[sys.argv[1]], threads=1, rule="metrics", output=["out.nc"],
+                           params=types.SimpleNamespace())
 def main(sm):
     logging.info("started")
     time.sleep(60)

@@ -81,11 +81,19 @@ def test_every_vit_netcdf_has_cf_labels_and_provenance(done: Path) -> None:
 
 
 def test_run_only_settings_rerun_nothing(done: Path, tmp_path: Path) -> None:
+    """The device, data folder and chunk size are run settings; threads are not (the numbers
+    depend on them: test_threads_rerun_training_and_extraction)."""
+
     def speed(vit: dict) -> None:
-        vit.update(threads=2, device="cpu", data_dir="elsewhere")
+        vit.update(device="cpu", data_dir="elsewhere")
         vit["extract"]["chunk_size"] = 3
 
     assert planned(variant(done, tmp_path, speed)) == {}
+
+
+def test_threads_rerun_training_and_extraction(done: Path, tmp_path: Path) -> None:
+    jobs = planned(variant(done, tmp_path, lambda vit: vit.update(threads=2)))
+    assert jobs.get("vit_train") == 2 and jobs.get("vit_extract") == 2, jobs  # both points
 
 
 def test_ks_rerun_the_combination_not_training_or_jacobians(done: Path, tmp_path: Path) -> None:
