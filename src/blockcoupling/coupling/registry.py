@@ -4,18 +4,22 @@ Each entry names a measure once: the variable suffix it is stored under (``depth
 depth-wise family, ``<family>_<name>`` for the token families), how it is computed from the
 stored sufficient statistics (a function of :class:`PairStats`), its no-effect level (a function
 too), its unit, description, labels and whether the statistics tabulate it (docs/datasets.md
-documents every entry; a test checks it). ``metrics`` computes every registered measure for the
-depth-wise and token families and the summaries over block pairs; ``combine``, ``vit_results``,
-the statistics' tables (``stats.core.CALIBRATED``, ``NULLS``), the designed tests' ids, the
-figures' rows and labels and the NetCDF long names all read this table. Adding a measure: one
-entry here (its functions included), its test against an independent computation, and a figure
-only if it needs its own.
+holds the table ``docs_table`` makes of them: ``python -m blockcoupling.coupling.registry
+docs/datasets.md`` writes it, a test fails while it is stale). ``metrics`` computes every
+registered measure for the depth-wise and token families and the summaries over block pairs;
+``combine``, ``vit_results``, the statistics' tables (``stats.core.CALIBRATED``, ``NULLS``), the
+designed tests' ids, the figures' rows and labels, the report's captions and the NetCDF long
+names all read this table. Adding a measure: one
+entry here (its functions included), its test against an independent computation, the docs
+table rewritten by the command above, and a figure only if it needs its own.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import xarray as xr
 
@@ -56,8 +60,7 @@ class Measure:
     the summary's chance level: the name of the metrics variable that holds it (the mean of
     ``chance`` over blocks, times ``sign``) or a constant. ``tabulated`` summaries are the
     statistics' measures (tables, figures, designed tests), ``key`` their name in analysis ids,
-    ``caption`` their name in the report's captions (a test checks that every caption listing
-    measures names each).
+    ``caption`` their name in the report's captions (which list them by ``caption_list``).
     """
 
     name: str
@@ -193,6 +196,16 @@ def test_suffix(entry: Measure) -> str:
     return "" if entry.name == PRIMARY else f"_{entry.key}"
 
 
+def caption_list() -> str:
+    """The tabulated measures as the report's captions list them (rst): each one's caption
+    name, what its summary is and its no-effect level, in registry order; the workflow hands it
+    to the captions as ``config["report_measures"]``.
+    """
+    return "; ".join(
+        f"{m.caption} ({m.summary_description}; no effect: {m.null_level})" for m in shown()
+    )
+
+
 def summary_variables() -> tuple[str, ...]:
     """Every per-prompt summary the metrics write over block pairs: the summaries, their
     adjacent versions and the chance levels held in variables, each once, in registry order.
@@ -201,3 +214,31 @@ def summary_variables() -> tuple[str, ...]:
     for m in MEASURES:
         names += [n for n in (m.summary, m.adjacent, m.summary_chance) if isinstance(n, str)]
     return tuple(dict.fromkeys(names))
+
+
+DOCS_START, DOCS_END = "<!-- measures:start -->", "<!-- measures:end -->"
+
+
+def docs_table() -> str:
+    """The Markdown table of every registered measure (docs/datasets.md, between the markers):
+    its variables, what it is, its no-effect level and unit.
+    """
+    rows = [
+        "| variables (depth / token family) | what it is | no-effect level | unit |",
+        "| --- | --- | --- | --- |",
+    ]
+    for m in MEASURES:
+        cells = (f"`depth_{m.name}`, `{{family}}_{m.name}`", m.description, m.null_level, m.unit)
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def write_docs_table(path: Path) -> None:
+    """Replace the text between the measure markers of ``path`` with ``docs_table()``."""
+    text = path.read_text(encoding="utf-8")
+    start, end = text.index(DOCS_START) + len(DOCS_START), text.index(DOCS_END)
+    path.write_text(text[:start] + "\n" + docs_table() + "\n" + text[end:], encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_docs_table(Path(sys.argv[1]))
