@@ -6,7 +6,8 @@ import sys
 
 from snakemake.utils import min_version
 
-from blockcoupling.pipeline.report_text import report_measures, report_models
+from blockcoupling.coupling.registry import caption_list
+from blockcoupling.pipeline.report_text import report_models
 from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
 
@@ -56,7 +57,7 @@ check_params()  # every param is one Snakemake compares: a changed one re-runs i
 # listing measures name the registry's: templates see only the config, so the texts resolved
 # from the plan and the registry join it (keys the schema refuses as input).
 config["report_models"] = report_models(PLAN)
-config["report_measures"] = report_measures()
+config["report_measures"] = caption_list()
 
 
 onstart:

@@ -48,7 +48,7 @@ def main() -> None:
     cols = [f"{c} {label}" for c in COLUMNS for label in (args.label_a, args.label_b)]
     print("| claim | same | " + " | ".join(cols) + " |")
     print("| --- " * (len(cols) + 2) + "|")
-    for claim in [c for c in a if c in b] + [c for c in b if c not in a]:
+    for claim in dict.fromkeys([*a, *b]):  # A's order, then claims only B has
         row_a, row_b = a.get(claim, {}), b.get(claim, {})
         same = all(row_a.get(c) == row_b.get(c) for c in COLUMNS)
         cells = [row.get(c, "") for c in COLUMNS for row in (row_a, row_b)]

@@ -9,6 +9,7 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
+from blockcoupling.files.io import replace_marked_block
 from blockcoupling.stats import (
     checkpoints,
     claims,
@@ -188,12 +189,18 @@ def test_claims_markdown_goes_between_the_readme_markers(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{claims.START}\nstale text\n{claims.END}\nrest\n")
     table = claims.claims_table(inference.combine_analyses([], []))
-    text = claims.render_readme(readme, claims.claims_markdown(table, "abc123"))
+    text = replace_marked_block(
+        readme.read_text(),
+        readme,
+        claims.START,
+        claims.END,
+        claims.claims_markdown(table, "abc123"),
+    )
     assert "stale text" not in text and "`abc123`" in text and text.endswith("rest\n")
     assert text.count("not testable with this design") == 2 * len(claims.CLAIMS)  # table, prose
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="claims:start"):
-        claims.render_readme(readme, "x")
+        replace_marked_block(readme.read_text(), readme, claims.START, claims.END, "x")
 
 
 # --------------------------------------------------------------------------- fixed size

@@ -6,6 +6,7 @@ blockcoupling plan --configfile FILE                     cost of its jobs (GPU-h
 blockcoupling verify results/                            every result against its recorded hash
 blockcoupling fetch REPO REVISION FOLDER                 one hub revision into the hub cache
 blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
+blockcoupling docs docs/datasets.md                      the measure registry's table into the docs
 """
 
 from __future__ import annotations
@@ -148,25 +149,52 @@ def _parser() -> argparse.ArgumentParser:
     )
     claims.add_argument("results", type=Path, metavar="RESULTS", help="a run's results folder")
     claims.add_argument("--readme", type=Path, required=True, metavar="FILE", help="README")
+    docs = commands.add_parser(
+        "docs",
+        help="render the measure registry's table into the docs",
+        description=(
+            "Replace FILE's block between <!-- measures:start --> and <!-- measures:end --> with "
+            "the table of every registered per-pair measure (blockcoupling.coupling.registry)."
+        ),
+    )
+    docs.add_argument("file", type=Path, metavar="FILE", help="docs/datasets.md")
     return parser
 
 
 def render_claims(results: Path, readme: Path) -> str:
     """Write ``results``/stats/claims.md into ``readme`` between the claims markers."""
-    from blockcoupling.files.io import write_text
-    from blockcoupling.stats.claims import render_readme
+    from blockcoupling.stats.claims import END, START
 
     source = results / "stats" / "claims.md"
     if not source.is_file():
         raise ValueError(f"{source} not found: run the workflow's stats_claims rule first")
-    target = readme.resolve()  # a symlinked README: its target is rewritten, the link kept
+    _rewrite_block(readme, START, END, source.read_text(encoding="utf-8"))
+    return f"{readme}: claims table from {source}"
+
+
+def render_docs(file: Path) -> str:
+    """Write the measure registry's table into ``file`` between the measure markers."""
+    from blockcoupling.coupling.registry import DOCS_END, DOCS_START, docs_table
+
+    _rewrite_block(file, DOCS_START, DOCS_END, docs_table() + "\n")
+    return f"{file}: measure table from blockcoupling.coupling.registry"
+
+
+def _rewrite_block(file: Path, start: str, end: str, body: str) -> None:
+    """Replace ``file``'s block between ``start`` and ``end`` by ``body``, atomically: a
+    symlink's target is rewritten (the link kept) with its own permissions; a read-only file is
+    refused, untouched.
+    """
+    from blockcoupling.files.io import replace_marked_block, write_text
+
+    target = file.resolve()
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
     if mode is not None and not mode & stat.S_IWUSR:
-        raise ValueError(f"{readme} is read-only: make it writable (chmod u+w {readme}) first")
-    write_text(target, render_readme(target, source.read_text(encoding="utf-8")))
+        raise ValueError(f"{file} is read-only: make it writable (chmod u+w {file}) first")
+    text = target.read_text(encoding="utf-8")
+    write_text(target, replace_marked_block(text, file, start, end, body))
     if mode is not None:
         target.chmod(mode)  # its own permissions, not the umask's
-    return f"{readme}: claims table from {source}"
 
 
 def _workflow_dir(given: Path | None) -> Path:
@@ -436,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(check_config_file(args.file, args.workflow_dir, args.profile))
         elif args.command == "claims":
             print(render_claims(args.results, args.readme))
+        elif args.command == "docs":
+            print(render_docs(args.file))
         elif args.command == "plan":
             report, fits = plan_report(args)
             print(report)

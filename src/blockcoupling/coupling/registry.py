@@ -4,22 +4,20 @@ Each entry names a measure once: the variable suffix it is stored under (``depth
 depth-wise family, ``<family>_<name>`` for the token families), how it is computed from the
 stored sufficient statistics (a function of :class:`PairStats`), its no-effect level (a function
 too), its unit, description, labels and whether the statistics tabulate it (docs/datasets.md
-holds the table ``docs_table`` makes of them: ``python -m blockcoupling.coupling.registry
-docs/datasets.md`` writes it, a test fails while it is stale). ``metrics`` computes every
-registered measure for the depth-wise and token families and the summaries over block pairs;
-``combine``, ``vit_results``, the statistics' tables (``stats.core.CALIBRATED``, ``NULLS``), the
-designed tests' ids, the figures' rows and labels, the report's captions and the NetCDF long
-names all read this table. Adding a measure: one
-entry here (its functions included), its test against an independent computation, the docs
-table rewritten by the command above, and a figure only if it needs its own.
+holds the table ``docs_table`` makes of them: ``blockcoupling docs docs/datasets.md`` writes it,
+a test fails while it is stale). ``metrics`` computes every registered measure for the
+depth-wise and token families and the summaries over block pairs; ``combine``, ``vit_results``,
+the statistics' tables (``stats.core.CALIBRATED``, ``NULLS``), the designed tests' ids, the
+figures' rows and labels, the report's captions and the NetCDF long names all read this table.
+Adding a measure: one entry here (its functions included), its test against an independent
+computation, the docs table rewritten by the command above, and a figure only if it needs its
+own.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import xarray as xr
 
@@ -231,14 +229,3 @@ def docs_table() -> str:
         cells = (f"`depth_{m.name}`, `{{family}}_{m.name}`", m.description, m.null_level, m.unit)
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows)
-
-
-def write_docs_table(path: Path) -> None:
-    """Replace the text between the measure markers of ``path`` with ``docs_table()``."""
-    text = path.read_text(encoding="utf-8")
-    start, end = text.index(DOCS_START) + len(DOCS_START), text.index(DOCS_END)
-    path.write_text(text[:start] + "\n" + docs_table() + "\n" + text[end:], encoding="utf-8")
-
-
-if __name__ == "__main__":
-    write_docs_table(Path(sys.argv[1]))

@@ -118,6 +118,22 @@ def write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda temp: Path(temp).write_text(text, encoding="utf-8"))
 
 
+def replace_marked_block(text: str, source: str | Path, start: str, end: str, body: str) -> str:
+    """``text`` (the content of ``source``, named in errors) with the block between its one pair
+    of ``start`` / ``end`` markers replaced by ``body``; a ValueError names the file when the
+    markers are absent or not one pair.
+    """
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"{source} has no {start} ... {end} block: add the two markers")
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise ValueError(
+            f"{source} has {text.count(start)} {start} and {text.count(end)} {end} markers: "
+            "keep one pair (which block to replace is not clear)"
+        )
+    return pattern.sub(lambda _: f"{start}\n{body}{end}", text, count=1)
+
+
 def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
     """Write ``dataset`` to NetCDF (zlib-compressed) atomically, labelled CF-style (``cf.label``:
     ``long_name`` and ``units`` on every variable and coordinate, ``Conventions``) and with its

@@ -1,12 +1,10 @@
-"""Text the HTML report's templates take from the workflow, as they see only the config: every
-model the run measured, grouped by where it comes from (``config["report_models"]``, resolved
-from the checked plan, for report/workflow.rst), and the measures the figures show
-(``config["report_measures"]``, from the measure registry, for the captions that list them).
+"""The HTML report's opening text (report/workflow.rst): every model the run measured, grouped
+by where it comes from. The report template sees only the config, so the workflow hands it this
+text (``config["report_models"]``), resolved from the checked plan.
 """
 
 from __future__ import annotations
 
-from blockcoupling.coupling import registry
 from blockcoupling.pipeline.entries import RANDOM, ModelEntry
 from blockcoupling.pipeline.plan import Plan
 
@@ -67,8 +65,3 @@ def report_models(plan: Plan) -> str:
             pieces.append(f"{len(suites)} at {_steps(steps)}: {_names([e.name for e in suites])}")
         parts.append(f"{where}, " + "; ".join(pieces))
     return "; ".join(parts)
-
-
-def report_measures() -> str:
-    """The figures' measures as the captions list them (``registry.caption_list``)."""
-    return registry.caption_list()

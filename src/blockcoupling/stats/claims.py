@@ -15,10 +15,8 @@ Verdicts say no more than the evidence:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -310,19 +308,3 @@ def claims_prose(claims: pd.DataFrame) -> str:
                 f"{_interval(row)} over {_unit(row)}."
             )
     return "\n".join(lines) + "\n"
-
-
-def render_readme(readme: str | Path, markdown: str) -> str:
-    """``readme``'s text with the block between the claims markers replaced by ``markdown``;
-    a ValueError names the file when the markers are absent or not one pair.
-    """
-    text = Path(readme).read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise ValueError(f"{readme} has no {START} ... {END} block: add the two markers")
-    if text.count(START) != 1 or text.count(END) != 1:
-        raise ValueError(
-            f"{readme} has {text.count(START)} {START} and {text.count(END)} {END} markers: "
-            "keep one pair (which block is the claims table is not clear)"
-        )
-    return pattern.sub(lambda _: f"{START}\n{markdown}{END}", text, count=1)
