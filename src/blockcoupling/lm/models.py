@@ -11,12 +11,14 @@ import importlib.util
 import json
 import os
 import shutil
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.adapters import UnknownArchitectureError
 from blockcoupling.lm import hub
+from blockcoupling.lm.gguf_once import one_parse_per_file
 from blockcoupling.lm.hub_names import HubNameError, check_repo_id, check_revision, contained
 from blockcoupling.runtime.device import resolve_device
 from blockcoupling.runtime.progress import on_terminal
@@ -396,16 +398,23 @@ def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tup
         kwargs["quantization_config"] = quantization
     if quantization is not None or options.device_map:  # weights straight to their devices
         kwargs["device_map"] = options.device_map or options.device
-    try:
-        model = _auto_class(options.task).from_pretrained(where.name_or_path, **kwargs)
-    except (OSError, ValueError) as error:
-        raise ModelSourceError(
-            f"cannot load {source.describe()}: {str(error).splitlines()[0]}"
-        ) from None
+    with _reads(where):
+        try:
+            model = _auto_class(options.task).from_pretrained(where.name_or_path, **kwargs)
+        except (OSError, ValueError) as error:
+            raise ModelSourceError(
+                f"cannot load {source.describe()}: {str(error).splitlines()[0]}"
+            ) from None
+        tokenizer = _tokenizer(where, options)
     if "device_map" not in kwargs:
         model = model.to(options.device)
     model.eval()
-    return model, _tokenizer(where, options)
+    return model, tokenizer
+
+
+def _reads(where: Resolved) -> AbstractContextManager[None]:
+    """A GGUF's config, weights and tokenizer from one parse of its header (gguf_once)."""
+    return one_parse_per_file() if where.gguf_file else nullcontext()
 
 
 def load_random_twin(
@@ -422,12 +431,14 @@ def load_random_twin(
         for k, v in _pretrained_kwargs(where, options).items()
         if k in ("gguf_file", "revision", "trust_remote_code")
     }
-    try:
-        config = transformers.AutoConfig.from_pretrained(where.name_or_path, **kwargs)
-    except (OSError, ValueError) as error:
-        raise ModelSourceError(
-            f"cannot load the config of {source.describe()}: {str(error).splitlines()[0]}"
-        ) from None
+    with _reads(where):
+        try:
+            config = transformers.AutoConfig.from_pretrained(where.name_or_path, **kwargs)
+        except (OSError, ValueError) as error:
+            raise ModelSourceError(
+                f"cannot load the config of {source.describe()}: {str(error).splitlines()[0]}"
+            ) from None
+        tokenizer = _tokenizer(where, options)
     mapping = _auto_class(options.task)._model_mapping
     if type(config) not in mapping:
         raise UnknownArchitectureError(
@@ -445,7 +456,7 @@ def load_random_twin(
         twin = accelerate.dispatch_model(twin, device_map)
     else:
         twin = _seeded_init(mapping[type(config)], config, dtype, seed, options.device)
-    return twin, _tokenizer(where, options)
+    return twin, tokenizer
 
 
 def _pretrained_kwargs(where: Resolved, options: LoadOptions) -> dict[str, Any]:

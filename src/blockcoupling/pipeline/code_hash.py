@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 
@@ -12,19 +13,28 @@ SOURCE_DIR = Path(__file__).resolve().parents[1]
 
 def _imported_modules(path: Path) -> set[str]:
     """Modules of this package that a file imports (anywhere in it, lazily or not)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return {
+        name
+        for name in _imported_names(path.read_text(encoding="utf-8"), str(path))
+        if _module_file(name) is not None
+    }
+
+
+@functools.cache
+def _imported_names(source: str, filename: str) -> frozenset[str]:
+    """The ``blockcoupling.*`` names a module's source imports (parsed once per source text:
+    the Snakefile hashes ~40 scripts, whose imports share most modules).
+    """
     found = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         else:
             continue
-        for name in names:
-            if name.startswith(f"{PACKAGE}.") and _module_file(name) is not None:
-                found.add(name)
-    return found
+        found.update(name for name in names if name.startswith(f"{PACKAGE}."))
+    return frozenset(found)
 
 
 def _module_file(module: str) -> Path | None:
