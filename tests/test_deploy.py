@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, fake_slurm
 
 
 def dry_run(*args: str, env: dict[str, str] | None = None) -> str:
@@ -56,13 +56,36 @@ def test_profile_slurm_runs_exactly_the_configfiles_dag() -> None:
     assert planned_models(text) == finals | {"emergence-s0", "tiny-gguf"}
 
 
+# A cluster whose partitions allow 24 hours: batch (CPUs) and gpu (4 H100s per node)
+DAY = "batch*|16|256000|(null)|1-00:00:00\ngpu|32|1024000|gpu:h100:4|1-00:00:00\n"
+
+
+@pytest.fixture(scope="module")
+def paper_dry_run(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The paper suite's dry run through the shipped profile from the project root, as a user
+    types it, on the DAY cluster (fake Slurm commands: a cluster on this machine changes
+    nothing), GPUs asked as gres on partition gpu; its output (one run serves this file's
+    tests: ~13 s)."""
+    folder = tmp_path_factory.mktemp("paper")
+    (folder / "bin").mkdir()
+    fake_slurm(folder / "bin", DAY)
+    env = {"PATH": f"{folder / 'bin'}:{os.environ['PATH']}"}
+    env |= {"BLOCKCOUPLING_SLURM_GPU": "gres", "BLOCKCOUPLING_SLURM_GPU_PARTITION": "gpu"}
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", "slurm"]
+    command += ["--configfile", "config/paper.yaml", "--directory", str(folder / "work")]
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, env={**os.environ, **env}
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
 @pytest.mark.slow
-def test_the_paper_suite_plans_its_models_only_and_asks_gpus_per_model() -> None:
+def test_the_paper_suite_plans_its_models_only_and_asks_gpus_per_model(paper_dry_run: str) -> None:
     with open(REPO / "resources" / "paper_models.tsv", newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
     gpu_mem = {row["name"]: int(row["gpu_mem_gb"]) for row in rows}
-    env = {"BLOCKCOUPLING_SLURM_GPU": "gres", "BLOCKCOUPLING_SLURM_GPU_PARTITION": "gpu"}
-    text = dry_run("--profile", "slurm", "--configfile", "config/paper.yaml", env=env)
+    text = paper_dry_run
     assert planned_models(text) == set(gpu_mem) | {"pythia-6.9b-steps", "pythia-12b-steps"}
     extract = job_resources(text, "extract_shard")  # the paper config shards its prompts
     tokens = job_resources(text, "extract_tokens")
@@ -82,6 +105,36 @@ def test_the_paper_suite_plans_its_models_only_and_asks_gpus_per_model() -> None
         block = re.split(rf"\n *rule {rule}:", text)[1]
         resources = re.split(r"\n *resources: ", block)[1].split("\n")[0]
         assert "gres=gpu:1" in resources and "slurm_partition=gpu" in resources
+
+
+@pytest.mark.slow
+def test_plan_and_the_dry_run_agree_on_shards_and_runtimes_under_a_24_hour_limit(
+    paper_dry_run: str, tmp_path: Path
+) -> None:
+    import pandas as pd
+
+    from blockcoupling import cli
+
+    jobs: dict[str, int] = {}
+    longest: dict[str, int] = {}
+    for body in re.findall(
+        r"rule extract(?:_shard|_tokens)?:\n(.*?)(?=\n\[|\nrule |\Z)", paper_dry_run, re.S
+    ):
+        model = re.search(r"wildcards: model=([^,\s]+)", body).group(1)
+        runtime = int(re.search(r"runtime=(\d+)", body).group(1))
+        jobs[model] = jobs.get(model, 0) + 1
+        longest[model] = max(longest.get(model, 0), runtime)
+    table = tmp_path / "plan.csv"
+    paper = str(REPO / "config" / "paper.yaml")
+    assert (
+        cli.main(["plan", "--configfile", paper, "--time-limit", "1-00:00:00", "--csv", str(table)])
+        == 0
+    )
+    rows = pd.read_csv(table).query("rule == 'extract'")
+    assert len(rows) == len(jobs) == 44
+    for row in rows.itertuples():
+        assert (row.jobs, row.runtime_min) == (jobs[row.model], longest[row.model]), row.model
+        assert 2 * row.runtime_min <= 24 * 60
 
 
 def pins(lines: list[str]) -> dict[str, str]:

@@ -117,7 +117,8 @@ def test_a_gguf_load_parses_the_file_once_and_gives_the_same_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """transformers reads a GGUF three times (config, weights, tokenizer); a load and a twin
-    parse it once each (lm.gguf_once), with the weights, logits and tokens of three parses."""
+    parse it once each (lm.gguf_once), with the weights, logits and tokens of three parses; the
+    twin from the config alone is the loaded model's seeded twin."""
     import contextlib
 
     import gguf
@@ -136,8 +137,10 @@ def test_a_gguf_load_parses_the_file_once_and_gives_the_same_model(
     source = parse_source({"path": str(assemble(tmp_path / "tiny.gguf"))})
     model, tokenizer = load_model(source)
     assert len(parses) == 1
-    load_random_twin(source, seed=0)
+    twin, _ = load_random_twin(source, seed=3)
     assert len(parses) == 2
+    for name, value in random_twin(model, seed=3).state_dict().items():  # the same twin
+        assert torch.equal(value, twin.state_dict()[name]), name
     monkeypatch.setattr(models, "one_parse_per_file", contextlib.nullcontext)
     three, three_tokenizer = load_model(source)
     assert len(parses) == 5  # transformers' own reads
@@ -169,7 +172,7 @@ def test_a_converted_gguf_loads_as_the_gguf_does(tmp_path: Path, smollm2_folder:
     """convert_gguf's folder (conftest's ``smollm2_folder``) gives the GGUF's weights bit for
     bit, its tokenization, and the same seeded random-init twin; the job reads it through the
     spec's ``converted`` key, with the GGUF named in the provenance attrs."""
-    from blockcoupling.lm.models import is_local_gguf, load_for_job, load_random_twin
+    from blockcoupling.lm.models import is_local_gguf, load_for_job
 
     assert is_local_gguf(SMOLLM2) and is_local_gguf({"package": "x", "assemble": True})
     assert not is_local_gguf({"path": str(tmp_path)}) and not is_local_gguf({"hub": "a/b"})
@@ -183,7 +186,7 @@ def test_a_converted_gguf_loads_as_the_gguf_does(tmp_path: Path, smollm2_folder:
         assert torch.equal(value, model.state_dict()[name]), name
     text = ["To be, or not to be: that is the question.", "Ein Fluß — 42 ünïcode ✓"]
     assert tokenizer(text)["input_ids"] == gguf_tokenizer(text)["input_ids"]
-    twin_gguf, _ = load_random_twin(source, seed=3)
+    twin_gguf = random_twin(gguf, seed=3)  # = load_random_twin(source, 3) (test above)
     twin, _, _ = load_for_job(
         {**spec, "converted": str(folder), "random_twin": True, "twin_seed": 3}
     )

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, fake_slurm
 
 from blockcoupling.pipeline import slurm
 from blockcoupling.pipeline.slurm import (
@@ -186,23 +186,6 @@ def test_status_command_is_squeue_where_slurm_keeps_no_accounting() -> None:
 
 
 # --- what the workflow asks Slurm, and when (fake Slurm commands on PATH that log their calls) ---
-ONE_NODE = "batch*|2|24105|(null)|infinite\ngpu|16|128000|gpu:2|1:00:00\n"
-
-
-def fake_slurm(folder: Path, sinfo: str = ONE_NODE, scontrol_sleep: float = 0) -> Path:
-    """sinfo, scontrol, squeue and sacct that append their arguments to ``folder/calls``."""
-    for name in ("sinfo", "scontrol", "squeue", "sacct"):
-        script = folder / name
-        body = f'echo "{name} $*" >> {folder}/calls\n'
-        if name == "sinfo":
-            body += f"printf '{sinfo.replace(chr(10), chr(92) + 'n')}'\n"
-        if name == "scontrol" and scontrol_sleep:
-            body += f"sleep {scontrol_sleep}\n"
-        script.write_text("#!/bin/sh\n" + body)
-        script.chmod(0o755)
-    return folder
-
-
 def dry_run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     folder = fake_slurm(tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path)
     environ = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", **env}
@@ -358,44 +341,6 @@ def test_a_job_that_no_shard_size_fits_is_refused_in_one_line() -> None:
     ), message
     with pytest.raises(cost.TooLong, match=r"\(extract_shard\).* allows 1 min"):
         cost.sized_plan(plan, lambda model: ("short", 1), lambda model: cost.CPU)
-
-
-@pytest.mark.slow
-def test_plan_and_the_dry_run_agree_on_shards_and_runtimes_under_a_24_hour_limit(
-    tmp_path: Path,
-) -> None:
-    import pandas as pd
-
-    from blockcoupling import cli
-
-    day = "batch*|16|256000|(null)|1-00:00:00\ngpu|32|1024000|gpu:h100:4|1-00:00:00\n"
-    fake_slurm(tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path, day)
-    environ = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
-    environ[ENV + "GPU_PARTITION"] = "gpu"
-    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", "slurm"]
-    command += ["--configfile", "config/paper.yaml", "--directory", str(tmp_path / "work")]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environ)
-    assert done.returncode == 0, done.stderr[-2000:]
-    jobs: dict[str, int] = {}
-    longest: dict[str, int] = {}
-    for body in re.findall(
-        r"rule extract(?:_shard|_tokens)?:\n(.*?)(?=\n\[|\nrule |\Z)", done.stdout, re.S
-    ):
-        model = re.search(r"wildcards: model=([^,\s]+)", body).group(1)
-        runtime = int(re.search(r"runtime=(\d+)", body).group(1))
-        jobs[model] = jobs.get(model, 0) + 1
-        longest[model] = max(longest.get(model, 0), runtime)
-    table = tmp_path / "plan.csv"
-    paper = str(REPO / "config" / "paper.yaml")
-    assert (
-        cli.main(["plan", "--configfile", paper, "--time-limit", "1-00:00:00", "--csv", str(table)])
-        == 0
-    )
-    rows = pd.read_csv(table).query("rule == 'extract'")
-    assert len(rows) == len(jobs) == 44
-    for row in rows.itertuples():
-        assert (row.jobs, row.runtime_min) == (jobs[row.model], longest[row.model]), row.model
-        assert 2 * row.runtime_min <= 24 * 60
 
 
 def test_check_config_with_the_profile_runs_the_same_checks(

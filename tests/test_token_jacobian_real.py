@@ -13,13 +13,16 @@ model (measured, relative Frobenius):
   there: autograd itself is 1.5e-6 off float64 at block 12); at token 0 both up to ~5e-6 (4.7e-6
   composed, 4.2e-6 autograd: Gemma's post-MLP norm divides by the MLP output's tiny RMS, and
   its Jacobian cancels; float64 norm arithmetic does not change it).
-Asserted everywhere: the composition within 5e-6 of float64, or no further than autograd.
+Asserted everywhere: the composition within 5e-6 of float64, or no further than autograd (which
+the test computes at token 0 only where the composition is further than that: the numbers above
+come from a run that computed it at every block).
 """
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,7 @@ TEXT = (
     "Answer: the Sun. Sunlight heats the water in oceans, lakes and rivers."
 )
 TOKENS = 26
+TOLERANCE = 5e-6  # the composition's distance from float64 that needs no comparison
 
 
 def _installed(package: str) -> pytest.MarkDecorator:
@@ -69,26 +73,30 @@ def test_composed_diagonal_equals_autograd_on_real_models(
     engine = JacobianEngine(model, {"input_ids": ids})
     autograd = JacobianEngine(model, {"input_ids": ids})
     autograd._composed = lambda layer, t: None
-    rows = []
+    rows = []  # (t, layer, composed vs autograd, composed vs float64, autograd vs float64)
     with float64_exact():  # HF's float32 casts (norms, softmax) made float64-transparent
         exact = JacobianEngine(copy.deepcopy(model).double(), {"input_ids": ids})
         for t in (0, last):
             for layer in range(1, len(blocks_of(model)) + 1):
                 fast = engine.diagonal(layer, t).double()
-                old = autograd.diagonal(layer, t).double()
                 reference = exact.diagonal(layer, t)
-                rows.append(
-                    (t, layer, _relative(fast, old), _relative(fast, reference),
-                     _relative(old, reference))
-                )  # fmt: skip
+                composed = _relative(fast, reference)
+                if t == last or composed > TOLERANCE:  # where an assertion compares autograd
+                    old = autograd.diagonal(layer, t).double()
+                    rows.append(
+                        (t, layer, _relative(fast, old), composed, _relative(old, reference))
+                    )
+                else:
+                    rows.append((t, layer, math.nan, composed, math.nan))
     for t, layer, between, composed, old in rows:
         print(
             f"{name} t {t:2d} layer {layer:2d}: vs autograd {between:.1e}, "
             f"vs float64: composed {composed:.1e} autograd {old:.1e}"
         )
-    assert engine.not_composed == 0 and autograd.composed == 0 and exact.not_composed == 0
+    assert engine.not_composed == 0 and exact.not_composed == 0
+    assert autograd.composed == 0 and autograd.not_composed >= len(blocks_of(model))
     assert max(row[2] for row in rows if row[0] == last) < (1e-6 if name == "smollm2" else 2e-6)
-    assert all(row[3] <= max(5e-6, row[4]) for row in rows)
+    assert all(composed <= TOLERANCE or composed <= old for _, _, _, composed, old in rows)
 
 
 def _relative(a: torch.Tensor, b: torch.Tensor) -> float:

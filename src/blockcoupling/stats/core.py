@@ -12,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
+from statsmodels.regression.linear_model import OLS
+from statsmodels.regression.mixed_linear_model import MixedLM
 from statsmodels.stats.multitest import multipletests
+from statsmodels.tools.tools import add_constant
 
 from blockcoupling.coupling import registry as measures
 from blockcoupling.files.io import atomic_write
@@ -211,10 +213,10 @@ def mixed_slope(
     x = data[predictor]
     if standardize:
         x = (x - x.mean()) / x.std(ddof=1)
-    design = sm.add_constant(x.rename(predictor).to_frame(), has_constant="add")
+    design = add_constant(x.rename(predictor).to_frame(), has_constant="add")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit = sm.MixedLM(data[target], design, groups=data[group]).fit(reml=True)
+        fit = MixedLM(data[target], design, groups=data[group]).fit(reml=True)
     bounds = fit.conf_int(alpha=1 - ci)
     converged = bool(getattr(fit, "converged", True))
     notes = {type(w.message).__name__ for w in caught if "Convergence" in type(w.message).__name__}
@@ -223,7 +225,7 @@ def mixed_slope(
         # the random-intercept variance sits at its boundary (0: the groups do not differ), so
         # the mixed model's Hessian is singular; it reduces to OLS, whose standard errors are
         # then made robust to the grouping (cluster-robust by group)
-        fit = sm.OLS(data[target], design).fit(
+        fit = OLS(data[target], design).fit(
             cov_type="cluster", cov_kwds={"groups": pd.factorize(data[group])[0]}, use_t=True
         )
         bounds = fit.conf_int(alpha=1 - ci)

@@ -12,9 +12,10 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 import xarray as xr
 from scipy import stats as sps
+from statsmodels.regression.linear_model import OLS
+from statsmodels.tools.tools import add_constant
 
 from blockcoupling.stats.core import (
     CALIBRATED,
@@ -300,9 +301,7 @@ def _ols_rows(data: pd.DataFrame, target: str, predictors: Sequence[str], ci: fl
             )
             for t in terms
         ]
-    fit = sm.OLS(
-        data[target], sm.add_constant(_zscore(data[list(predictors)]), has_constant="add")
-    ).fit()
+    fit = OLS(data[target], add_constant(_zscore(data[list(predictors)]), has_constant="add")).fit()
     bounds = fit.conf_int(alpha=1 - ci)
     return [
         dict(
@@ -352,9 +351,9 @@ def _partial_row(data: pd.DataFrame, x: str, y: str, covariates: Sequence[str], 
     row = dict(r=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, n=n, df=n - 2 - n_cov, reason="")
     if n - 3 - n_cov < 1:
         return row | {"reason": f"n={n} < {4 + n_cov} (4 + covariates)"}
-    design = sm.add_constant(data[list(covariates)], has_constant="add")
-    rx = sm.OLS(data[x], design).fit().resid
-    ry = sm.OLS(data[y], design).fit().resid
+    design = add_constant(data[list(covariates)], has_constant="add")
+    rx = OLS(data[x], design).fit().resid
+    ry = OLS(data[y], design).fit().resid
     if np.allclose(rx, 0) or np.allclose(ry, 0):
         return row | {"reason": "residuals constant"}
     r = float(np.corrcoef(rx, ry)[0, 1])
