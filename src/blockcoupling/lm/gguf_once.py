@@ -19,7 +19,8 @@ from typing import Any
 def one_parse_per_file() -> Iterator[None]:
     """Within the block, ``gguf.GGUFReader(path)`` returns one reader per ``(path, mode)``
     (transformers imports the name at each read, so it finds this one); after it, the library's
-    own class again, and the readers (their memory maps) are released.
+    own class again, and the readers (their memory maps) are released. The name is the module's,
+    so one load at a time per process (every job loads one model).
     """
     import gguf
 

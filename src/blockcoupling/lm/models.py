@@ -438,13 +438,13 @@ def load_random_twin(
             raise ModelSourceError(
                 f"cannot load the config of {source.describe()}: {str(error).splitlines()[0]}"
             ) from None
+        mapping = _auto_class(options.task)._model_mapping
+        if type(config) not in mapping:
+            raise UnknownArchitectureError(
+                f"{source.describe()}: no {options.task} model class for config "
+                f"{type(config).__name__} (model_type {getattr(config, 'model_type', None)!r})"
+            )
         tokenizer = _tokenizer(where, options)
-    mapping = _auto_class(options.task)._model_mapping
-    if type(config) not in mapping:
-        raise UnknownArchitectureError(
-            f"{source.describe()}: no {options.task} model class for config "
-            f"{type(config).__name__} (model_type {getattr(config, 'model_type', None)!r})"
-        )
     dtype = torch_dtype(options.dtype)
     if options.device_map:  # larger than one device: built on the CPU, then spread
         import accelerate
