@@ -16,15 +16,19 @@ import yaml
 from conftest import REPO, fake_slurm
 
 
-def dry_run(*args: str, env: dict[str, str] | None = None) -> str:
+def dry_run(*args: str, env: dict[str, str] | None = None, sinfo: str | None = None) -> str:
     """A dry run from the project root, as a user types it; its output. Slurm's commands fail
-    (a Slurm client without a controller), so that a cluster on this machine changes nothing.
+    (a Slurm client without a controller), or with ``sinfo`` answer as conftest.fake_slurm's
+    cluster of those partitions, so that a cluster on this machine changes nothing.
     """
     command = [sys.executable, "-m", "snakemake", "-n", "--nolock", *args]
     with tempfile.TemporaryDirectory() as folder:
-        for name in ("sinfo", "scontrol", "squeue", "sacct"):
-            (Path(folder) / name).write_text("#!/bin/sh\nexit 1\n")
-            (Path(folder) / name).chmod(0o755)
+        if sinfo is not None:
+            fake_slurm(Path(folder), sinfo)
+        else:
+            for name in ("sinfo", "scontrol", "squeue", "sacct"):
+                (Path(folder) / name).write_text("#!/bin/sh\nexit 1\n")
+                (Path(folder) / name).chmod(0o755)
         environ = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", **(env or {})}
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environ)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -61,23 +65,11 @@ DAY = "batch*|16|256000|(null)|1-00:00:00\ngpu|32|1024000|gpu:h100:4|1-00:00:00\
 
 
 @pytest.fixture(scope="module")
-def paper_dry_run(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The paper suite's dry run through the shipped profile from the project root, as a user
-    types it, on the DAY cluster (fake Slurm commands: a cluster on this machine changes
-    nothing), GPUs asked as gres on partition gpu; its output (one run serves this file's
-    tests: ~13 s)."""
-    folder = tmp_path_factory.mktemp("paper")
-    (folder / "bin").mkdir()
-    fake_slurm(folder / "bin", DAY)
-    env = {"PATH": f"{folder / 'bin'}:{os.environ['PATH']}"}
-    env |= {"BLOCKCOUPLING_SLURM_GPU": "gres", "BLOCKCOUPLING_SLURM_GPU_PARTITION": "gpu"}
-    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", "slurm"]
-    command += ["--configfile", "config/paper.yaml", "--directory", str(folder / "work")]
-    done = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, env={**os.environ, **env}
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+def paper_dry_run() -> str:
+    """The paper suite's dry run through the shipped profile on the DAY cluster, GPUs asked as
+    gres on partition gpu (one run serves this file's two paper tests: ~13 s)."""
+    env = {"BLOCKCOUPLING_SLURM_GPU": "gres", "BLOCKCOUPLING_SLURM_GPU_PARTITION": "gpu"}
+    return dry_run("--profile", "slurm", "--configfile", "config/paper.yaml", env=env, sinfo=DAY)
 
 
 @pytest.mark.slow
