@@ -7,7 +7,8 @@ Usage:
 Each run, in a fresh process, trains a GPT-NeoX with the workflow's train code (``--steps`` AdamW
 steps, ``--layers`` blocks of width ``--d-model``) and a small ViT with the workflow's ViT code
 (2 epochs on the digits), then extracts: every block's depth Jacobian at the last token of a
-random GPT-NeoX of width ``--width`` (2 blocks, 16 tokens) and its full SVD. It reports a
+random GPT-NeoX of width ``--width`` (2 blocks, 16 tokens) and its full SVD, and the
+composed ``J_tt`` of a random Llama of that width with its randomized top-8 SVD. It reports a
 SHA-256 of the weights and of the Jacobians and singular triplets, and each part's seconds.
 Four environments run interleaved, ``--repeats`` times, on one thread each:
 
@@ -18,8 +19,14 @@ Four environments run interleaved, ``--repeats`` times, on one thread each:
 - ``native``: no pin, each library's own dispatch on this CPU;
 - ``native_avx2_cpu``: no pin, every library capped at AVX2 as on an AVX2-only CPU.
 
-It prints a markdown report: whether pinned and pinned_avx2_cpu (and native and native_avx2_cpu)
-are bit-identical, and the median seconds of pinned over native per part.
+With ``--emulate``, a fifth run, ``pinned_emulated``, runs the pinned environment once under
+QEMU's user-mode emulator as another vendor's CPU (``EMULATED``: an Intel Haswell, GenuineIntel,
+AVX2 and FMA, no AVX-512, its own cache sizes, and exact results where a real CPU's approximate
+reciprocal instructions differ by vendor): what every library sees through ``cpuid`` changes,
+not only the caps they are told. Debian: ``apt-get install qemu-user``; about 30-60x slower.
+
+It prints a markdown report: whether pinned and pinned_avx2_cpu (and native and native_avx2_cpu,
+pinned and pinned_emulated) are bit-identical, and the median seconds of pinned over native.
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ AVX2_CPU = {  # what each library is told of an AVX2-only CPU
     "DNNL_MAX_CPU_ISA": "AVX2",
     "OPENBLAS_CORETYPE": "Haswell",
 }
-PARTS = ("train_lm", "train_vit", "extract")
+PARTS = ("train_lm", "train_vit", "extract", "extract_llama")
+EMULATED = ("qemu-x86_64", "-cpu", "Haswell")  # another vendor's x86-64 CPU, emulated
 
 
 def environments() -> dict[str, dict[str, str]]:
@@ -84,10 +92,11 @@ def worker(args: argparse.Namespace) -> dict:
     """One run in this process (its environment already set): digests and seconds per part."""
     import torch
     from safetensors.torch import load_file
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
 
     from blockcoupling.jacobians import spectral
     from blockcoupling.jacobians.engine import JacobianEngine
+    from blockcoupling.jacobians.options import SVDOptions
     from blockcoupling.lm.schedule import TrainConfig
     from blockcoupling.lm.train import train
     from blockcoupling.vit import data as vision_data
@@ -139,13 +148,34 @@ def worker(args: argparse.Namespace) -> dict:
         found.update({f"{layer}.jac": jac, f"{layer}.u": svd.u, f"{layer}.s": svd.s})
         found[f"{layer}.v"] = svd.v
     out["extract"] = (_digest(found), time.perf_counter() - t0)
+    torch.manual_seed(0)  # a Llama: its J_tt composed from weights (RMSNorm), top-K randomized
+    llama = LlamaConfig(
+        vocab_size=300,
+        hidden_size=args.width,
+        num_hidden_layers=2,
+        num_attention_heads=args.width // 64,
+        intermediate_size=2 * args.width,
+        attn_implementation="eager",
+    )
+    model = LlamaForCausalLM(llama).eval()
+    t0 = time.perf_counter()
+    engine = JacobianEngine(model, {"input_ids": ids})
+    found = {}
+    for layer in range(1, llama.num_hidden_layers + 1):
+        jac = engine.diagonal(layer, 15)  # (d, d)
+        top = spectral.randomized_top_k(jac, 8, SVDOptions(method="topk"))
+        found.update({f"{layer}.jac": jac, f"{layer}.u": top.u, f"{layer}.s": top.s})
+    if engine.composed == 0:
+        raise RuntimeError("the Llama's J_tt was not composed")
+    out["extract_llama"] = (_digest(found), time.perf_counter() - t0)
     return out
 
 
-def run_in(env: dict[str, str], sizes: list[str]) -> dict:
-    """The worker in a fresh process under ``env``: its JSON."""
+def run_in(env: dict[str, str], sizes: list[str], prefix: tuple[str, ...] = ()) -> dict:
+    """The worker in a fresh process under ``env`` (run by ``prefix``, e.g. ``EMULATED``): its
+    JSON."""
     done = subprocess.run(
-        [sys.executable, __file__, "--worker", *sizes],
+        [*prefix, sys.executable, __file__, "--worker", *sizes],
         env=env,
         capture_output=True,
         text=True,
@@ -166,6 +196,7 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
     def median(name: str, part: str) -> float:
         return statistics.median(r[part][1] for r in runs[name])
 
+    emulated = "pinned_emulated" in runs
     lines = [
         f"# ISA pin: {platform.processor() or platform.machine()}, "
         f"torch capability {runs['native'][0]['capability']} unpinned, "
@@ -175,15 +206,17 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
         f"2 epochs; extraction at width {args.width}, 2 blocks, 16 tokens.",
         "",
         "| part | pinned vs pinned on an AVX2 CPU | unpinned vs unpinned on an AVX2 CPU "
-        "| pinned s | unpinned s | pinned / unpinned |",
-        "|---|---|---|---|---|---|",
+        + ("| pinned vs pinned on an emulated Intel Haswell " if emulated else "")
+        + "| pinned s | unpinned s | pinned / unpinned |",
+        "|---|---|---|---|---|---|" + ("---|" if emulated else ""),
     ]
     for part in PARTS:
         pinned, native = median("pinned", part), median("native", part)
         lines.append(
             f"| {part} | {same('pinned', 'pinned_avx2_cpu', part)} "
             f"| {same('native', 'native_avx2_cpu', part)} "
-            f"| {pinned:.2f} | {native:.2f} | {pinned / native:.2f} |"
+            + (f"| {same('pinned', 'pinned_emulated', part)} " if emulated else "")
+            + f"| {pinned:.2f} | {native:.2f} | {pinned / native:.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -196,6 +229,7 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=576)
+    parser.add_argument("--emulate", action="store_true", help="also one pinned run in QEMU")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
@@ -211,6 +245,8 @@ def main() -> None:
     for _ in range(args.repeats):  # interleaved: the machine's load hits every environment alike
         for name, env in envs.items():
             runs[name].append(run_in(env, sizes))
+    if args.emulate:
+        runs["pinned_emulated"] = [run_in(envs["pinned"], sizes, EMULATED)]
     print(report(runs, args), end="")
 
 

@@ -6,14 +6,26 @@ from __future__ import annotations
 
 import importlib.util
 import platform
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+from tiny_models import ARCHITECTURES, CharTokenizer
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from blockcoupling.jacobians.extract import measure
+from blockcoupling.jacobians.options import MeasureConfig, SVDOptions
+from blockcoupling.lm.schedule import TrainConfig
+from blockcoupling.lm.train import train
 from blockcoupling.runtime import isa
+from blockcoupling.vit import data as vision_data
+from blockcoupling.vit.config import ViTRunConfig
+from blockcoupling.vit.train import train_vit
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "isa_pin.py"
+EMULATOR = "qemu-x86_64"  # bench/isa_pin.py EMULATED; Debian: apt-get install qemu-user
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 x86_only = pytest.mark.skipif(not X86_64, reason="the pin is for x86-64 CPUs")
 
@@ -57,6 +69,62 @@ def test_a_job_without_the_pin_is_refused(monkeypatch) -> None:
         isa.pin()  # too late: torch is loaded
 
 
+class _OpNames(TorchDispatchMode):
+    """The name of every ATen op run while active (``aten::sqrt``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_training_and_extraction_call_no_op_whose_kernel_picks_its_code_by_vendor(
+    tmp_path: Path,
+) -> None:
+    """The ops of isa.VENDOR_DEPENDENT_OPS (MKL's vector math, which ignores MKL_CBWR on an AMD
+    CPU) never run in the library's training (GPT-NeoX, ViT) or extraction (composed J_tt,
+    token families, randomized top-K): the check across vendors (bench/isa_pin.py --emulate)
+    needs QEMU, this one runs anywhere."""
+    lm = TrainConfig(
+        n_layers=2,
+        d_model=16,
+        n_heads=2,
+        context_length=16,
+        batch_size=2,
+        total_steps=2,
+        vocab_size=280,
+        checkpoint_steps=[0, 2],
+        n_val_windows=2,
+        max_train_chars=5000,
+    )
+    vit = ViTRunConfig(
+        embed_dim=8, depth=2, num_heads=2, patch_size=4, epochs=1, warmup_epochs=0, batch_size=512
+    )
+    extract = MeasureConfig(
+        k_max=4, token_layers=(-1,), token_prompts=1, svd=SVDOptions(method="topk", oversample=2)
+    )
+    with _OpNames() as seen:
+        train(lm, tmp_path / "lm", progress=False, threads=1)
+        train_vit(vit, vision_data.digits(0), tmp_path / "vit", threads=1, progress=False)
+        measure(
+            ARCHITECTURES["llama"](torch.float32),
+            CharTokenizer(),
+            ["hello there"],
+            extract,
+            progress=False,
+        )
+    assert {"aten::_fused_adamw_", "aten::convolution", "aten::linalg_qr"} <= seen.names
+    assert not seen.names & isa.VENDOR_DEPENDENT_OPS
+    with _OpNames() as seen:  # what the check catches: PyTorch's default AdamW on CPU
+        weight = torch.nn.Parameter(torch.ones(3))
+        weight.sum().backward()
+        torch.optim.AdamW([weight]).step()
+    assert seen.names & isa.VENDOR_DEPENDENT_OPS
+
+
 @pytest.fixture(scope="module")
 def bench():
     spec = importlib.util.spec_from_file_location("isa_pin", BENCH)
@@ -70,15 +138,27 @@ def bench():
 SIZES = ["--steps=24", "--d-model=32", "--layers=2", "--width=128"]
 
 
+EMULATED_SIZES = ["--steps=4", "--d-model=16", "--layers=2", "--width=64"]
+
+
 @x86_only
 @pytest.mark.slow
 def test_pinned_training_and_extraction_are_identical_on_an_avx2_cpu(bench) -> None:
+    """The same runs pinned, here and on an AVX2-only CPU: where QEMU is installed, an emulated
+    Intel Haswell (another vendor than an AMD host, AVX2 only, its own cache sizes, exact
+    reciprocals; every library sees it through cpuid: before the fused AdamW, training differed
+    after its first step, isa.VENDOR_DEPENDENT_OPS); else this CPU with every library told it
+    stops at AVX2 (the caps of bench/isa_pin.py AVX2_CPU)."""
     envs = bench.environments()
-    full = bench.run_in(envs["pinned"], SIZES)
-    avx2 = bench.run_in(envs["pinned_avx2_cpu"], SIZES)
-    assert full["capability"] == avx2["capability"] == "AVX2"
+    if shutil.which(EMULATOR):
+        here = bench.run_in(envs["pinned"], EMULATED_SIZES)
+        avx2 = bench.run_in(envs["pinned"], EMULATED_SIZES, bench.EMULATED)
+    else:
+        here = bench.run_in(envs["pinned"], SIZES)
+        avx2 = bench.run_in(envs["pinned_avx2_cpu"], SIZES)
+    assert here["capability"] == avx2["capability"] == "AVX2"
     for part in bench.PARTS:  # GPT-NeoX and ViT weights; Jacobians and their SVDs
-        assert full[part][0] == avx2[part][0], part
+        assert here[part][0] == avx2[part][0], part
 
 
 @x86_only

@@ -37,10 +37,10 @@ class _Norm:
         weight = getattr(module, "weight", None)
         if eps is None or weight is None or weight.shape[-1] != z.shape[-1]:
             raise NotComposable(f"{type(module).__name__} is not an RMSNorm with a weight")
-        r = torch.sqrt(z.pow(2).mean(-1, keepdim=True) + eps)
+        inv_r = torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + eps)  # as the norm computes it
         self.n = z.shape[-1]
-        self.u = z / r
-        self.s = (offset + weight.to(z.dtype)) / r
+        self.u = z * inv_r
+        self.s = (offset + weight.to(z.dtype)) * inv_r
         self.value = module(z)
 
     def right(self, w: torch.Tensor) -> torch.Tensor:

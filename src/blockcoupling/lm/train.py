@@ -39,7 +39,7 @@ from blockcoupling.files.io import atomic_write, permissions, write_text
 from blockcoupling.files.manifest import sha256
 from blockcoupling.lm import corpus
 from blockcoupling.lm.schedule import TrainConfig
-from blockcoupling.runtime.determinism import deterministic
+from blockcoupling.runtime.determinism import adamw, deterministic
 from blockcoupling.runtime.progress import track
 from blockcoupling.runtime.workdir import keyed_work_dir
 
@@ -442,7 +442,7 @@ def make_optimizer(model: GPTNeoXForCausalLM, cfg: TrainConfig) -> torch.optim.A
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.95), eps=1e-8)
+    return adamw(groups, lr=cfg.learning_rate, betas=(0.9, 0.95), eps=1e-8)
 
 
 def _checkpoint(

@@ -31,6 +31,23 @@ PINNED: dict[str, str] = {
     "OPENBLAS_CORETYPE": "Haswell",  # numpy's OpenBLAS (its AVX2 kernels)
 }
 NEEDED_FLAGS = ("avx2", "fma")  # what the pinned code path executes
+# torch ops whose CPU kernels call MKL's vector math (VML), which ignores MKL_CBWR on an AMD CPU
+# and picks its code by vendor: on this AMD EPYC and under QEMU's Intel Haswell, pinned, these
+# gave other bits (float32 and float64 alike; bench/isa_pin.py --emulate), every other
+# elementwise op, norm, softmax and reduction tried the same bits. The library never calls them
+# in a job (tests/test_isa.py): square roots go through rsqrt, AdamW through its fused kernel.
+VENDOR_DEPENDENT_OPS = frozenset(
+    {
+        "aten::sqrt",
+        "aten::sqrt_",
+        "aten::_foreach_sqrt",
+        "aten::_foreach_sqrt_",
+        "aten::atan",
+        "aten::asin",
+        "aten::acos",
+        "aten::_cdist_forward",
+    }
+)
 
 
 class ISAError(ValueError):

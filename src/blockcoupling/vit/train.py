@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from blockcoupling.files.io import atomic_write, write_text
-from blockcoupling.runtime.determinism import deterministic
+from blockcoupling.runtime.determinism import adamw, deterministic
 from blockcoupling.runtime.progress import track
 from blockcoupling.runtime.workdir import keyed_work_dir
 from blockcoupling.vit.config import ViTRunConfig, learning_rate
@@ -63,7 +63,7 @@ def make_optimizer(model: VisionTransformer, cfg: ViTRunConfig) -> torch.optim.A
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=cfg.warmup_lr, betas=(0.9, 0.999), eps=1e-8)
+    return adamw(groups, lr=cfg.warmup_lr, betas=(0.9, 0.999), eps=1e-8)
 
 
 def soft_targets(labels: torch.Tensor, classes: int, smoothing: float) -> torch.Tensor:
