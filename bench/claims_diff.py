@@ -4,12 +4,14 @@ estimate, p_holm and verdict of each run, so a README states a difference betwee
 runs' own tables, never typed.
 
 python bench/claims_diff.py REV_A REV_B [--label-a AMD] [--label-b Intel] > bench/runs/F.md
+(REV_A, REV_B: git revisions, or files holding a README's claims block)
 """
 
 from __future__ import annotations
 
 import argparse
 import subprocess
+from pathlib import Path
 
 from blockcoupling.stats import claims
 
@@ -17,10 +19,14 @@ COLUMNS = ("estimate [95% CI]", "p_holm", "verdict")
 
 
 def claims_rows(revision: str) -> tuple[str, dict[str, dict[str, str]]]:
-    """(the run's header line, {claim: {column: cell}}) of the README at a git revision."""
-    readme = subprocess.run(
-        ["git", "show", f"{revision}:README.md"], capture_output=True, text=True, check=True
-    ).stdout
+    """(the run's header line, {claim: {column: cell}}) of the README at a git revision, or of
+    a file that holds a README's claims block (e.g. a run's README kept in bench/runs/)."""
+    if Path(revision).is_file():
+        readme = Path(revision).read_text(encoding="utf-8")
+    else:
+        readme = subprocess.run(
+            ["git", "show", f"{revision}:README.md"], capture_output=True, text=True, check=True
+        ).stdout
     block = readme[readme.index(claims.START) : readme.index(claims.END)].splitlines()
     header = next(line for line in block if line.startswith("Claims of the paper"))
     first = next(i for i, line in enumerate(block) if line.startswith("| claim |"))
