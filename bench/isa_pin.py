@@ -8,13 +8,15 @@ Each run, in a fresh process, trains a GPT-NeoX with the workflow's train code (
 steps, ``--layers`` blocks of width ``--d-model``) and a small ViT with the workflow's ViT code
 (2 epochs on the digits), then extracts: every block's depth Jacobian at the last token of a
 random GPT-NeoX of width ``--width`` (2 blocks, 16 tokens) and its full SVD, and the
-composed ``J_tt`` of a random Llama of that width with its randomized top-8 SVD. It reports a
+composed ``J_tt`` of a random Llama of that width with its randomized top-8 SVD, and numpy's
+float64 ``exp``, ``log`` and ``arctanh`` of 200,000 values (the metrics' and statistics' own
+loops, which numpy picks by CPU). It reports a
 SHA-256 of the weights and of the Jacobians and singular triplets, and each part's seconds.
 Four environments run interleaved, ``--repeats`` times, on one thread each:
 
 - ``pinned``: the jobs' environment (``isa.job_env()``) on this CPU;
 - ``pinned_avx2_cpu``: the same, with every library told the CPU stops at AVX2 (``AVX2_CPU``:
-  the caps of ATen, MKL, oneDNN and OpenBLAS; ATen's, oneDNN's and OpenBLAS's are the pin's own,
+  the caps of ATen, MKL, oneDNN, OpenBLAS and numpy; all but MKL's are the pin's own,
   so a library the pin left out would differ);
 - ``native``: no pin, each library's own dispatch on this CPU;
 - ``native_avx2_cpu``: no pin, every library capped at AVX2 as on an AVX2-only CPU.
@@ -51,6 +53,7 @@ PIN_KEYS = (
     "ONEDNN_MAX_CPU_ISA",
     "DNNL_MAX_CPU_ISA",
     "OPENBLAS_CORETYPE",
+    "NPY_DISABLE_CPU_FEATURES",
     "MKL_ENABLE_INSTRUCTIONS",
     "BLOCKCOUPLING_ISA",
 )
@@ -60,8 +63,9 @@ AVX2_CPU = {  # what each library is told of an AVX2-only CPU
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "DNNL_MAX_CPU_ISA": "AVX2",
     "OPENBLAS_CORETYPE": "Haswell",
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
 }
-PARTS = ("train_lm", "train_vit", "extract", "extract_llama")
+PARTS = ("train_lm", "train_vit", "extract", "extract_llama", "numpy")
 EMULATED = ("qemu-x86_64", "-cpu", "Haswell")  # another vendor's x86-64 CPU, emulated
 
 
@@ -90,6 +94,7 @@ def _digest(tensors: dict) -> str:
 
 def worker(args: argparse.Namespace) -> dict:
     """One run in this process (its environment already set): digests and seconds per part."""
+    import numpy as np
     import torch
     from safetensors.torch import load_file
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
@@ -168,6 +173,11 @@ def worker(args: argparse.Namespace) -> dict:
     if engine.composed == 0:
         raise RuntimeError("the Llama's J_tt was not composed")
     out["extract_llama"] = (_digest(found), time.perf_counter() - t0)
+    t0 = time.perf_counter()  # numpy's own float64 loops, as the metrics and statistics use them
+    x = np.random.default_rng(0).standard_normal(200_000) * 10
+    values = {"exp": np.exp(x), "log": np.log(np.abs(x)), "arctanh": np.arctanh(np.tanh(x) * 0.99)}
+    digest = _digest({name: torch.from_numpy(v) for name, v in values.items()})
+    out["numpy"] = (digest, time.perf_counter() - t0)
     return out
 
 

@@ -4,10 +4,10 @@ ATen's vectorized kernels (elementwise ops, reductions, softmax, norms, AdamW), 
 SVD, QR), oneDNN (GELU, convolutions) and numpy's OpenBLAS each pick their kernels by the CPU's
 instruction set: an AVX-512 machine sums in another order than an AVX2 one, and training
 amplifies the last-bit difference into other weights. ``job_env`` pins ATen, oneDNN and OpenBLAS
-to their AVX2 (x86-64-v3) code path, which every x86-64 CPU since 2013-2015 runs (Intel Haswell,
-AMD Excavator/Zen), and MKL to its vendor-independent SSE2 branch; the thread count is each
-job's ``threads``. The variables must be set
-before torch and numpy load: the workflow sets them for every job (rules/common.smk), the
+and numpy's own SIMD loops to their AVX2 (x86-64-v3) code path, which every x86-64 CPU since
+2013-2015 runs (Intel Haswell, AMD Excavator/Zen), and MKL to its vendor-independent SSE2
+branch; the thread count is each job's ``threads``. The variables must be set before torch and
+numpy load: the workflow sets them for every job (rules/common.smk), the
 command line before it imports torch. Imports nothing heavy.
 """
 
@@ -29,6 +29,9 @@ PINNED: dict[str, str] = {
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN's JIT kernels
     "DNNL_MAX_CPU_ISA": "AVX2",  # its older name
     "OPENBLAS_CORETYPE": "Haswell",  # numpy's OpenBLAS (its AVX2 kernels)
+    # numpy's own SIMD loops at x86-64-v3 (AVX2): its AVX-512 float64 exp, log and arctanh give
+    # other last bits (numpy 2.x names; unknown names are ignored)
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
 }
 NEEDED_FLAGS = ("avx2", "fma")  # what the pinned code path executes
 # torch ops whose CPU kernels call MKL's vector math (VML), which ignores MKL_CBWR on an AMD CPU
