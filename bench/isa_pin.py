@@ -133,40 +133,37 @@ def worker(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         weights = train_vit(vit, digits, Path(tmp) / "vit", threads=1, progress=False)
         out["train_vit"] = (_digest(load_file(str(weights))), time.perf_counter() - t0)
-    torch.manual_seed(0)
-    config = GPTNeoXConfig(
-        vocab_size=300,
-        hidden_size=args.width,
-        num_hidden_layers=2,
-        num_attention_heads=args.width // 64,
-        intermediate_size=4 * args.width,
-        attn_implementation="eager",
-    )
-    model = GPTNeoXForCausalLM(config).eval()
+
+    def random_decoder(config_class: type, model_class: type, mlp_width: int) -> torch.nn.Module:
+        """A seeded random decoder of 2 blocks of width ``--width``, in eval mode."""
+        torch.manual_seed(0)
+        config = config_class(
+            vocab_size=300,
+            hidden_size=args.width,
+            num_hidden_layers=2,
+            num_attention_heads=args.width // 64,
+            intermediate_size=mlp_width,
+            attn_implementation="eager",
+        )
+        return model_class(config).eval()
+
+    model = random_decoder(GPTNeoXConfig, GPTNeoXForCausalLM, 4 * args.width)
     ids = torch.randint(0, 300, (1, 16), generator=torch.Generator().manual_seed(0))
     t0 = time.perf_counter()
     engine = JacobianEngine(model, {"input_ids": ids})
     found = {}
-    for layer in range(config.num_hidden_layers):
+    for layer in range(model.config.num_hidden_layers):
         jac = engine.output_token(layer, 15)  # (t1, d, d)
         svd = spectral.svd(jac)
         found.update({f"{layer}.jac": jac, f"{layer}.u": svd.u, f"{layer}.s": svd.s})
         found[f"{layer}.v"] = svd.v
     out["extract"] = (_digest(found), time.perf_counter() - t0)
-    torch.manual_seed(0)  # a Llama: its J_tt composed from weights (RMSNorm), top-K randomized
-    llama = LlamaConfig(
-        vocab_size=300,
-        hidden_size=args.width,
-        num_hidden_layers=2,
-        num_attention_heads=args.width // 64,
-        intermediate_size=2 * args.width,
-        attn_implementation="eager",
-    )
-    model = LlamaForCausalLM(llama).eval()
+    # a Llama: its J_tt composed from weights (RMSNorm), top-K randomized
+    model = random_decoder(LlamaConfig, LlamaForCausalLM, 2 * args.width)
     t0 = time.perf_counter()
     engine = JacobianEngine(model, {"input_ids": ids})
     found = {}
-    for layer in range(1, llama.num_hidden_layers + 1):
+    for layer in range(1, model.config.num_hidden_layers + 1):
         jac = engine.diagonal(layer, 15)  # (d, d)
         top = spectral.randomized_top_k(jac, 8, SVDOptions(method="topk"))
         found.update({f"{layer}.jac": jac, f"{layer}.u": top.u, f"{layer}.s": top.s})
