@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import torch
-from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, IMAGE_SIZE, float64_exact
+from tiny_models import ARCHITECTURES, DEVICE, IMAGE_ARCHITECTURES, IMAGE_SIZE, float64_exact
 
 from blockcoupling.jacobians.adapters import ADAPTERS, blocks_of
 from blockcoupling.jacobians.capture import record_calls, residual_function
@@ -25,10 +25,11 @@ NEEDS_AUTOGRAD_LOOPS = {"bloom": "BloomGelu is a custom autograd.Function withou
 
 
 def tiny(arch: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """A tiny float64 model of ``arch`` and its batch-1 inputs (6 token ids or one image)."""
+    """A tiny float64 model of ``arch`` and its batch-1 inputs (6 token ids or one image), on
+    ``DEVICE``."""
     if arch in IMAGE_ARCHITECTURES:
-        return IMAGE_ARCHITECTURES[arch](), {"pixel_values": PIXELS}
-    return ARCHITECTURES[arch](), {"input_ids": IDS}
+        return IMAGE_ARCHITECTURES[arch]().to(DEVICE), {"pixel_values": PIXELS.to(DEVICE)}
+    return ARCHITECTURES[arch]().to(DEVICE), {"input_ids": IDS.to(DEVICE)}
 
 
 def run_model(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> None:

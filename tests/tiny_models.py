@@ -4,11 +4,14 @@ Text models (``ARCHITECTURES``) take ``input_ids`` below ``VOCAB``; image models
 (``IMAGE_ARCHITECTURES``) take ``pixel_values`` of shape ``(1, 3, IMAGE_SIZE, IMAGE_SIZE)``.
 Every builder takes ``dtype`` and ``layers`` and returns a seeded model in eval mode with eager
 attention: hidden size 16, 4 heads (2 key-value heads where the architecture has them), MLP 32.
+``DEVICE`` is where the device-aware tests put them: ``cpu``, or ``BLOCKCOUPLING_TEST_DEVICE``
+(e.g. ``cuda``: ``bench/gpu_check.py`` runs tests/test_jacobians.py there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +19,7 @@ import torch
 import transformers as hf
 
 VOCAB = 64
+DEVICE = torch.device(os.environ.get("BLOCKCOUPLING_TEST_DEVICE", "cpu"))
 IMAGE_SIZE = 8  # 2 x 2 patches of 4 x 4 pixels
 Builder = Callable[..., torch.nn.Module]
 

@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
             "and shards), hours of the longest job, peak device memory against the model's "
             "gpu_mem_gb, output size, and the totals. Exits 1 when a GPU job does not fit "
             "(the workflow refuses such a config before any job). Rates: see "
-            "blockcoupling.pipeline.cost (CPU calibrated on a 2-core machine; GPU assumed)."
+            "blockcoupling.pipeline.cost (CPU calibrated on a 2-core machine; GPU on an H200)."
         ),
     )
     plan.add_argument("--configfile", type=Path, required=True, metavar="FILE", help="config")
@@ -280,7 +280,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     if args.gpu_tflops is not None and not 0 < args.gpu_tflops < float("inf"):
         raise ValueError(
             f"--gpu-tflops {args.gpu_tflops:g}: give your GPUs' achieved float32 TFLOP/s, a "
-            "number above 0 (or leave it out for the assumed H100)"
+            "number above 0 (or leave it out for the H200 measured)"
         )
     plan = load_plan(args.configfile, args.workflow_dir, check_memory=False)
     uncosted = [n for n, e in plan.models.items() if cost.shape_of(e.meta, e.load) is None]

@@ -17,8 +17,9 @@ declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`
 
 Rates: ``CPU`` was calibrated on this project's 2-core machine by ``bench/depth_speed.py``
 (one thread per job; ``matmul`` is the effective rate under the FLOP counts above, not a
-hardware peak); ``GPU`` is an assumption (an H100 in IEEE float32, no TF32), not a measurement:
-no GPU was available where this was written. Scale it with ``--gpu-tflops``.
+hardware peak); ``GPU`` was measured on an NVIDIA H200 in IEEE float32 (no TF32) by
+``bench/gpu_check.py`` (its per-job overhead is assumed). Scale its matmul rate with
+``--gpu-tflops``.
 """
 
 from __future__ import annotations
@@ -73,13 +74,14 @@ CPU = Rates(  # bench/runs/depth_speed_quiet.md: one thread, Llama block d=4096,
     topk=2.5 / (4096**2 * 70),
     overhead=20.0,
 )
-GPU = Rates(
-    "GPU, float32 (assumed: H100, 25 TFLOP/s achieved)",
-    matmul=25e12,
-    dense_svd=1.5 / 4096**3,
-    svdvals=0.5 / 4096**3,
-    topk=0.3 / (4096**2 * 70) / 100,
-    overhead=120.0,
+GPU = Rates(  # bench/runs/gpu_check_h200.md: an NVIDIA H200, float32 with TF32 off, d=4096
+    "GPU, float32 (measured on an H200 by bench/gpu_check.py)",
+    matmul=2.6e13,  # the VJP path under the count above (2.6e13 and 3.2e13 in two runs; the
+    # Llama family's composed J_tt ran at an effective 3.0e14 under the same count)
+    dense_svd=5.5e-11,  # a decaying spectrum (0.97^i) as a trained block's; 1.7e-11 on a flat one
+    svdvals=1.5e-11,  # measured on a random Llama's flat spectrum only
+    topk=1.9e-11,  # a decaying spectrum; a flat one (a random twin) falls back to a dense SVD
+    overhead=120.0,  # job start and model load: assumed, not measured
 )
 
 
@@ -324,8 +326,9 @@ def hub_volume(plan: Any) -> tuple[float, float, int]:
     return total + data, peak, revisions
 
 
-# A job's Slurm runtime: the planner's longest job times RUNTIME_SAFETY (the GPU rate is an
-# assumption, and a shared node may be slower), at least RUNTIME_FLOOR_MIN (model load, start).
+# A job's Slurm runtime: the planner's longest job times RUNTIME_SAFETY (the GPU rates come from
+# one H200: another GPU or a shared node may be slower), at least RUNTIME_FLOOR_MIN (model load,
+# start).
 RUNTIME_SAFETY = 3.0
 RUNTIME_FLOOR_MIN = 30
 DATASET_IMAGES = {"cifar10": 60000, "digits": 1797}  # images before the train/test split
