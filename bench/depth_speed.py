@@ -159,25 +159,36 @@ def parse_case(text: str, repeats: int, authors_repeats: int) -> Case:
 
 
 def random_llama(
-    d: int, layers: int, seed: int = 0, heads: int | None = None, vocab: int = VOCAB
+    d: int,
+    layers: int,
+    seed: int = 0,
+    heads: int | None = None,
+    vocab: int = VOCAB,
+    intermediate: int | None = None,
+    kv_heads: int | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> nn.Module:
     """A seeded random-init ``LlamaForCausalLM``: width d, ``layers`` blocks, ``heads`` heads
-    (default d / 128, no grouped KV), intermediate 2.6875 d (Llama-2's 11008 at d = 4096),
-    float32, eager attention, eval mode.
+    (default d / 128) and ``kv_heads`` key-value heads (default: as many, no grouped KV),
+    ``intermediate`` (default 2.6875 d, Llama-2's 11008 at d = 4096), built on ``device``, in
+    ``dtype`` (default float32), eager attention, eval mode.
     """
     heads = heads or max(1, d // 128)
     config = transformers.LlamaConfig(
         vocab_size=vocab,
         hidden_size=d,
-        intermediate_size=int(round(2.6875 * d)),
+        intermediate_size=intermediate or int(round(2.6875 * d)),
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        num_key_value_heads=heads,
+        num_key_value_heads=kv_heads or heads,
         max_position_embeddings=4096,
         attn_implementation="eager",
     )
     torch.manual_seed(seed)
-    return transformers.LlamaForCausalLM(config).to(torch.float32).eval()
+    with torch.device(device):
+        model = transformers.LlamaForCausalLM(config)
+    return model.to(dtype).eval()
 
 
 TINY_KS = (2, 4)

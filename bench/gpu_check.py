@@ -11,16 +11,17 @@ Usage: python bench/gpu_check.py [--width 4096] [--layers 2] [--tokens 128] [--r
    the last block over 8 tokens, top-50 factors, full spectra) and ``coupling_dataset`` on the
    CPU and on the GPU (TensorFloat-32 off, as ``extract.tf32: false``). It prints the largest
    absolute difference of m_K (every K, reading, norm, variant and pair), of the top-50
-   singular values relative to the largest, and of the token families' m_K. Both devices
-   compute in float32 with other kernels, so they agree to rounding, not in every bit.
-2. Rates. A random Llama of width ``--width`` (``--layers`` blocks, ``--tokens`` tokens) runs
-   the library's depth path on the GPU, timed by phase with the device synchronized
-   (``depth_speed.library_timers``): J_tt composed from the weights (the Llama path) and by
-   d one-token VJPs (the path of architectures without a composition), a dense SVD and the
-   randomized top-50 SVD of each block's J, and ``torch.linalg.svdvals``. It prints the
-   rates in the units of ``pipeline.cost.Rates`` beside the assumed ``cost.GPU``: matmul is
-   the effective FLOP/s under the cost model's count of the VJP path (``extract_cost``), not
-   a hardware peak. Median of ``--repeats`` after one warm-up.
+   singular values relative to the largest, and of the token families' statistics, each
+   relative to its largest. Both devices compute in float32 with other kernels, so they agree
+   to rounding, not in every bit.
+2. Rates. A random Llama of width ``--width`` (``--layers`` blocks, ``--tokens`` tokens) on the
+   GPU, each step timed whole with the device synchronized: every block's J_tt at the last
+   token composed from the weights (the Llama path) and by d one-token VJPs (the path of
+   architectures without a composition); a dense SVD, ``svdvals`` and the randomized top-50
+   SVD of the stacked J; the dense and top-50 SVD of matrices with a decaying spectrum (a
+   trained block's shape). It prints the rates in the units of ``pipeline.cost.Rates`` beside
+   ``cost.GPU``: matmul is the effective FLOP/s under the cost model's count of the VJP path
+   (``extract_cost``), not a hardware peak. Median of ``--repeats`` after one warm-up.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import transformers
 import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import depth_speed  # noqa: E402  (bench/: the random Llama and the phase timers)
+import depth_speed  # noqa: E402  (bench/: the seeded random Llama)
 
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
@@ -137,7 +138,7 @@ def median_seconds(function, repeats: int) -> float:  # noqa: ANN001
 
 
 def rates(d: int, layers: int, tokens: int, repeats: int, device: str) -> list[str]:
-    """Markdown rows: each rate measured on ``device`` beside ``cost.GPU``'s assumption."""
+    """Markdown rows: each rate measured on ``device`` beside ``cost.GPU``'s."""
     model = depth_speed.random_llama(d, layers).to(device)
     ids = torch.randint(0, depth_speed.VOCAB, (1, tokens), generator=torch.Generator()).to(device)
     block = sum(p.numel() for p in depth_speed.blocks_of(model)[0].parameters())
@@ -175,10 +176,9 @@ def rates(d: int, layers: int, tokens: int, repeats: int, device: str) -> list[s
     for label, value in seconds.items():
         name = label.split(" ")[0]
         rate = flops / value if name == "matmul" else value / per[name]
-        assumed = {name: getattr(cost.GPU, name) for name in ("matmul", *per)}
+        model_rate = getattr(cost.GPU, name)
         rows.append(
-            f"| {label} | {value:.3f} | {rate:.3g} | {assumed[name]:.3g} "
-            f"| {rate / assumed[name]:.2f} |"
+            f"| {label} | {value:.3f} | {rate:.3g} | {model_rate:.3g} | {rate / model_rate:.2f} |"
         )
     return rows
 

@@ -20,13 +20,18 @@ the SVD part is an upper bound. Prints the seconds of each.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
-import transformers
 
-from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import depth_speed  # noqa: E402  (bench/: the seeded random Llama)
+import gpu_check  # noqa: E402  (bench/: waiting for the GPU)
+
+from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs  # noqa: E402
 
 SPECTRA = MeasureConfig(k_max=50, token_layers=(), spectra_prompts=1, chunk_size=64)
 DEPTH_ONLY = replace(SPECTRA, spectra_prompts=0)
@@ -34,30 +39,24 @@ DEPTH_ONLY = replace(SPECTRA, spectra_prompts=0)
 
 def build(args: argparse.Namespace) -> torch.nn.Module:
     """The random Llama on ``args.device`` in ``args.dtype`` (seeded)."""
-    config = transformers.LlamaConfig(
-        vocab_size=args.vocab,
-        hidden_size=args.width,
-        intermediate_size=args.intermediate,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads,
-        max_position_embeddings=8192,
-        attn_implementation="eager",
+    return depth_speed.random_llama(
+        args.width,
+        args.layers,
+        heads=args.heads,
+        vocab=args.vocab,
+        intermediate=args.intermediate,
+        kv_heads=args.kv_heads,
+        device=args.device,
+        dtype=getattr(torch, args.dtype),
     )
-    torch.manual_seed(0)
-    with torch.device(args.device):
-        model = transformers.LlamaForCausalLM(config)
-    return model.to(getattr(torch, args.dtype)).eval()
 
 
 def seconds(model: torch.nn.Module, ids: torch.Tensor, config: MeasureConfig) -> float:
     """Wall seconds of ``measure_inputs`` on one prompt, the device synchronized."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    gpu_check.sync()
     start = time.perf_counter()
     measure_inputs(model, [{"input_ids": ids}], [PromptText("p", "text", "")], config, None, False)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    gpu_check.sync()
     return time.perf_counter() - start
 
 

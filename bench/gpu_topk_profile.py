@@ -7,28 +7,32 @@ of one top-K call on the decaying spectrum (bench/runs/gpu_check_h200.md).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from blockcoupling.jacobians.spectral import SVDOptions, randomized_top_k, svd
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_check  # noqa: E402  (bench/: the decaying spectrum of the rates)
+
+from blockcoupling.jacobians.spectral import SVDOptions, randomized_top_k, svd  # noqa: E402
 
 D = 4096
 TOP = SVDOptions(method="topk")
 
 
 def spectra() -> dict[str, torch.Tensor]:
-    """A flat (Gaussian) and a decaying (s_i = 0.97^i) stack of two (D, D) matrices."""
+    """A flat (Gaussian) and a decaying (s_i = 0.97^i, ``gpu_check.decaying_spectrum``) stack
+    of two (D, D) matrices on the GPU."""
     generator = torch.Generator(device="cuda").manual_seed(0)
-    q1, q2 = (
-        torch.linalg.qr(torch.randn(2, D, D, device="cuda", generator=generator)).Q
-        for _ in range(2)
-    )
-    values = 0.97 ** torch.arange(D, device="cuda", dtype=torch.float32)
     flat = torch.randn(2, D, D, device="cuda", generator=generator) / D**0.5
-    return {"flat (Gaussian)": flat, "decaying (s_i = 0.97^i)": (q1 * values) @ q2.mT}
+    return {
+        "flat (Gaussian)": flat,
+        "decaying (s_i = 0.97^i)": gpu_check.decaying_spectrum(D, 2, "cuda"),
+    }
 
 
 def mean_seconds(function: Callable[[], object], repeats: int = 3) -> float:

@@ -67,6 +67,8 @@ AVX2_CPU = {  # what each library is told of an AVX2-only CPU
 }
 PARTS = ("train_lm", "train_vit", "extract", "extract_llama", "numpy")
 EMULATED = ("qemu-x86_64", "-cpu", "Haswell")  # another vendor's x86-64 CPU, emulated
+# the sizes of a run under EMULATED (30-60x slower): tests/test_isa.py and bench/isa_record.py
+EMULATED_SIZES = ["--steps=4", "--d-model=16", "--layers=2", "--width=64"]
 
 
 def environments() -> dict[str, dict[str, str]]:

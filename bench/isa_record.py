@@ -24,10 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import isa_pin  # noqa: E402
 
-SIZES = {
-    "emulated": ["--steps=4", "--d-model=16", "--layers=2", "--width=64"],
-    "default": ["--steps=40", "--d-model=64", "--layers=4", "--width=576"],
-}
+SIZES = {"emulated": isa_pin.EMULATED_SIZES, "default": []}  # []: the worker's own defaults
 ENVIRONMENTS = ("pinned", "native")
 
 

@@ -138,9 +138,6 @@ def bench():
 SIZES = ["--steps=24", "--d-model=32", "--layers=2", "--width=128"]
 
 
-EMULATED_SIZES = ["--steps=4", "--d-model=16", "--layers=2", "--width=64"]
-
-
 @x86_only
 @pytest.mark.slow
 def test_pinned_training_and_extraction_are_identical_on_an_avx2_cpu(bench) -> None:
@@ -151,8 +148,8 @@ def test_pinned_training_and_extraction_are_identical_on_an_avx2_cpu(bench) -> N
     stops at AVX2 (the caps of bench/isa_pin.py AVX2_CPU)."""
     envs = bench.environments()
     if shutil.which(EMULATOR):
-        here = bench.run_in(envs["pinned"], EMULATED_SIZES)
-        avx2 = bench.run_in(envs["pinned"], EMULATED_SIZES, bench.EMULATED)
+        here = bench.run_in(envs["pinned"], bench.EMULATED_SIZES)
+        avx2 = bench.run_in(envs["pinned"], bench.EMULATED_SIZES, bench.EMULATED)
     else:
         here = bench.run_in(envs["pinned"], SIZES)
         avx2 = bench.run_in(envs["pinned_avx2_cpu"], SIZES)

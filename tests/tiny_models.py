@@ -5,7 +5,7 @@ Text models (``ARCHITECTURES``) take ``input_ids`` below ``VOCAB``; image models
 Every builder takes ``dtype`` and ``layers`` and returns a seeded model in eval mode with eager
 attention: hidden size 16, 4 heads (2 key-value heads where the architecture has them), MLP 32.
 ``DEVICE`` is where the device-aware tests put them: ``cpu``, or ``BLOCKCOUPLING_TEST_DEVICE``
-(e.g. ``cuda``: ``bench/gpu_check.py`` runs tests/test_jacobians.py there).
+(e.g. ``cuda``: ``BLOCKCOUPLING_TEST_DEVICE=cuda pytest tests/test_jacobians.py`` on a GPU).
 """
 
 from __future__ import annotations
