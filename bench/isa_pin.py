@@ -106,10 +106,12 @@ def worker(args: argparse.Namespace) -> dict:
     from blockcoupling.jacobians.options import SVDOptions
     from blockcoupling.lm.schedule import TrainConfig
     from blockcoupling.lm.train import train
+    from blockcoupling.runtime import blas
     from blockcoupling.vit import data as vision_data
     from blockcoupling.vit.config import ViTRunConfig
     from blockcoupling.vit.train import train_vit
 
+    blas.route_if_pinned()  # as every pinned job
     out: dict = {"capability": torch.backends.cpu.get_cpu_capability()}
     with tempfile.TemporaryDirectory() as tmp:
         lm = TrainConfig(

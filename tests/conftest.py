@@ -15,6 +15,10 @@ isa.pin()  # the jobs' code path (AVX2) before torch loads: tests run what the j
 
 import torch  # noqa: E402
 
+from blockcoupling.runtime import blas  # noqa: E402
+
+blas.route_if_pinned()  # and their matmuls on OpenBLAS
+
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]

@@ -369,6 +369,10 @@ def measure_source(args: argparse.Namespace) -> str:
     isa.pin()  # the workflow jobs' code path (AVX2), set before torch loads
     import torch
 
+    from blockcoupling.runtime import blas
+
+    blas.route_if_pinned()  # and their matmuls
+
     from blockcoupling.coupling.finite import require_rank
     from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
     from blockcoupling.jacobians.extract import MeasureConfig, measure

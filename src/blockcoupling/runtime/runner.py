@@ -97,9 +97,10 @@ def math_threads(snakemake: Any) -> int:
 
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(snakemake)`` logging to the rule's log and stderr, with torch (when the script
-    uses it) set to the rule's threads and its math libraries checked to be on the pinned code
-    path (``isa.check_job``), then record the hash of every output in the results' manifest; a
-    user error becomes one line (exit status 1) and its traceback stays in the log.
+    uses it) set to the rule's threads, its matmuls on OpenBLAS (``blas.route_if_pinned``) and
+    its math libraries checked to be on the pinned code path (``isa.check_job``), then record
+    the hash of every output in the results' manifest; a user error becomes one line (exit
+    status 1) and its traceback stays in the log.
     """
     log_path = Path(snakemake.log[0]) if len(snakemake.log) else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
@@ -117,6 +118,9 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     torch = sys.modules.get("torch")  # imported by the script's own imports, if it needs it
     if torch is not None:
         torch.set_num_threads(threads)
+        from blockcoupling.runtime import blas  # imports torch: only where the script did
+
+        blas.route_if_pinned()
     if "numpy" in sys.modules:  # numpy's BLAS (OpenBLAS) on as many, not on every core here
         from threadpoolctl import threadpool_limits
 
