@@ -80,6 +80,7 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
     paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
     fig.set_dpi(DPI)
     fig.draw_without_rendering()  # the layout engine places everything before the box is taken
+    fig.set_layout_engine("none")  # and keeps those places: the two files' draws reuse them
     bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
         matplotlib.rcParams["savefig.pad_inches"]
     )

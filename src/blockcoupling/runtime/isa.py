@@ -1,7 +1,8 @@
 """One code path for the CPU math libraries, whatever the x86-64 CPU offers.
 
-ATen's vectorized kernels (elementwise ops, reductions, softmax, norms, AdamW), MKL (matmuls,
-SVD, QR), oneDNN (GELU, convolutions) and numpy's OpenBLAS each pick their kernels by the CPU's
+ATen's vectorized kernels (elementwise ops, reductions, softmax, norms, AdamW), MKL (SVD, QR,
+attention's fused kernel), oneDNN (GELU, convolutions) and numpy's OpenBLAS (the matmuls of a
+pinned job: ``runtime.blas``) each pick their kernels by the CPU's
 instruction set: an AVX-512 machine sums in another order than an AVX2 one, and training
 amplifies the last-bit difference into other weights. ``job_env`` pins ATen, oneDNN and OpenBLAS
 and numpy's own SIMD loops to their AVX2 (x86-64-v3) code path, which every x86-64 CPU since
