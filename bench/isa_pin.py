@@ -2,11 +2,13 @@
 
 Usage:
   python bench/isa_pin.py [--repeats 3] [--steps 40] [--d-model 64] [--layers 4] [--width 576]
+                          [--context 32] [--vocab 300]   (the default's training: 128, 2048)
   python bench/isa_pin.py --worker [same sizes]   (one run in this process: JSON on stdout)
 
 Each run, in a fresh process, trains a GPT-NeoX with the workflow's train code (``--steps`` AdamW
 steps, ``--layers`` blocks of width ``--d-model``) and a small ViT with the workflow's ViT code
-(2 epochs on the digits), then extracts: every block's depth Jacobian at the last token of a
+(2 epochs on the digits; ``--context`` tokens per sequence, 8 sequences per step, a vocabulary
+of ``--vocab``), then extracts: every block's depth Jacobian at the last token of a
 random GPT-NeoX of width ``--width`` (2 blocks, 16 tokens) and its full SVD, and the
 composed ``J_tt`` of a random Llama of that width with its randomized top-8 SVD, and numpy's
 float64 ``exp``, ``log`` and ``arctanh`` of 200,000 values (the metrics' and statistics' own
@@ -18,6 +20,8 @@ Four environments run interleaved, ``--repeats`` times, on one thread each:
 - ``pinned_avx2_cpu``: the same, with every library told the CPU stops at AVX2 (``AVX2_CPU``:
   the caps of ATen, MKL, oneDNN, OpenBLAS and numpy; all but MKL's are the pin's own,
   so a library the pin left out would differ);
+- ``pinned_mkl``: the pin with the matmuls left on MKL's ``COMPATIBLE`` branch, as before
+  ``runtime.blas`` sent them to OpenBLAS (timed only);
 - ``native``: no pin, each library's own dispatch on this CPU;
 - ``native_avx2_cpu``: no pin, every library capped at AVX2 as on an AVX2-only CPU.
 
@@ -65,6 +69,7 @@ AVX2_CPU = {  # what each library is told of an AVX2-only CPU
     "OPENBLAS_CORETYPE": "Haswell",
     "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
 }
+NO_ROUTE = "ISA_PIN_MKL_MATMULS"  # set: the worker leaves the matmuls on MKL (pinned_mkl)
 PARTS = ("train_lm", "train_vit", "extract", "extract_llama", "numpy")
 EMULATED = ("qemu-x86_64", "-cpu", "Haswell")  # another vendor's x86-64 CPU, emulated
 # the sizes of a run under EMULATED (30-60x slower): tests/test_isa.py and bench/isa_record.py
@@ -81,6 +86,7 @@ def environments() -> dict[str, dict[str, str]]:
     return {
         "pinned": pinned,
         "pinned_avx2_cpu": {**pinned, **AVX2_CPU},  # fails if the pin leaves a library out
+        "pinned_mkl": {**pinned, NO_ROUTE: "1"},
         "native": {**base, "BLOCKCOUPLING_ISA": "native"},
         "native_avx2_cpu": {**base, "BLOCKCOUPLING_ISA": "native", **AVX2_CPU},
     }
@@ -111,18 +117,19 @@ def worker(args: argparse.Namespace) -> dict:
     from blockcoupling.vit.config import ViTRunConfig
     from blockcoupling.vit.train import train_vit
 
-    blas.route_if_pinned()  # as every pinned job
+    if not os.environ.get(NO_ROUTE):
+        blas.route_if_pinned()  # as every pinned job
     out: dict = {"capability": torch.backends.cpu.get_cpu_capability()}
     with tempfile.TemporaryDirectory() as tmp:
         lm = TrainConfig(
             n_layers=args.layers,
             d_model=args.d_model,
             n_heads=2,
-            context_length=32,
+            context_length=args.context,
             batch_size=8,
             learning_rate=3e-3,
             total_steps=args.steps,
-            vocab_size=300,
+            vocab_size=args.vocab,
             checkpoint_steps=[args.steps],
             n_val_windows=8,
             max_train_chars=150_000,
@@ -213,21 +220,24 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
         f"torch capability {runs['native'][0]['capability']} unpinned, "
         f"{runs['pinned'][0]['capability']} pinned; {args.repeats} interleaved repeats, 1 thread",
         "",
-        f"Sizes: GPT-NeoX {args.layers} x {args.d_model}, {args.steps} steps; ViT 16 wide, "
+        f"Sizes: GPT-NeoX {args.layers} x {args.d_model}, {args.steps} steps of 8 x "
+        f"{args.context} tokens, vocabulary {args.vocab}; ViT 16 wide, "
         f"2 epochs; extraction at width {args.width}, 2 blocks, 16 tokens.",
         "",
         "| part | pinned vs pinned on an AVX2 CPU | unpinned vs unpinned on an AVX2 CPU "
         + ("| pinned vs pinned on an emulated Intel Haswell " if emulated else "")
-        + "| pinned s | unpinned s | pinned / unpinned |",
-        "|---|---|---|---|---|---|" + ("---|" if emulated else ""),
+        + "| pinned s | pinned, matmuls on MKL s | unpinned s | pinned / unpinned "
+        + "| pinned on MKL / unpinned |",
+        "|---|---|---|---|---|---|---|---|" + ("---|" if emulated else ""),
     ]
     for part in PARTS:
-        pinned, native = median("pinned", part), median("native", part)
+        pinned, native, mkl = (median(n, part) for n in ("pinned", "native", "pinned_mkl"))
         lines.append(
             f"| {part} | {same('pinned', 'pinned_avx2_cpu', part)} "
             f"| {same('native', 'native_avx2_cpu', part)} "
             + (f"| {same('pinned', 'pinned_emulated', part)} " if emulated else "")
-            + f"| {pinned:.2f} | {native:.2f} | {pinned / native:.2f} |"
+            + f"| {pinned:.2f} | {mkl:.2f} | {native:.2f} | {pinned / native:.2f} "
+            + f"| {mkl / native:.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -240,6 +250,8 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=576)
+    parser.add_argument("--context", type=int, default=32, help="tokens per training sequence")
+    parser.add_argument("--vocab", type=int, default=300, help="the GPT-NeoX's vocabulary")
     parser.add_argument("--emulate", action="store_true", help="also one pinned run in QEMU")
     args = parser.parse_args()
     if args.worker:
@@ -250,6 +262,8 @@ def main() -> None:
         f"--d-model={args.d_model}",
         f"--layers={args.layers}",
         f"--width={args.width}",
+        f"--context={args.context}",
+        f"--vocab={args.vocab}",
     ]
     envs = environments()
     runs: dict[str, list[dict]] = {name: [] for name in envs}

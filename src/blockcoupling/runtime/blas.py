@@ -7,22 +7,32 @@ kernels with the same blocking on every x86-64 CPU that has them, whatever its v
 ``route_matmuls`` sends ATen's CPU ``mm``, ``bmm`` and ``addmm`` there. Autograd, ``torch.func``
 transforms and forward-mode AD sit above the backend kernel and keep working; every other op
 (attention's fused kernel, ``mv``, LAPACK) stays on the pinned MKL. CUDA is untouched.
+Like ``isa``, part of every job's code path (the runner routes a job that loaded torch), so it
+imports torch and numpy only when called.
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+from blockcoupling.runtime import isa
 
-_NUMPY_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128, torch.int64)
-_library: torch.library.Library | None = None  # the registration; kept alive while routed
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+_NUMPY_DTYPES = ("float32", "float64", "complex64", "complex128", "int64")  # torch dtype names
+_library: Any = None  # the torch.library registration; kept alive while routed
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
     """The tensor's data as an array (no copy where its layout allows)."""
     return tensor.numpy(force=True)
+
+
+def _dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 def _product(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -37,7 +47,10 @@ def _product(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise RuntimeError(
             f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied"
         )
-    if a.dtype not in _NUMPY_DTYPES:  # float16/bfloat16: accumulate in float32, as ATen does
+    import numpy as np
+    import torch
+
+    if _dtype_name(a) not in _NUMPY_DTYPES:  # float16/bfloat16: accumulate in float32, as ATen
         return _product(op, a.float(), b.float()).to(a.dtype)
     with np.errstate(all="ignore"):  # inf and NaN propagate silently, as in ATen
         return torch.from_numpy(np.matmul(_array(a), _array(b)))
@@ -75,6 +88,8 @@ def addmm(
         return product
     if bias.dtype != product.dtype:
         raise RuntimeError(f"addmm: bias dtype {bias.dtype} differs from {product.dtype}")
+    import torch
+
     return torch.add(product, bias if beta == 1 else bias * beta)
 
 
@@ -86,6 +101,8 @@ def route_matmuls() -> None:
     global _library
     if _library is not None:
         return
+    import torch
+
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():  # "overriding a previously registered kernel": the point
         warnings.simplefilter("ignore", UserWarning)
@@ -98,8 +115,6 @@ def route_if_pinned() -> None:
     """``route_matmuls()`` where this process runs the pin (``isa.pinned()``); with
     ``BLOCKCOUPLING_ISA=native``, MKL's own dispatch as before.
     """
-    from blockcoupling.runtime import isa
-
     if isa.pinned():
         route_matmuls()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from blockcoupling.files import manifest
-from blockcoupling.runtime import isa
+from blockcoupling.runtime import blas, isa
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 
@@ -118,8 +118,6 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     torch = sys.modules.get("torch")  # imported by the script's own imports, if it needs it
     if torch is not None:
         torch.set_num_threads(threads)
-        from blockcoupling.runtime import blas  # imports torch: only where the script did
-
         blas.route_if_pinned()
     if "numpy" in sys.modules:  # numpy's BLAS (OpenBLAS) on as many, not on every core here
         from threadpoolctl import threadpool_limits
