@@ -96,20 +96,20 @@ def smollm2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # worker idled). The longest files go first, so the shorter ones fill in around them. Their
 # order from `pytest --durations=0` on this machine (seconds of the full suite, 2 workers);
 # unlisted files follow in collection order.
-LONGEST_FIRST = (
-    "test_workflow.py",  # ~180 s: a finished run, then its reruns
-    "test_token_jacobian_real.py",  # ~95 s: SmolLM2 (converted here for every file) and Gemma-3
-    "test_fetch.py",  # ~85 s
-    "test_figures.py",  # ~80 s, the fast tier's longest
-    "test_vit_workflow.py",
-    "test_slurm.py",
-    "test_isa.py",
-    "test_models.py",
-    "test_pinned.py",
-    "test_deploy.py",
-    "test_bench.py",
-    "test_jacobians.py",
-    "test_real_model.py",
+LONGEST_FIRST = (  # seconds in the full suite (--durations=0, 2-vCPU AMD EPYC, after 35e26fc)
+    "test_workflow.py",  # 164: a finished run, then its reruns
+    "test_token_jacobian_real.py",  # 117: SmolLM2 and Gemma-3, every block
+    "test_isa.py",  # 82: the pinned worker under QEMU's Intel Haswell
+    "test_figures.py",  # 74, the fast tier's longest
+    "test_fetch.py",  # 59
+    "test_vit_workflow.py",  # 40
+    "test_slurm.py",  # 23
+    "test_deploy.py",  # 23
+    "test_jacobians.py",  # 22
+    "test_pinned.py",  # 19
+    "test_bench.py",  # 19
+    "test_models.py",  # 18
+    "test_real_model.py",  # 18
 )
 
 
