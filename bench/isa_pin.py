@@ -14,7 +14,7 @@ composed ``J_tt`` of a random Llama of that width with its randomized top-8 SVD,
 float64 ``exp``, ``log`` and ``arctanh`` of 200,000 values (the metrics' and statistics' own
 loops, which numpy picks by CPU). It reports a
 SHA-256 of the weights and of the Jacobians and singular triplets, and each part's seconds.
-Four environments run interleaved, ``--repeats`` times, on one thread each:
+Five environments run interleaved, ``--repeats`` times, on one thread each:
 
 - ``pinned``: the jobs' environment (``isa.job_env()``) on this CPU;
 - ``pinned_avx2_cpu``: the same, with every library told the CPU stops at AVX2 (``AVX2_CPU``:

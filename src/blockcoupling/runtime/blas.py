@@ -22,17 +22,12 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-_NUMPY_DTYPES = ("float32", "float64", "complex64", "complex128", "int64")  # torch dtype names
 _library: Any = None  # the torch.library registration; kept alive while routed
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
     """The tensor's data as an array (no copy where its layout allows)."""
     return tensor.numpy(force=True)
-
-
-def _dtype_name(tensor: torch.Tensor) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
 
 
 def _product(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -50,7 +45,8 @@ def _product(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     import numpy as np
     import torch
 
-    if _dtype_name(a) not in _NUMPY_DTYPES:  # float16/bfloat16: accumulate in float32, as ATen
+    numpy_types = (torch.float32, torch.float64, torch.complex64, torch.complex128, torch.int64)
+    if a.dtype not in numpy_types:  # float16/bfloat16: accumulate in float32, as ATen does
         return _product(op, a.float(), b.float()).to(a.dtype)
     with np.errstate(all="ignore"):  # inf and NaN propagate silently, as in ATen
         return torch.from_numpy(np.matmul(_array(a), _array(b)))
@@ -88,9 +84,7 @@ def addmm(
         return product
     if bias.dtype != product.dtype:
         raise RuntimeError(f"addmm: bias dtype {bias.dtype} differs from {product.dtype}")
-    import torch
-
-    return torch.add(product, bias if beta == 1 else bias * beta)
+    return product + (bias if beta == 1 else bias * beta)
 
 
 def route_matmuls() -> None:
