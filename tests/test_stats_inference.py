@@ -152,7 +152,7 @@ def test_claims_table_carries_declared_effect_power_and_flags():
         inference.analysis_row(
             "emergence_final_vs_init", "initialization", 6, "t", 0.02, -0.01, 0.03, 0.2
         ),
-        inference.analysis_row("fixed_size_excess_vs_bpb", "run", 20, "t", 0.3, 0.1, 0.5, 0.01),
+        inference.analysis_row("fixed_size_excess_vs_bpb_rank_adjusted", "run", 20, "t", 0.3, 0.1, 0.5, 0.01),
     ]
     analyses = inference.combine_analyses(
         [inference.analysis_table(rows)], ["emergence_final_vs_init"]
@@ -166,7 +166,7 @@ def test_claims_table_carries_declared_effect_power_and_flags():
             "alpha": [0.05],
         }
     )
-    flags = {"fixed_size_excess_vs_bpb": "stats.k = 8 is above ..."}
+    flags = {"fixed_size_excess_vs_bpb_rank_adjusted": "stats.k = 8 is above ..."}
     table = claims.claims_table(analyses, declared, power, flags)
     by = {c.analysis: row for c, (_, row) in zip(claims.CLAIMS, table.iterrows())}
     final = by["emergence_final_vs_init"]
@@ -175,7 +175,7 @@ def test_claims_table_carries_declared_effect_power_and_flags():
     low = claims.claims_table(analyses, declared, power.assign(power=0.3, n_for_target=40))
     row = low[low["claim"] == final["claim"]].iloc[0]
     assert row["power"] == 0.3 and "80% needs 40 units" in row["limits"]
-    fixed = by["fixed_size_excess_vs_bpb"]
+    fixed = by["fixed_size_excess_vs_bpb_rank_adjusted"]
     assert not fixed["primary"] and fixed["verdict"].startswith("exploratory: the paper's")
     assert "stats.k = 8" in fixed["limits"] and np.isnan(fixed["power"])
     # a pilot power at another effect is not used
@@ -682,3 +682,38 @@ def test_fixed_size_adjusted_slope_removes_a_design_confounder():
     coef = np.linalg.lstsq(X, z(runs["neg_bpb"]), rcond=None)[0]
     assert adjusted["estimate"] == pytest.approx(coef[1])
     assert "adjusted for the design" in adjusted["method"] and adjusted["n"] == 24
+
+
+def test_rank_adjusted_slope_separates_coupling_from_the_spectrums_shape():
+    """The runs' log effective rank (the median over held-out prompts and blocks of the trained
+    model, by hand here) drives -bpb and the excess alike: the plain slope is large, the
+    rank-adjusted one is the OLS coefficient of the excess beside z(log rank) (lstsq) and its
+    interval holds 0; where -bpb also follows the excess beyond the rank, it recovers that."""
+    rng = np.random.default_rng(7)
+    ds, evaluation, histories = fixed_size_data(rng, 8, 3, 0.0)
+    runs_n = 24
+    level = rng.normal(1.5, 0.6, size=(26, 1, 1, 1))  # each model's own spectrum
+    rank = np.exp(level + 0.2 * rng.normal(size=(26, 2, 6, 4)))  # (model, init, prompt, layer)
+    ds["effective_rank"] = (("model", "init", "prompt", "layer"), rank)
+    log_rank = np.log(np.median(rank[:runs_n, 0, :3, :].reshape(runs_n, -1), axis=1))
+    noise = 0.3 * rng.normal(size=runs_n)
+    excess = log_rank + noise
+    ds["coupling_excess"][:runs_n, 0, :3] = excess[:, None]  # the held-out prompts' mean
+    z = lambda v: (v - v.mean()) / v.std(ddof=1)  # noqa: E731
+    for beyond in (0.0, 1.0):
+        bpb = -(log_rank + beyond * noise + 0.2 * rng.normal(size=runs_n))
+        evaluation["bits_per_byte"][:runs_n, 0] = bpb
+        runs = fixed_size.run_table(ds, evaluation, histories, {})
+        assert runs["log_effective_rank_held_out"].to_numpy() == pytest.approx(log_rank)
+        out = fixed_size.analyses(runs).set_index("analysis")
+        plain = out.loc["fixed_size_excess_vs_bpb"]
+        adjusted = out.loc["fixed_size_excess_vs_bpb_rank_adjusted"]
+        X = np.column_stack([np.ones(runs_n), z(excess), z(log_rank)])
+        coef = np.linalg.lstsq(X, z(-bpb), rcond=None)[0]
+        assert adjusted["estimate"] == pytest.approx(coef[1])
+        assert "log effective rank" in adjusted["method"] and adjusted["n"] == runs_n
+        assert plain["ci_low"] > 0.5
+        if beyond:
+            assert adjusted["ci_low"] > 0
+        else:
+            assert adjusted["ci_low"] < 0 < adjusted["ci_high"]

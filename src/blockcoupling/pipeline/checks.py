@@ -361,7 +361,7 @@ def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
     if unknown:
         raise ConfigError(
             f"stats.primary has unknown test id(s) {unknown}; known ids are listed in "
-            "blockcoupling/stats/hypotheses.py (e.g. fixed_size_excess_vs_bpb, "
+            "blockcoupling/stats/hypotheses.py (e.g. fixed_size_excess_vs_bpb_rank_adjusted, "
             "emergence_final_vs_init)"
         )
     if not power_file:

@@ -5,8 +5,11 @@ Outcomes: minus held-out bits per byte (``neg_bpb``, higher = better) and the ge
 (``gap`` = val_loss - train_loss at each run's last history step, nats/token). Predictors: the
 calibrated ``coupling_excess`` (primary), ``overlap_u`` and the paper's raw ``coupling``, each a
 mean over the held-out-domain prompts (prompt_source ``shakespeare``) and, separately, over the
-leaderboard-style prompts. Pretrained models are never pooled in (the cross-model tables report
-them beside).
+leaderboard-style prompts. Every measure of the top-K bases moves with the shape of the
+Jacobians' spectra (docs/science.md, "Which K"), so each slope is also given adjusted for the
+log of the run's median effective rank (``_rank_adjusted``): the association of coupling with
+generalization beyond what the spectrum's shape carries. Pretrained models are never pooled in
+(the cross-model tables report them beside).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ OUTCOMES = {"neg_bpb": "bpb", "gap": "gap"}
 PROMPT_SETS = {"held_out": "", "leaderboard": "_leaderboard"}
 DESIGN_COORDS = ("data_fraction", "weight_decay", "learning_rate", "seed")
 DESIGN = ("log_data_fraction", "weight_decay", "log_learning_rate")  # the _adjusted covariates
+RANK = "log_effective_rank"  # the _rank_adjusted covariate, per prompt set: {RANK}_{held_out|...}
 
 
 def run_table(
@@ -45,7 +49,9 @@ def run_table(
 ) -> pd.DataFrame:
     """One row per trained model of the ``fixed_size`` family: model, group, the design coords
     present (``DESIGN_COORDS``), per predictor and prompt set ``{predictor}_{held_out|leaderboard}``
-    (mean over those prompts; NaN when the variable or the prompts are absent),
+    (mean over those prompts; NaN when the variable or the prompts are absent), per prompt set
+    ``log_effective_rank_{held_out|leaderboard}`` (natural log of the median effective rank of
+    the trained model's Jacobians over those prompts and its blocks; NaN without it),
     ``twin_difference`` (trained - random-twin excess, held-out prompts), neg_bpb, gap.
     ``histories``: model -> history.csv.
     """
@@ -69,6 +75,8 @@ def run_table(
                 continue
             da = select(coupling[variable], init="trained", **selection).sel(model=chosen)
             table[column] = da.isel(prompt=mask).mean("prompt", skipna=True).values
+    for name, mask in masks.items():
+        table[f"{RANK}_{name}"] = _log_effective_rank(coupling, chosen, mask)
     table["twin_difference"] = _twin_difference(coupling, chosen, masks["held_out"], selection)
     bpb = np.full(len(chosen), np.nan)
     if evaluation is not None and "bits_per_byte" in evaluation:
@@ -76,6 +84,21 @@ def run_table(
     table["neg_bpb"] = -np.asarray(bpb, dtype=float)
     table["gap"] = [generalization_gap(histories.get(m)) for m in chosen]
     return table
+
+
+def _log_effective_rank(coupling: xr.Dataset, models: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per model: log of the median effective rank (``effective_rank``: participation ratio of
+    each block's singular values) of the trained model over the ``mask`` prompts and every
+    block; NaN without the variable or such prompts.
+    """
+    if "effective_rank" not in coupling or not mask.any() or not len(models):
+        return np.full(len(models), np.nan)
+    rank = coupling["effective_rank"].sel(model=models).isel(prompt=mask)
+    if "init" in rank.dims:
+        rank = rank.sel(init="trained")
+    values = rank.transpose("model", ...).values.reshape(len(models), -1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(np.nanmedian(values, axis=1))
 
 
 def _twin_difference(
@@ -107,7 +130,9 @@ def analyses(table: pd.DataFrame, primary: tuple[str, ...] = (), ci: float = 0.9
     ``fixed_size_{excess|overlap_u|coupling}_vs_{bpb|gap}[_leaderboard]`` — and the Spearman
     correlation of the configuration means (``..._config_spearman``, unit configuration,
     Bonett-Wright interval); the same slope adjusted for the design (``..._adjusted``: log data
-    fraction, weight decay and log learning rate as covariates); and
+    fraction, weight decay and log learning rate as covariates) and for the spectrum's shape
+    (``..._rank_adjusted``: the runs' log effective rank on the same prompts, z-scored, as
+    covariate); and
     ``fixed_size_trained_vs_random``, trained minus random-twin excess on the held-out prompts,
     a t test over configuration means.
     """
@@ -117,12 +142,16 @@ def analyses(table: pd.DataFrame, primary: tuple[str, ...] = (), ci: float = 0.9
             column = f"{variable}_{prompts}"
             for outcome, outcome_short in OUTCOMES.items():
                 name = f"fixed_size_{short}_vs_{outcome_short}{suffix}"
-                rows += _rows(table, name, column, outcome, ci)
+                rows += _rows(table, name, column, outcome, f"{RANK}_{prompts}", ci)
     return analysis_table(rows, primary)
 
 
-def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) -> list[dict]:
-    """The run-level slope and the configuration-level Spearman of one predictor and outcome."""
+def _rows(
+    table: pd.DataFrame, name: str, column: str, outcome: str, rank: str, ci: float
+) -> list[dict]:
+    """The run-level slope and the configuration-level Spearman of one predictor and outcome, and
+    the slope adjusted for the design and for ``rank`` (the log effective rank column).
+    """
     missing = [c for c in (column, outcome) if c not in table or table[c].isna().all()]
     method = "OLS, sd of outcome per sd of predictor, CR1 by configuration, t(G-1)"
     spearman = "Spearman of configuration means, Bonett-Wright interval"
@@ -136,6 +165,7 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             analysis_row(name, "run", 0, method, note=note),
             analysis_row(f"{name}_config_spearman", "configuration", 0, spearman, note=note),
             analysis_row(f"{name}_adjusted", "run", 0, method, note=note),
+            analysis_row(f"{name}_rank_adjusted", "run", 0, method, note=note),
         ]
     design = [c for c in ("data_fraction", "weight_decay", "learning_rate") if c in table]
     data = table[["group", column, outcome, *design]].dropna(subset=[column, outcome])
@@ -152,6 +182,10 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
     adjusted = cluster_slope(
         data[["group", "x", "y"]].join(factors), "y", "x", "group", ci=ci, covariates=DESIGN
     )
+    shape = data[["group", "x", "y"]].assign(
+        rank=_z(table.loc[data.index, rank]) if rank in table else np.nan
+    )
+    by_rank = cluster_slope(shape, "y", "x", "group", ci=ci, covariates=("rank",))
     means = data.groupby("group")[[column, outcome]].mean()
     res = correlate(means[column], means[outcome], "spearman", ci)
     return [
@@ -189,6 +223,18 @@ def _rows(table: pd.DataFrame, name: str, column: str, outcome: str, ci: float) 
             adjusted["p"],
             adjusted["note"],
             p_wild=adjusted["p_wild"],
+        ),
+        analysis_row(
+            f"{name}_rank_adjusted",
+            f"run ({by_rank['n_clusters']} configurations)",
+            by_rank["n"],
+            method + ", adjusted for the spectrum's shape (log effective rank)",
+            by_rank["estimate"],
+            by_rank["ci_low"],
+            by_rank["ci_high"],
+            by_rank["p"],
+            by_rank["note"],
+            p_wild=by_rank["p_wild"],
         ),
     ]
 

@@ -18,7 +18,7 @@ def _ids() -> tuple[str, ...]:
             tuple(m.key for m in measures.tested()),
             ("bpb", "gap"),
             ("", "_leaderboard"),
-            ("", "_config_spearman", "_adjusted"),
+            ("", "_config_spearman", "_adjusted", "_rank_adjusted"),
         )
     ]
     emergence = [
