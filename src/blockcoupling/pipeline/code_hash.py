@@ -26,7 +26,7 @@ def _imported_names(source: str, filename: str) -> frozenset[str]:
     the Snakefile hashes ~40 scripts, whose imports share most modules).
     """
     found = set()
-    for node in ast.walk(ast.parse(source, filename=filename)):
+    for node in _import_statements(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -35,6 +35,20 @@ def _imported_names(source: str, filename: str) -> frozenset[str]:
             continue
         found.update(name for name in names if name.startswith(f"{PACKAGE}."))
     return frozenset(found)
+
+
+def _import_statements(tree: ast.Module) -> list[ast.stmt]:
+    """Every statement of ``tree`` at any depth (bodies of functions, classes, branches, loops,
+    ``with``, ``try`` and ``match``), without walking expressions: an import is a statement, so
+    these hold every import ``ast.walk`` finds at a fraction of the nodes.
+    """
+    statements, pending = [], list(tree.body)
+    while pending:
+        node = pending.pop()
+        statements.append(node)
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            pending.extend(getattr(node, field, None) or ())
+    return statements
 
 
 def _module_file(module: str) -> Path | None:
