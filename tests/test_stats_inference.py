@@ -152,7 +152,9 @@ def test_claims_table_carries_declared_effect_power_and_flags():
         inference.analysis_row(
             "emergence_final_vs_init", "initialization", 6, "t", 0.02, -0.01, 0.03, 0.2
         ),
-        inference.analysis_row("fixed_size_excess_vs_bpb_rank_adjusted", "run", 20, "t", 0.3, 0.1, 0.5, 0.01),
+        inference.analysis_row(
+            "fixed_size_excess_vs_bpb_rank_adjusted", "run", 20, "t", 0.3, 0.1, 0.5, 0.01
+        ),
     ]
     analyses = inference.combine_analyses(
         [inference.analysis_table(rows)], ["emergence_final_vs_init"]
