@@ -132,20 +132,20 @@ def smollm2_gguf(smollm2_folder: Path) -> dict:
 # worker idled). The longest files go first, so the shorter ones fill in around them. Their
 # order from `pytest --durations=0` on this machine (seconds of the full suite, 2 workers);
 # unlisted files follow in collection order.
-LONGEST_FIRST = (  # seconds in the full suite (--durations=0, 2-vCPU AMD EPYC, after 35e26fc)
-    "test_workflow.py",  # 164: a finished run, then its reruns
-    "test_token_jacobian_real.py",  # 117: SmolLM2 and Gemma-3, every block
-    "test_isa.py",  # 82: the pinned worker under QEMU's Intel Haswell
-    "test_figures.py",  # 74, the fast tier's longest
-    "test_fetch.py",  # 59
-    "test_vit_workflow.py",  # 40
-    "test_slurm.py",  # 23
-    "test_deploy.py",  # 23
-    "test_jacobians.py",  # 22
-    "test_pinned.py",  # 19
-    "test_bench.py",  # 19
-    "test_models.py",  # 18
-    "test_real_model.py",  # 18
+LONGEST_FIRST = (  # seconds in the full suite (--durations=0, 2-vCPU AMD EPYC, at 1d4c9ef)
+    "test_workflow.py",  # 162: a finished run, then its reruns
+    "test_token_jacobian_real.py",  # 118: SmolLM2 and Gemma-3, every block
+    "test_isa.py",  # 76: the pinned worker under QEMU's Intel Haswell
+    "test_figures.py",  # 67, the fast tier's longest
+    "test_fetch.py",  # 55
+    "test_vit_workflow.py",  # 35
+    "test_slurm.py",  # 20
+    "test_jacobians.py",  # 20
+    "test_bench.py",  # 20
+    "test_deploy.py",  # 19
+    "test_pinned.py",  # 18
+    "test_real_model.py",  # 16
+    "test_models.py",  # whichever file asks first converts SmolLM2's GGUF (~16 s)
 )
 
 
