@@ -113,6 +113,34 @@ def test_package_folder() -> None:
         assemble_package_file("blockcoupling", Path("unused.gguf"))
 
 
+def test_the_shared_gguf_reader_reads_what_ggufs_own_reader_reads(tmp_path: Path) -> None:
+    """one_parse_per_file's reader (its slices taken from a plain ndarray view of the memory map)
+    holds the fields, part by part, and the tensors, byte for byte, of gguf's own reader; gguf's
+    module gets numpy back."""
+    import gguf
+    import gguf.gguf_reader
+    import numpy as np
+
+    from blockcoupling.lm.gguf_once import one_parse_per_file
+    from blockcoupling_tinygguf import assemble
+
+    path = assemble(tmp_path / "tiny.gguf")
+    own = gguf.GGUFReader(path)
+    with one_parse_per_file():
+        shared = gguf.GGUFReader(path)
+    assert gguf.gguf_reader.np is np and type(shared.data) is np.ndarray
+    assert type(own.data) is np.memmap
+    assert list(shared.fields) == list(own.fields) and len(own.fields) > 10
+    for name, field in own.fields.items():
+        other = shared.fields[name]
+        assert other.types == field.types and other.data == field.data, name
+        assert all(np.array_equal(a, b) for a, b in zip(other.parts, field.parts, strict=True))
+    assert [t.name for t in shared.tensors] == [t.name for t in own.tensors]
+    for tensor, other in zip(own.tensors, shared.tensors):
+        assert tensor.data.dtype == other.data.dtype and tensor.data.shape == other.data.shape
+        assert tensor.data.tobytes() == other.data.tobytes(), tensor.name
+
+
 def test_a_gguf_load_parses_the_file_once_and_gives_the_same_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
