@@ -189,18 +189,7 @@ def _rows(
     means = data.groupby("group")[[column, outcome]].mean()
     res = correlate(means[column], means[outcome], "spearman", ci)
     return [
-        analysis_row(
-            name,
-            f"run ({fit['n_clusters']} configurations)",
-            fit["n"],
-            method,
-            fit["estimate"],
-            fit["ci_low"],
-            fit["ci_high"],
-            fit["p"],
-            fit["note"],
-            p_wild=fit["p_wild"],
-        ),
+        _slope_row(name, fit, method),
         analysis_row(
             f"{name}_config_spearman",
             "configuration",
@@ -212,31 +201,33 @@ def _rows(
             res["p"],
             res["reason"],
         ),
-        analysis_row(
+        _slope_row(
             f"{name}_adjusted",
-            f"run ({adjusted['n_clusters']} configurations)",
-            adjusted["n"],
+            adjusted,
             method + ", adjusted for the design (log data fraction, weight decay, log lr)",
-            adjusted["estimate"],
-            adjusted["ci_low"],
-            adjusted["ci_high"],
-            adjusted["p"],
-            adjusted["note"],
-            p_wild=adjusted["p_wild"],
         ),
-        analysis_row(
+        _slope_row(
             f"{name}_rank_adjusted",
-            f"run ({by_rank['n_clusters']} configurations)",
-            by_rank["n"],
+            by_rank,
             method + ", adjusted for the spectrum's shape (log effective rank)",
-            by_rank["estimate"],
-            by_rank["ci_low"],
-            by_rank["ci_high"],
-            by_rank["p"],
-            by_rank["note"],
-            p_wild=by_rank["p_wild"],
         ),
     ]
+
+
+def _slope_row(name: str, fit: dict, method: str) -> dict:
+    """The analysis row of one ``cluster_slope`` fit (unit: runs in their configurations)."""
+    return analysis_row(
+        name,
+        f"run ({fit['n_clusters']} configurations)",
+        fit["n"],
+        method,
+        fit["estimate"],
+        fit["ci_low"],
+        fit["ci_high"],
+        fit["p"],
+        fit["note"],
+        p_wild=fit["p_wild"],
+    )
 
 
 def _z(values: pd.Series) -> pd.Series:
