@@ -17,7 +17,6 @@ from blockcoupling.lm.evaluate import (
     bits_per_byte,
     choice_loglikelihoods,
     evaluate,
-    heldout_text,
     multiple_choice_accuracy,
 )
 from blockcoupling.lm.train import train_tokenizer
@@ -238,8 +237,8 @@ def test_mc_accuracy_on_the_models_own_preferences(byte_tokenizer) -> None:
 def test_heldout_text_is_the_validation_plays() -> None:
     train, val = corpus.split_plays(0)
     texts = corpus.plays()
-    full = heldout_text()
+    full = corpus.heldout_text()
     assert full == "\n".join(texts[s] for s in val)
     assert all(texts[s][:200] not in full for s in train)
-    short = heldout_text(max_chars=1000)
+    short = corpus.heldout_text(max_chars=1000)
     assert len(short) <= 1000 and short.endswith("\n") and full.startswith(short)

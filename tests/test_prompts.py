@@ -204,7 +204,7 @@ def test_sources_table():
 
 def test_heldout_prompts_are_held_out_text_after_the_scored_part():
     from blockcoupling.lm import corpus
-    from blockcoupling.lm.evaluate import heldout_text
+    from blockcoupling.lm.corpus import heldout_text
     from blockcoupling.lm.prompts import heldout_prompts
 
     text = corpus.validation_text(0)

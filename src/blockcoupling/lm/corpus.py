@@ -79,3 +79,17 @@ def validation_text(split_seed: int = 0) -> str:
     _, val = split_plays(split_seed)
     texts = plays()
     return "\n".join(texts[s] for s in val)
+
+
+def heldout_text(max_chars: int | None = None, split_seed: int = 0) -> str:
+    """``validation_text(split_seed)`` cut to ``max_chars`` characters at a line end: the text
+    of every model's bits per byte. Held out from the suite trained here (same split_seed);
+    pretrained models may well have seen Shakespeare, so compare them with care.
+    """
+    text = validation_text(split_seed)
+    if max_chars is not None:
+        if max_chars < 1:
+            raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+        cut = text[:max_chars]
+        text = cut[: cut.rfind("\n") + 1] or cut
+    return text

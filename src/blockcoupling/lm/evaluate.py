@@ -17,24 +17,9 @@ import numpy as np
 import torch
 import xarray as xr
 
-from blockcoupling.lm import corpus
 from blockcoupling.runtime.progress import track
 
 Normalize = Literal["none", "bytes"]
-
-
-def heldout_text(max_chars: int | None = None, split_seed: int = 0) -> str:
-    """The validation plays of ``corpus.split_plays(split_seed)`` joined by blank lines, cut to
-    ``max_chars`` characters at a line end. Held out from the suite trained here (same split_seed);
-    pretrained models may well have seen Shakespeare, so compare them with care.
-    """
-    text = corpus.validation_text(split_seed)
-    if max_chars is not None:
-        if max_chars < 1:
-            raise ValueError(f"max_chars must be >= 1, got {max_chars}")
-        cut = text[:max_chars]
-        text = cut[: cut.rfind("\n") + 1] or cut
-    return text
 
 
 def _prefix_id(tokenizer) -> int:
