@@ -542,6 +542,7 @@ def test_no_text_overlaps_and_no_empty_axes(name, size, registered, tmp_path, mo
 
 LAYOUT_MODULES = ("checkpoints", "heatmaps", "trajectories", "vit")
 
+
 def test_the_layout_check_finds_overlaps_stray_texts_and_empty_panels():
     """layout_problems on a hand-made figure with one of each problem (and a constrained layout,
     as the registered figures have): it names all three, and nothing on the same figure without
@@ -566,7 +567,6 @@ def test_the_layout_check_finds_overlaps_stray_texts_and_empty_panels():
     assert any("'stray' lies over another panel" in p for p in problems), problems
     assert any(p.startswith("empty axes") for p in problems), problems
     assert clean == []
-
 
 
 def test_every_caption_names_its_paper_figure():
