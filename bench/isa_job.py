@@ -70,8 +70,10 @@ def _sha256(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", help="a training run of the config, e.g. fixed_size-f0.02-wd0.0-s2")
-    parser.add_argument("--results", type=Path, required=True, help="the workflow's results/")
+    parser.add_argument(
+        "run", nargs="?", help="a training run of the config, e.g. fixed_size-f0.02-wd0.0-s2"
+    )
+    parser.add_argument("--results", type=Path, help="the workflow's results/ (required)")
     parser.add_argument("--configfile", type=Path, default=REPO / "config.yaml")
     parser.add_argument("--emulate", action="store_true", help="train under QEMU's Haswell")
     parser.add_argument("--out", type=Path, help="also write the report here")
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker[0]), Path(args.worker[1]))))
         return 0
+    if args.run is None or args.results is None:
+        parser.error("RUN and --results are required")
     from blockcoupling.runtime import isa
 
     spec = run_spec(args.configfile, args.run)
