@@ -9,9 +9,9 @@ environment ``isa.job_env()`` and OpenBLAS matmul route), in a fresh process, an
 SHA-256 of each checkpoint's ``model.safetensors`` with the one the workflow wrote in
 ``RESULTS/train/RUN/step{N}/``. With ``--emulate`` the process runs under ``qemu-x86_64 -cpu
 Haswell`` (bench/isa_pin.py ``EMULATED``: an Intel CPU with AVX2 and no AVX-512, seen through
-cpuid by every library), ~40x slower: a 300-step run of the default's fixed-size grid takes
-~15 minutes there. bench/isa_pin.py checks the same on small runs of every part; this is the
-default's own job at its own size.
+cpuid by every library), far slower: a 300-step run of the default's fixed-size grid (28 s
+here) had not finished after 38 CPU-minutes there. bench/isa_pin.py checks the same on small
+runs of every part; this is the default's own job at its own size.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -32,7 +31,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "bench"))
-from isa_pin import EMULATED  # noqa: E402
+from isa_pin import EMULATED, environments  # noqa: E402
+from isa_record import cpu_name  # noqa: E402
 
 
 def run_spec(configfile: Path, run: str) -> dict:
@@ -84,10 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.run is None or args.results is None:
         parser.error("RUN and --results are required")
-    from blockcoupling.runtime import isa
-
     spec = run_spec(args.configfile, args.run)
-    env = {**os.environ, **isa.job_env(), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    env = environments()["pinned"]  # the jobs' pin, one thread per math library
     prefix = EMULATED if args.emulate else ()
     with tempfile.TemporaryDirectory() as folder:
         start = time.monotonic()
@@ -107,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`python bench/isa_job.py {args.run} --results {args.results}"
         + (" --emulate`" if args.emulate else "`"),
-        f"on {platform.machine()} ({_cpu()}); {seconds:.0f} s; spec {json.dumps(spec)}",
+        f"on {platform.machine()} ({cpu_name()}); {seconds:.0f} s; spec {json.dumps(spec)}",
         "",
         "| step | sha256 here | sha256 in the results | identical |",
         "| --- | --- | --- | --- |",
@@ -123,13 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(text)
     return 0 if same else 1
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.partition(":")[2].strip()
-    return platform.processor()
 
 
 if __name__ == "__main__":
