@@ -395,9 +395,7 @@ def layout_problems(fig) -> list[str]:
         if self.get_visible() and self.get_text().strip() and self.get_alpha() != 0:
             drawn.append(self)
 
-    fig.set_dpi(common.DPI)  # the places common.save fixes before it writes the files:
-    fig.draw_without_rendering()  # one pass of the layout engine,
-    fig.set_layout_engine("none")  # then none (the files' draws keep these places)
+    common.fix_layout(fig)  # the places common.save writes
     matplotlib.text.Text.draw = record
     try:
         fig.draw_without_rendering()  # the texts' boxes need no pixels

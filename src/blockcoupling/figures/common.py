@@ -70,6 +70,15 @@ def style() -> Iterator[None]:
         yield
 
 
+def fix_layout(fig: plt.Figure) -> None:
+    """Place everything as the saved files will show it: at dpi 150, one pass of the layout
+    engine, then none, so that later draws (the tight box, each file) keep those places.
+    """
+    fig.set_dpi(DPI)
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")
+
+
 def save(fig: plt.Figure, path: str | Path) -> list[Path]:
     """Save `fig` as `{stem}.png` (dpi 150) and `{stem}.pdf` (byte-reproducible: no creation
     date); `path` is a stem or a .png/.pdf path.
@@ -78,9 +87,7 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
     stem = path.with_suffix("") if path.suffix.lower() in (".png", ".pdf") else path
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
-    fig.set_dpi(DPI)
-    fig.draw_without_rendering()  # the layout engine places everything before the box is taken
-    fig.set_layout_engine("none")  # and keeps those places: the two files' draws reuse them
+    fix_layout(fig)
     bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
         matplotlib.rcParams["savefig.pad_inches"]
     )
