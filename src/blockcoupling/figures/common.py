@@ -83,11 +83,18 @@ def save(fig: plt.Figure, path: str | Path) -> list[Path]:
     """Save `fig` as `{stem}.png` (dpi 150) and `{stem}.pdf` (byte-reproducible: no creation
     date); `path` is a stem or a .png/.pdf path.
     """
+    fix_layout(fig)
+    return write(fig, path)
+
+
+def write(fig: plt.Figure, path: str | Path) -> list[Path]:
+    """`save` for a figure whose places `fix_layout` has fixed: both files in one tight box, and
+    the figure closed; returns [png, pdf].
+    """
     path = Path(path)
     stem = path.with_suffix("") if path.suffix.lower() in (".png", ".pdf") else path
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
-    fix_layout(fig)
     bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
         matplotlib.rcParams["savefig.pad_inches"]
     )

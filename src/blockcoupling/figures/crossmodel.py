@@ -193,7 +193,7 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
         fig, axes = plt.subplots(
             1,
             max(len(subsets), 1),
-            figsize=(0.9 * len(predictors) * len(subsets) + 2, 4),
+            figsize=(max(0.9 * len(predictors), 2.4) * len(subsets) + 2, 4),  # titles fit
             sharey=True,
             squeeze=False,
             layout="constrained",
