@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from finite_differences import block_jacobian
 from tiny_models import ARCHITECTURES, DEVICE, IMAGE_ARCHITECTURES, IMAGE_SIZE, float64_exact
 
 from blockcoupling.jacobians.adapters import ADAPTERS, blocks_of
@@ -43,46 +44,11 @@ def run_model(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> None:
 
 
 def fd_jacobian(
-    model: torch.nn.Module,
-    inputs: dict[str, torch.Tensor],
-    layer: int,
-    t1: int,
-    t2: int,
-    eps: float = 1e-5,
+    model: torch.nn.Module, inputs: dict[str, torch.Tensor], layer: int, t1: int, t2: int
 ) -> torch.Tensor:
-    """Central differences of ``block(x)_t2 - x_t2`` w.r.t. ``x_t1``, perturbing the block's input
-    inside a full model forward on ``inputs`` with a hook (independent of the re-invocation
-    path)."""
+    """Central differences of block ``layer``'s residual (``finite_differences``)."""
     block = blocks_of(model)[layer - 1]
-
-    def residual_at(j: int, delta: float) -> torch.Tensor:
-        seen: dict[str, torch.Tensor] = {}
-
-        def pre(module, args, kwargs):  # noqa: ANN001
-            hidden = (args[0] if args else kwargs["hidden_states"]).clone()
-            hidden[0, t1, j] += delta
-            seen["in"] = hidden
-            if args:
-                return (hidden, *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": hidden}
-
-        def post(module, args, kwargs, output):  # noqa: ANN001
-            seen["out"] = output if isinstance(output, torch.Tensor) else output[0]
-
-        handles = [
-            block.register_forward_pre_hook(pre, with_kwargs=True),
-            block.register_forward_hook(post, with_kwargs=True),
-        ]
-        try:
-            run_model(model, inputs)
-        finally:
-            for handle in handles:
-                handle.remove()
-        return (seen["out"] - seen["in"])[0, t2]
-
-    d = residual_at(0, 0.0).shape[0]
-    columns = [(residual_at(j, eps) - residual_at(j, -eps)) / (2 * eps) for j in range(d)]
-    return torch.stack(columns, dim=1)
+    return block_jacobian(block, lambda batch: run_model(model, batch), inputs, t1, t2)
 
 
 def naive_jacobian(

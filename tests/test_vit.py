@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, SCHEMA
+from finite_differences import block_jacobian
 from safetensors.torch import load_file
 from snakemake.utils import validate
 
@@ -307,37 +308,6 @@ def test_augmentation_options_train(tmp_path: Path, digits) -> None:
 
 
 # --- Jacobians ------------------------------------------------------------------------------------
-def fd_block_jacobian(
-    model: VisionTransformer, x: torch.Tensor, layer: int, t1: int, t2: int, eps: float = 1e-5
-) -> torch.Tensor:
-    """Central differences of ``block(h)_t2 - h_t2`` w.r.t. ``h_t1``, perturbing the block's input
-    inside a full model forward with a pre-hook (independent of the re-invocation path)."""
-    block = model.blocks[layer - 1]
-
-    def residual_at(j: int, delta: float) -> torch.Tensor:
-        seen = {}
-
-        def pre(module, args):  # noqa: ANN001
-            hidden = args[0].clone()
-            hidden[0, t1, j] += delta
-            seen["in"] = hidden
-            return (hidden,)
-
-        def post(module, args, output):  # noqa: ANN001
-            seen["out"] = output
-
-        handles = [block.register_forward_pre_hook(pre), block.register_forward_hook(post)]
-        with torch.no_grad():
-            model(x)
-        for handle in handles:
-            handle.remove()
-        return (seen["out"] - seen["in"])[0, t2]
-
-    d = model.embed_dim
-    columns = [(residual_at(j, eps) - residual_at(j, -eps)) / (2 * eps) for j in range(d)]
-    return torch.stack(columns, dim=1)
-
-
 @pytest.fixture(scope="module")
 def vit64() -> tuple[VisionTransformer, torch.Tensor]:
     torch.manual_seed(0)
@@ -358,7 +328,7 @@ def test_vit_jacobians_match_finite_differences(vit64, layer: int, t1: int, t2: 
         reverse = engine.output_token(layer, t2)[t1]  # VJPs
         forward = engine.input_token(layer, t1)[t2]  # JVPs
         diagonal = engine.diagonal(layer, t2) if t1 == t2 else None
-    fd = fd_block_jacobian(model, x, layer, t1, t2)
+    fd = block_jacobian(model.blocks[layer - 1], lambda batch: model(**batch), {"x": x}, t1, t2)
     assert fd.norm() > 1e-3
     for jac in (reverse, forward) + ((diagonal,) if diagonal is not None else ()):
         assert float((jac - fd).norm() / fd.norm()) < 1e-6
