@@ -205,26 +205,15 @@ def test_cli_measure_prints_the_coupling_summary(
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "m")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "blockcoupling.cli",
-            "measure",
-            str(tmp_path / "m"),
-            "hello there",
-            "--k",
-            "4",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "3 blocks" in out.stdout and "p0000" in out.stdout and "mean" in out.stdout
-    # a missing model: one line, checked in this process (an exception escaping main fails the
-    # test as a traceback would fail the command line)
     from blockcoupling import cli
 
+    # in this process: the worker has torch loaded (the command line's entry point runs in
+    # tests/test_fetch.py and CI)
+    assert cli.main(["measure", str(tmp_path / "m"), "hello there", "--k", "4"]) == 0
+    out = capsys.readouterr()
+    assert "3 blocks" in out.out and "p0000" in out.out and "mean" in out.out, out.err[-2000:]
+    # a missing model: one line, checked in this process (an exception escaping main fails the
+    # test as a traceback would fail the command line)
     assert cli.main(["measure", "no/such/model", "x"]) == 2
     assert "no such path" in capsys.readouterr().err
 
