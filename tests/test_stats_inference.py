@@ -58,6 +58,27 @@ def test_cluster_slope_gives_no_interval_below_five_clusters():
     assert np.isnan(got["ci_low"]) and np.isnan(got["p"]) and "4 clusters < 5" in got["note"]
 
 
+def test_a_slope_the_data_cannot_separate_from_a_covariate_has_no_estimate():
+    """x equal to a covariate's multiple (or to a fixed effect's levels): OLS by pseudo-inverse
+    would still print a finite slope (the minimum-norm split); none is reported. Two collinear
+    covariates beside an x they do not span leave x's slope identified: it equals OLS on the
+    reduced design (one of the two covariates), by hand."""
+    data = clustered(np.random.default_rng(2), 0.5, groups=8, per=4)
+    same = data.assign(z=2 * data["x"] + 1)
+    got = inference.cluster_slope(same, "y", "x", "g", covariates=["z"])
+    assert np.isnan(got["estimate"]) and np.isnan(got["p"]) and "not identified" in got["note"]
+    levels = data.assign(x=data["g"] % 2, f=data["g"] % 2)  # x is the fixed effect's dummy
+    got = inference.cluster_slope(levels, "y", "x", "g", fixed=["f"])
+    assert np.isnan(got["estimate"]) and "not identified" in got["note"]
+    rng = np.random.default_rng(3)
+    pair = data.assign(z=rng.normal(size=len(data)))
+    pair = pair.assign(w=3 * pair["z"])
+    got = inference.cluster_slope(pair, "y", "x", "g", covariates=["z", "w"])
+    X = np.column_stack([np.ones(len(pair)), pair["x"], pair["z"]])
+    assert got["estimate"] == pytest.approx(np.linalg.lstsq(X, pair["y"], rcond=None)[0][1])
+    assert np.isfinite(got["p"])
+
+
 @pytest.mark.parametrize("slope", [0.0, 0.7])
 def test_cluster_slope_intervals_cover_at_their_nominal_rate(slope):
     """8 clusters of 4 rows with cluster effects: the 95% interval covers the true slope in

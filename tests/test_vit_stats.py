@@ -120,6 +120,18 @@ def test_sd_trend_ols_and_spearman_by_hand(table) -> None:
     assert trend.loc[("test_accuracy", "spearman")].estimate == pytest.approx(rho)
 
 
+def test_sd_trend_has_no_slope_where_each_rate_has_its_own_decay(table) -> None:
+    """A grid with one decay per rate (no crossing): ``y ~ sd + C(wd)`` cannot separate the rate
+    from the decay, so no OLS slope (it would be a pseudo-inverse's split), the Spearman stays."""
+    rates = sorted(table.sd.unique())
+    decays = {sd: float(i) for i, sd in enumerate(rates)}
+    confounded = table.assign(wd=table.sd.map(decays))
+    trend = vit.vit_sd_trend(confounded).set_index(["response", "method"])
+    row = trend.loc[("coupling", "ols")]
+    assert np.isnan(row.estimate) and "its own decays" in row.note
+    assert np.isfinite(trend.loc[("coupling", "spearman")].estimate)
+
+
 def _holm(p: list[float]) -> list[float]:
     order = np.argsort(p)
     adjusted, running = np.empty(len(p)), 0.0

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
 from scipy import stats as sps
+from statsmodels.regression.linear_model import OLS
 
 from blockcoupling.stats.core import holm
 
@@ -119,6 +120,11 @@ def cluster_slope(
     if n < 3 or data[term].nunique() < 2:
         return out | {"note": f"{formula}: n={n}, too few rows or a constant {term}"}
     model = smf.ols(formula, data=data)
+    if not term_identified(model, term):
+        return out | {
+            "note": f"{formula}: n={n}, {term} not identified (its column lies in the span of "
+            "the others: no data separate it from them)"
+        }
     fit = model.fit()
     if not np.isfinite(fit.params[term]):
         return out | {"note": f"{formula}: {term} not estimable"}
@@ -138,6 +144,19 @@ def cluster_slope(
         p_wild=wild_cluster_p(model.endog, model.exog, column, groups_codes),
         note=f"{formula}; CR1 by {cluster}, t({groups - 1})",
     )
+
+
+def identified(exog: np.ndarray, column: int) -> bool:
+    """Whether column ``column`` of the (n, p) design ``exog`` has a coefficient the data
+    determine: dropping it lowers the design's rank. OLS by pseudo-inverse returns a finite
+    number for an unidentified one too: the minimum-norm split, not an estimate.
+    """
+    return np.linalg.matrix_rank(exog) > np.linalg.matrix_rank(np.delete(exog, column, axis=1))
+
+
+def term_identified(model: OLS, term: str) -> bool:
+    """``identified`` for ``term`` of a statsmodels formula model (not fitted)."""
+    return identified(model.exog, list(model.exog_names).index(term))
 
 
 def run_level_test(values: Sequence[float], ci: float = 0.95) -> dict:

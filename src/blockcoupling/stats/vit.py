@@ -30,6 +30,7 @@ from blockcoupling.stats.inference import (
     MIN_CLUSTERS,
     analysis_row,
     analysis_table,
+    term_identified,
 )
 from blockcoupling.stats.selection import Bootstrap, Selection
 
@@ -191,7 +192,9 @@ def vit_sd_trend(table: pd.DataFrame, ci: float = 0.95) -> pd.DataFrame:
         n = len(data)
         base = dict(response=response, n=n)
         n_params = 2 + data["wd"].nunique() - 1
-        if n <= n_params + 1 or data["sd"].nunique() < 2:
+        formula = f"{response} ~ sd" + (" + C(wd)" if data["wd"].nunique() > 1 else "")
+        model = smf.ols(formula, data=data) if n else None
+        if n <= n_params + 1 or data["sd"].nunique() < 2 or not term_identified(model, "sd"):
             rows.append(
                 base
                 | dict(
@@ -201,12 +204,11 @@ def vit_sd_trend(table: pd.DataFrame, ci: float = 0.95) -> pd.DataFrame:
                     ci_low=np.nan,
                     ci_high=np.nan,
                     p=np.nan,
-                    note=f"n={n} too small or one rate only",
+                    note=f"n={n} too small, one rate only, or each rate at its own decays",
                 )
             )
         else:
-            formula = f"{response} ~ sd" + (" + C(wd)" if data["wd"].nunique() > 1 else "")
-            fit = smf.ols(formula, data=data).fit()
+            fit = model.fit()
             low, high = fit.conf_int(alpha=1 - ci).loc["sd"]
             rows.append(
                 base
@@ -299,7 +301,14 @@ def _vit_pooled_within_rate(table: pd.DataFrame, measure: str, ci: float) -> lis
         ]
     formula = "test_accuracy ~ x" + (" + C(sd)" if groups > 1 else "")
     shown = formula.replace(" x", f" {measure}")
-    fit = smf.ols(formula, data=data).fit()
+    model = smf.ols(formula, data=data)
+    if not term_identified(model, "x"):
+        note = f"{shown}: {measure} not identified within rates"
+        return [
+            dict(sd="pooled", method=m) | nan | {"note": note}
+            for m in ("within_ols", "within_r", "mixedlm")
+        ]
+    fit = model.fit()
     low, high = fit.conf_int(alpha=1 - ci).loc["x"]
     t = float(fit.tvalues["x"])
     r = t / np.sqrt(t**2 + fit.df_resid)
@@ -400,7 +409,11 @@ def _ols_row(
     if len(data) <= n_params + 1 or data[term].nunique() < 2:
         note = f"{formula}: n={len(data)} too small for {n_params} parameters"
         return analysis_row(name, "run", len(data), method, note=note)
-    fit = smf.ols(formula, data=data).fit()
+    model = smf.ols(formula, data=data)
+    if not term_identified(model, term):
+        note = f"{formula}: n={len(data)}, {term} not identified beside the blocks"
+        return analysis_row(name, "run", len(data), method, note=note)
+    fit = model.fit()
     low, high = fit.conf_int(alpha=1 - ci).loc[term]
     return analysis_row(
         name,
