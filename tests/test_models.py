@@ -144,9 +144,10 @@ def test_the_shared_gguf_reader_reads_what_ggufs_own_reader_reads(tmp_path: Path
 def test_a_gguf_load_parses_the_file_once_and_gives_the_same_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """transformers reads a GGUF three times (config, weights, tokenizer); a load and a twin
-    parse it once each (lm.gguf_once), with the weights, logits and tokens of three parses; the
-    twin from the config alone is the loaded model's seeded twin."""
+    """transformers reads a GGUF three times (config, weights, tokenizer) and builds the tensor
+    name map once per module; a load and a twin parse it once each and build one map
+    (lm.gguf_once), with the weights, logits and tokens of three parses and a map per module;
+    the twin from the config alone is the loaded model's seeded twin."""
     import contextlib
 
     import gguf
@@ -161,17 +162,25 @@ def test_a_gguf_load_parses_the_file_once_and_gives_the_same_model(
             parses.append(str(path))
             super().__init__(path, mode)
 
+    maps: list[tuple] = []
+    name_map = gguf.get_tensor_name_map
+
+    def counting_map(*args):
+        maps.append(args)
+        return name_map(*args)
+
     monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", counting_map)
     source = parse_source({"path": str(assemble(tmp_path / "tiny.gguf"))})
     model, tokenizer = load_model(source)
-    assert len(parses) == 1
+    assert len(parses) == 1 and len(maps) == 1  # one tensor-name map built, for every module
     twin, _ = load_random_twin(source, seed=3)
     assert len(parses) == 2
     for name, value in random_twin(model, seed=3).state_dict().items():  # the same twin
         assert torch.equal(value, twin.state_dict()[name]), name
     monkeypatch.setattr(models, "one_parse_per_file", contextlib.nullcontext)
     three, three_tokenizer = load_model(source)
-    assert len(parses) == 5  # transformers' own reads
+    assert len(parses) == 5 and len(maps) > 10  # transformers' own reads and maps
     text = "Whether 'tis nobler in the mind to suffer"
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     assert torch.equal(three_tokenizer(text, return_tensors="pt")["input_ids"], ids)
@@ -179,7 +188,8 @@ def test_a_gguf_load_parses_the_file_once_and_gives_the_same_model(
         assert torch.equal(value, model.state_dict()[name]), name
     with torch.no_grad():
         assert torch.equal(three(ids).logits, model(ids).logits)
-    assert gguf.GGUFReader is CountingReader  # the library's name is given back
+    assert gguf.GGUFReader is CountingReader  # the library's names are given back
+    assert gguf.get_tensor_name_map is counting_map
 
 
 @pytest.mark.skipif(
