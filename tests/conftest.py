@@ -46,10 +46,16 @@ def snakemake(
 @pytest.fixture(autouse=True, scope="session")
 def one_thread():
     """Tiny models and small SVDs run fastest, and steadiest on a shared 2-core machine, on one
-    thread (a 64 x 64 SVD took 0.36 s with 2 busy OpenMP threads, 0.6 ms with one)."""
+    thread (a 64 x 64 SVD took 0.36 s with 2 busy OpenMP threads, 0.6 ms with one): torch's and
+    every BLAS's, numpy's OpenBLAS included (the routed matmuls run there), as a job's runner
+    limits them. With two OpenBLAS threads per worker beside the other worker and the workflow
+    tests' jobs, tests/test_token_jacobian_real.py took 120 s in the suite, 51 s alone."""
+    from threadpoolctl import threadpool_limits
+
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with threadpool_limits(1):
+        yield
     torch.set_num_threads(previous)
 
 

@@ -58,6 +58,7 @@ def test_cluster_slope_gives_no_interval_below_five_clusters():
     assert np.isnan(got["ci_low"]) and np.isnan(got["p"]) and "4 clusters < 5" in got["note"]
 
 
+@pytest.mark.filterwarnings("ignore:The design matrix is rank-deficient")  # the collinear pair
 def test_a_slope_the_data_cannot_separate_from_a_covariate_has_no_estimate():
     """x equal to a covariate's multiple (or to a fixed effect's levels): OLS by pseudo-inverse
     would still print a finite slope (the minimum-norm split); none is reported. Two collinear
