@@ -138,20 +138,19 @@ def smollm2_gguf(smollm2_folder: Path) -> dict:
 # worker idled). The longest files go first, so the shorter ones fill in around them. Their
 # order from `pytest --durations=0` on this machine (seconds of the full suite, 2 workers);
 # unlisted files follow in collection order.
-LONGEST_FIRST = (  # seconds in the full suite (--durations=0, 2-vCPU AMD EPYC, at 1d4c9ef)
-    "test_workflow.py",  # 162: a finished run, then its reruns
-    "test_token_jacobian_real.py",  # 118: SmolLM2 and Gemma-3, every block
-    "test_isa.py",  # 76: the pinned worker under QEMU's Intel Haswell
-    "test_figures.py",  # 67, the fast tier's longest
-    "test_fetch.py",  # 55
-    "test_vit_workflow.py",  # 35
-    "test_slurm.py",  # 20
-    "test_jacobians.py",  # 20
-    "test_bench.py",  # 20
-    "test_deploy.py",  # 19
-    "test_pinned.py",  # 18
+LONGEST_FIRST = (  # seconds in the full suite (--durations=0, 2-vCPU AMD EPYC, at 705d2cc)
+    "test_workflow.py",  # 172: a finished run, then its reruns
+    "test_token_jacobian_real.py",  # 86: SmolLM2 and Gemma-3, every block
+    "test_fetch.py",  # 67
+    "test_vit_workflow.py",  # 39
+    "test_isa.py",  # 37
+    "test_figures.py",  # 36, the fast tier's longest
+    "test_deploy.py",  # 20
+    "test_pinned.py",  # 20
+    "test_slurm.py",  # 19
+    "test_bench.py",  # 19
     "test_real_model.py",  # 16
-    "test_models.py",  # whichever file asks first converts SmolLM2's GGUF (~16 s)
+    "test_models.py",  # whichever file asks first converts SmolLM2's GGUF (~10 s)
 )
 
 
