@@ -97,4 +97,6 @@ def main(local: Path, slurm: Path) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3 or not all(Path(run, "results").is_dir() for run in sys.argv[1:]):
+        sys.exit("usage: python .ci/compare_results.py RUN_DIR OTHER_RUN_DIR (each with results/)")
     sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
