@@ -120,7 +120,8 @@ def cluster_slope(
     if n < 3 or data[term].nunique() < 2:
         return out | {"note": f"{formula}: n={n}, too few rows or a constant {term}"}
     model = smf.ols(formula, data=data)
-    if not term_identified(model, term):
+    column = list(model.exog_names).index(term)
+    if not identified(model.exog, column):
         return out | {
             "note": f"{formula}: n={n}, {term} not identified (its column lies in the span of "
             "the others: no data separate it from them)"
@@ -136,7 +137,6 @@ def cluster_slope(
     groups_codes = pd.factorize(data[cluster])[0]
     fit = model.fit(cov_type="cluster", cov_kwds={"groups": groups_codes}, use_t=True)
     low, high = fit.conf_int(alpha=1 - ci).loc[term]
-    column = list(model.exog_names).index(term)
     return out | dict(
         ci_low=float(low),
         ci_high=float(high),

@@ -193,8 +193,13 @@ def vit_sd_trend(table: pd.DataFrame, ci: float = 0.95) -> pd.DataFrame:
         base = dict(response=response, n=n)
         n_params = 2 + data["wd"].nunique() - 1
         formula = f"{response} ~ sd" + (" + C(wd)" if data["wd"].nunique() > 1 else "")
-        model = smf.ols(formula, data=data) if n else None
-        if n <= n_params + 1 or data["sd"].nunique() < 2 or not term_identified(model, "sd"):
+        model, note = None, f"n={n} too small or one rate only"
+        if n > n_params + 1 and data["sd"].nunique() >= 2:
+            model = smf.ols(formula, data=data)
+            if not term_identified(model, "sd"):
+                model = None
+                note = f"{formula}: n={n}, sd not identified (each rate at its own decays)"
+        if model is None:
             rows.append(
                 base
                 | dict(
@@ -204,7 +209,7 @@ def vit_sd_trend(table: pd.DataFrame, ci: float = 0.95) -> pd.DataFrame:
                     ci_low=np.nan,
                     ci_high=np.nan,
                     p=np.nan,
-                    note=f"n={n} too small, one rate only, or each rate at its own decays",
+                    note=note,
                 )
             )
         else:
