@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from blockcoupling.coupling.formulas import mis_coupling_from_stats
+from blockcoupling.jacobians import spectral
 from blockcoupling.jacobians.options import SVDOptions
 from blockcoupling.jacobians.spectral import randomized_top_k, svd, top_k
 from blockcoupling.jacobians.statistics import bases, cross_stats
@@ -94,3 +98,55 @@ def test_top_k_is_seeded_and_the_methods_choose_as_documented() -> None:
         SVDOptions(method="fast")
     with pytest.raises(ValueError, match="exceeds the number of singular values"):
         top_k(jac, 201)
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the tensor methods that copy a value to the host (a GPU synchronization)."""
+
+    READS = ("item", "tolist", "__bool__", "cpu", "numpy", "__float__", "__int__")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if getattr(func, "__name__", "") in self.READS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_flat_spectrum_is_predicted_dense_at_its_first_check() -> None:
+    """Gaussian matrices (flat around the K-th value, as a random-init block's) need ~9
+    iterations: with ``iters`` 4 they take the dense SVD after two, read once on the host."""
+    gen = torch.Generator().manual_seed(7)
+    jacs = torch.randn(2, 1024, 1024, generator=gen) / 1024**0.5
+    counts: Counter[str] = Counter()
+    blocks = Counter()
+    original = spectral._orthonormal
+
+    def counted(y: torch.Tensor) -> torch.Tensor:
+        blocks[y.shape[-1]] += 1
+        return original(y)
+
+    reads = HostReads()
+    with pytest.MonkeyPatch.context() as patch, reads:
+        patch.setattr(spectral, "_orthonormal", counted)
+        got = randomized_top_k(jacs, 50, SVDOptions(method="topk", iters=4), counts)
+    assert counts == Counter({"predicted dense": 2})
+    assert reads.count == 1 and sum(blocks.values()) == 5  # the sketch, 2 blocks and 2 bases
+    torch.testing.assert_close(got.s, svd(jacs).top(50).s)
+
+
+def test_settling_reads_the_host_at_its_checks_not_every_iteration() -> None:
+    """A slowly decaying spectrum that needs ~6 iterations settles with a host read at
+    iterations 2, 4 and 6 only, and agrees with the dense SVD."""
+    jacs = torch.stack([with_spectrum(1.0 / (1.0 + torch.arange(600.0)) ** 0.3, s) for s in (8, 9)])
+    for iters, most_reads in ((8, 4), (16, 8)):
+        counts: Counter[str] = Counter()
+        reads = HostReads()
+        with reads:
+            got = randomized_top_k(jacs.float(), 30, SVDOptions(method="topk", iters=iters), counts)
+        assert counts == Counter({"settled": 2})
+        assert 1 <= reads.count <= min(most_reads, 3)  # iterations-independent: 2, 4, 6
+        exact = svd(jacs).top(30)
+        assert float(((got.s.double() - exact.s).abs() / exact.s).max()) < 1e-4
