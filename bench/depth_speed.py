@@ -91,6 +91,7 @@ from torch import nn
 
 from blockcoupling.coupling.formulas import READINGS, VARIANTS, normaliser
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
+from blockcoupling.jacobians import engine as engine_module
 from blockcoupling.jacobians import extract as measure_module
 from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
@@ -221,21 +222,38 @@ def load_case_model(case: Case) -> tuple[nn.Module, torch.Tensor]:
 
 @dataclass
 class Phases:
-    """Seconds per named phase, accumulated (``PHASES``; 'rest' is derived)."""
+    """Seconds per named phase, accumulated (``PHASES``; 'rest' is derived). ``sync`` (e.g.
+    ``torch.cuda.synchronize``) runs at each phase's start and end, so that a GPU's queued work
+    is counted in the phase that queued it. ``nested`` phases run inside another (the block's
+    upcast inside the Jacobians) and are reported apart, never added to the rest.
+    """
 
     seconds: dict[str, float] = field(default_factory=dict)
+    sync: Callable[[], None] | None = None
+    nested: dict[str, float] = field(default_factory=dict)
+    report: Callable[[str, float], None] | None = None  # each timed call's phase and seconds
 
     @contextlib.contextmanager
-    def time(self, name: str) -> Iterator[None]:
+    def time(self, name: str, nested: bool = False) -> Iterator[None]:
+        if self.sync is not None:
+            self.sync()
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            if self.sync is not None:
+                self.sync()
+            into = self.nested if nested else self.seconds
+            seconds = time.perf_counter() - start
+            into[name] = into.get(name, 0.0) + seconds
+            if self.report is not None:
+                self.report(name, seconds)
 
-    def wrap(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(
+        self, name: str, function: Callable[..., Any], nested: bool = False
+    ) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with self.time(name):
+            with self.time(name, nested):
                 return function(*args, **kwargs)
 
         return timed
@@ -244,8 +262,10 @@ class Phases:
 @contextlib.contextmanager
 def library_timers(phases: Phases) -> Iterator[None]:
     """Time the library's depth path by phase: the recording forward (``JacobianEngine``
-    construction), ``JacobianEngine.diagonal`` (VJPs, incl. the KV-cache snapshot forward),
-    ``top_k`` and ``svd`` (the dense path) and ``cross_stats`` as ``measure`` calls them.
+    construction), ``JacobianEngine.diagonal`` (VJPs or the composition, incl. the KV-cache
+    snapshot forward; nested in it, ``upcast``: the float32 copy of a half-precision or
+    quantized block), the spectra (``top_k``, ``svd``, ``singular_values``) and the pair
+    statistics (``cross_stats``, ``spectrum_sums``, ``basis_corners``) as ``measure`` calls them.
     Restores everything.
     """
     saved = [
@@ -253,16 +273,22 @@ def library_timers(phases: Phases) -> Iterator[None]:
         (JacobianEngine, "diagonal", JacobianEngine.diagonal),
         (measure_module, "top_k", measure_module.top_k),
         (measure_module, "svd", measure_module.svd),
+        (measure_module, "singular_values", measure_module.singular_values),
         (measure_module, "cross_stats", measure_module.cross_stats),
+        (measure_module, "spectrum_sums", measure_module.spectrum_sums),
+        (measure_module, "basis_corners", measure_module.basis_corners),
     ]
-    phase_names = ("forward", "jacobians", "svd", "svd", "stats")
+    phase_names = ("forward", "jacobians", "svd", "svd", "svd", "stats", "stats", "stats")
     for (owner, name, function), phase in zip(saved, phase_names):
         setattr(owner, name, phases.wrap(phase, function))
+    upcast = engine_module.compute_block
+    engine_module.compute_block = phases.wrap("upcast", upcast, nested=True)
     try:
         yield
     finally:
         for owner, name, function in saved:
             setattr(owner, name, function)
+        engine_module.compute_block = upcast
 
 
 # ---------------------------------------------------------------- the three methods
