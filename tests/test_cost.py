@@ -158,3 +158,30 @@ def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
     validate_config(config, REPO / "schemas" / "config.schema.yaml")
     plan = check_config(config, REPO, check_memory=False)
     assert cost.hub_volume(plan)[1] == pytest.approx(download)
+
+
+def test_gpu_rates_are_read_from_the_file_the_acceptance_run_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The packaged rates are GPU's; a written file reads back equal; a broken one is one line
+    naming the file; ``plan --gpu-rates`` costs the paper suite with it."""
+    assert cost.load_rates(cost.GPU_RATES) == cost.GPU
+    faster = replace(cost.GPU, name="twice the matmul", matmul=2 * cost.GPU.matmul)
+    path = tmp_path / "rates.json"
+    cost.write_rates(faster, path, {"device": "test"})
+    assert cost.load_rates(path) == faster
+    paper_yaml = str(REPO / "config" / "paper.yaml")
+    hours = []
+    for extra in ([], ["--gpu-rates", str(path)]):
+        assert cli.main(["plan", "--configfile", paper_yaml, *extra]) == 0
+        total = next(line for line in capsys.readouterr().out.splitlines() if "total:" in line)
+        hours.append(float(total.split()[1].replace(",", "")))
+    assert hours[1] < hours[0]
+    for text, message in (
+        ("{}", "not a rates file"),
+        ('{"name": "x", "matmul": 0, "dense_svd": 1, "svdvals": 1, "topk": 1, "overhead": 1}',
+         "matmul = 0.0; every rate must be above 0"),
+    ):  # fmt: skip
+        path.write_text(text)
+        with pytest.raises(ValueError, match=f"{path}: {message}"):
+            cost.load_rates(path)

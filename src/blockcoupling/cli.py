@@ -107,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
         "--gpu-tflops", type=float, default=None, help="achieved float32 TFLOP/s of your GPUs"
     )
     plan.add_argument(
+        "--gpu-rates",
+        type=Path,
+        default=None,
+        help="a rates file bench/gpu_acceptance.py wrote on your GPU (default: the packaged one)",
+    )
+    plan.add_argument(
         "--time-limit",
         default=None,
         metavar="LIMIT",
@@ -290,7 +296,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
             f"costed ({len(uncosted)} such model(s): {', '.join(uncosted)}); add them under "
             f"models.{uncosted[0]}.meta"
         )
-    gpu = cost.GPU
+    gpu = cost.GPU if args.gpu_rates is None else cost.load_rates(args.gpu_rates)
     if args.gpu_tflops is not None:
         gpu = replace(
             gpu,

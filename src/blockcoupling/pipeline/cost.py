@@ -17,15 +17,17 @@ declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`
 
 Rates: ``CPU`` was calibrated on this project's 2-core machine by ``bench/depth_speed.py``
 (one thread per job; ``matmul`` is the effective rate under the FLOP counts above, not a
-hardware peak); ``GPU`` was measured on an NVIDIA H200 in IEEE float32 (no TF32) by
-``bench/gpu_check.py`` (its per-job overhead is assumed). Scale its matmul rate with
-``--gpu-tflops``.
+hardware peak); ``GPU`` is read from ``gpu_rates.json``, which ``bench/gpu_acceptance.py``
+writes from one run on a GPU in IEEE float32 (no TF32), its machine and date recorded there.
+``blockcoupling plan --gpu-rates FILE`` reads another such file; ``--gpu-tflops`` scales the
+matmul rate.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from blockcoupling.jacobians.options import (
@@ -74,15 +76,42 @@ CPU = Rates(  # bench/runs/depth_speed_quiet.md: one thread, Llama block d=4096,
     topk=2.5 / (4096**2 * 70),
     overhead=20.0,
 )
-GPU = Rates(  # bench/runs/gpu_check_h200.md: an NVIDIA H200, float32 with TF32 off, d=4096
-    "GPU, float32 (measured on an H200 by bench/gpu_check.py)",
-    matmul=2.6e13,  # the VJP path under the count above (2.6e13 and 3.2e13 in two runs; the
-    # Llama family's composed J_tt ran at an effective 3.0e14 under the same count)
-    dense_svd=5.5e-11,  # a decaying spectrum (0.97^i) as a trained block's; 1.7e-11 on a flat one
-    svdvals=1.5e-11,  # measured on a random Llama's flat spectrum only
-    topk=1.9e-11,  # a decaying spectrum; a flat one (a random twin) falls back to a dense SVD
-    overhead=120.0,  # job start and model load: assumed, not measured
-)
+RATES_FIELDS = ("matmul", "dense_svd", "svdvals", "topk", "overhead")
+GPU_RATES = Path(__file__).with_name("gpu_rates.json")  # written by bench/gpu_acceptance.py
+
+
+def load_rates(path: Path) -> Rates:
+    """``Rates`` from a JSON file as ``write_rates`` writes it (``name``, the five rates, and a
+    ``measured`` record of where and how); a missing or non-positive rate is a one-line error
+    naming the file.
+    """
+    import json
+
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        values = {key: float(record[key]) for key in RATES_FIELDS}
+        name = str(record["name"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path}: not a rates file ({type(error).__name__}: {error}); it needs name and "
+            f"{', '.join(RATES_FIELDS)}, as bench/gpu_acceptance.py writes it"
+        ) from None
+    bad = [key for key, value in values.items() if not 0 < value < math.inf]
+    if bad:
+        raise ValueError(f"{path}: {bad[0]} = {values[bad[0]]!r}; every rate must be above 0")
+    return Rates(name, **values)
+
+
+def write_rates(rates: Rates, path: Path, measured: dict[str, Any]) -> None:
+    """Write ``rates`` as ``load_rates`` reads them, with ``measured`` (machine, date, script)."""
+    import json
+
+    record = {"name": rates.name, **{key: getattr(rates, key) for key in RATES_FIELDS}}
+    record["measured"] = measured
+    Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+GPU = load_rates(GPU_RATES)  # the GPU's rates: see gpu_rates.json's "measured" record
 
 
 @dataclass(frozen=True)
