@@ -427,20 +427,12 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
     its manifest where the fetch rules keep it; returns a one-line summary.
     """
     from blockcoupling.lm import hub
+    from blockcoupling.lm.hub_names import check_fetch_folder
 
-    parts = folder.parts
-    kinds = {"models": "model", "checkpoints": "checkpoint"}
-    tail = (*repo.split("/"), revision)
-    top = len(parts) - len(tail) - 1
-    if top < 0 or tuple(parts[top + 1 :]) != tail or parts[top] not in kinds:
-        raise ValueError(
-            f"{folder}: not the folder of {repo} at {revision} in a hub cache (expected "
-            f"HUB_CACHE/models/{repo}/{revision} or HUB_CACHE/checkpoints/{repo}/{revision})"
-        )
-    cache = Path(*parts[:top]) if top else Path(".")
-    hub.go_online()
+    hub.go_online()  # before check_fetch_folder imports huggingface_hub
+    cache, kind, _ = check_fetch_folder(folder, repo, revision)
     manifest = hub.fetch_model(repo, revision, folder)
-    target = hub.HubSettings(cache_dir=str(cache)).manifest(kinds[parts[top]], repo, revision)
+    target = hub.HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
     hub.write_manifest(manifest, target)
     size = manifest["bytes"] / 1e9
     return f"{repo}@{revision}: {len(manifest['files'])} files, {size:.2f} GB in {folder}"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from blockcoupling.files.io import write_text
+from blockcoupling.lm.hub_names import check_fetch_folder
 
 # What loading a causal LM needs besides its weights: config, generation config, tokenizer
 # (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab/merges, sentencepiece).
@@ -82,9 +83,10 @@ class HubSettings:
 
 def go_online() -> None:
     """Undo the jobs' offline switches in this process (the fetch scripts, before importing
-    huggingface_hub, which reads them once at import).
+    huggingface_hub, which reads them once at import; imported already with neither set: nothing
+    to undo).
     """
-    if "huggingface_hub" in sys.modules:
+    if "huggingface_hub" in sys.modules and any(os.environ.get(name) for name in OFFLINE):
         raise RuntimeError("go_online() must run before huggingface_hub is imported")
     for name in OFFLINE:
         os.environ.pop(name, None)
@@ -101,7 +103,7 @@ def _download(
 
     info = info or HfApi().repo_info(repo, repo_type=repo_type, revision=revision)
     partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    _remove(partial)
     snapshot_download(
         repo,
         repo_type=repo_type,
@@ -117,7 +119,7 @@ def _download(
     }
     if not files:
         raise HubCacheError(f"{repo}@{revision}: no file matches {patterns}")
-    shutil.rmtree(target, ignore_errors=True)
+    _remove(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial.rename(target)
     return {
@@ -129,6 +131,16 @@ def _download(
         "bytes": sum(files.values()),
         "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _remove(path: Path) -> None:
+    """Delete ``path`` (a folder of the fetch's own, checked by ``check_fetch_folder``): a
+    symlink put there is unlinked, never followed.
+    """
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 # Exceptions (by class name, anywhere in the class's MRO) that mean the hub was not reached:
@@ -172,6 +184,7 @@ def fetch_model(
     """
     from huggingface_hub import HfApi
 
+    target = check_fetch_folder(target, repo, revision)[2]
     try:
         info = HfApi().repo_info(repo, revision=commit or revision)
         names = [sibling.rfilename for sibling in info.siblings or []]
@@ -224,6 +237,7 @@ def fetch_dataset(
 
     from huggingface_hub import HfApi, hf_hub_download
 
+    target = check_fetch_folder(target, repo, revision, ("datasets",))[2]
     try:
         info = HfApi().dataset_info(repo, revision=commit or revision)
         with tempfile.TemporaryDirectory() as folder:
