@@ -133,9 +133,11 @@ def _parser() -> argparse.ArgumentParser:
         help="check every result against the content hash its job recorded",
         description=(
             "Name every file under FOLDER (a workflow's results/) that differs from the hash "
-            "recorded when its job wrote it, has no record, does not open (NetCDF, CSV, PNG, "
-            "PDF, JSON, safetensors) or is a temp file left by an interrupted write. Exits 1 "
-            "when any does."
+            "recorded when its job wrote it, has no record or an unreadable one, does not open "
+            "(NetCDF, CSV, PNG, PDF, JSON, safetensors) or is a temp file left by an "
+            "interrupted write; every symlink; and, against the run record (every job adds "
+            "its outputs to it), a result deleted together with its record or a record added "
+            "by hand. Exits 1 when any does."
         ),
     )
     verify.add_argument("folder", metavar="FOLDER", type=Path, help="a results folder")
@@ -446,7 +448,7 @@ def verify_results(folder: Path) -> int:
     for line in problems:
         print(line)
     if problems:
-        print(f"{len(problems)} file(s) of {folder} fail verification", file=sys.stderr)
+        print(f"{len(problems)} problem(s) in {folder}: it fails verification", file=sys.stderr)
         return 1
     print(f"{folder}: every result matches its recorded hash and opens")
     return 0
