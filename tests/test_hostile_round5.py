@@ -15,6 +15,7 @@ from blockcoupling import cli
 from blockcoupling.files import manifest, run_record
 from blockcoupling.lm import hub
 from blockcoupling.lm.hub_names import HubNameError, check_fetch_folder
+from blockcoupling.pipeline.slurm import minutes
 
 MODEL = "tiny-org/neox"
 
@@ -209,3 +210,33 @@ def test_a_directory_output_written_anew_replaces_its_run_record_entries(run: Pa
     (folder / "model.json").write_text("{}")
     manifest.record([folder])
     assert manifest.verify(run) == []
+
+
+# --- planner inputs ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", ["-5", "-1-00:00:00", "0", "0:00", "1:-5", "5m", "1-"])
+def test_plan_refuses_a_time_limit_that_is_not_positive_naming_the_flag(
+    capsys: pytest.CaptureFixture, limit: str
+) -> None:
+    line = one_line_error(capsys, ["plan", "--configfile", "any.yaml", f"--time-limit={limit}"])
+    assert line.startswith(f"blockcoupling plan: --time-limit {limit!r}: time limit")
+    assert "give a positive limit" in line
+    with pytest.raises(ValueError, match="time limit"):
+        minutes(limit)
+
+
+@pytest.mark.parametrize(
+    ("limit", "value"), [("5", 5), ("1:30:00", 90), ("1-00:00:00", 1440), ("infinite", None)]
+)
+def test_valid_time_limits_still_read(limit: str, value: int | None) -> None:
+    assert minutes(limit) == value
+
+
+def test_plan_csv_that_is_a_folder_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    line = one_line_error(capsys, ["plan", "--configfile", "any.yaml", "--csv", str(tmp_path)])
+    assert line == (
+        f"blockcoupling plan: --csv {tmp_path}: is a folder; name a CSV file, e.g. --csv plan.csv"
+    )

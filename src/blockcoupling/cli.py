@@ -284,6 +284,20 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
             f"--gpu-tflops {args.gpu_tflops:g}: give your GPUs' achieved float32 TFLOP/s, a "
             "number above 0 (or leave it out for the H200 measured)"
         )
+    if args.csv is not None and (args.csv.is_dir() or not args.csv.parent.is_dir()):
+        what = "is a folder" if args.csv.is_dir() else "is in no existing folder"
+        raise ValueError(f"--csv {args.csv}: {what}; name a CSV file, e.g. --csv plan.csv")
+    limit = None
+    if args.time_limit:
+        from blockcoupling.pipeline.slurm import minutes
+
+        try:
+            limit = minutes(args.time_limit)
+        except ValueError as error:
+            raise ValueError(
+                f"--time-limit {args.time_limit!r}: {error}; give a positive limit: minutes, "
+                "HH:MM:SS or D-HH:MM:SS"
+            ) from None
     plan = load_plan(args.configfile, args.workflow_dir, check_memory=False)
     uncosted = [n for n, e in plan.models.items() if cost.shape_of(e.meta, e.load) is None]
     if uncosted:
@@ -299,16 +313,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
             name=f"GPU, float32 ({args.gpu_tflops:g} TFLOP/s given)",
             matmul=args.gpu_tflops * 1e12,
         )
-    limit = None
     if args.time_limit:
-        from blockcoupling.pipeline.slurm import minutes
-
-        try:
-            limit = minutes(args.time_limit)
-        except ValueError:
-            raise ValueError(
-                f"--time-limit {args.time_limit!r}: give minutes, HH:MM:SS or D-HH:MM:SS"
-            ) from None
         where = f"of --time-limit {args.time_limit}"
         plan = cost.sized_plan(
             plan, lambda model: (where, limit), lambda m: gpu if plan.on_gpu(m) else cost.CPU
