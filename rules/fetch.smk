@@ -14,7 +14,7 @@
 # revisions are extracted at once; a failed job stops its lane (--keep-going runs the others);
 # asking for one checkpoint's results runs its lane's earlier revisions first; the bound holds
 # per run (two runs sharing a cache each keep their own), and --notemp keeps every revision.
-from blockcoupling.lm.lockfile import LockError, stale
+from blockcoupling.lm.lockfile import LockError, adopt, stale
 from blockcoupling.lm.prompts import SOURCES as PROMPT_SOURCES
 
 
@@ -34,9 +34,10 @@ HUB_DATASETS = {
 
 # The lock file (hub.lock_file; lockfile.py) is, like the hub itself, state of the fetch stage
 # rather than a declared input: each fetch reads the commit it pins (params.lock names it) and
-# records the commit it fetched, so its own updates re-run nothing. A fetched folder that holds
-# another commit than the lock pins (a lock file from another machine) stops the run before any
-# job, naming what to delete.
+# records the commit it fetched and the hub's content hash of each file, so its own updates
+# re-run nothing. A fetched folder that holds another commit than the lock pins (a lock file
+# from another machine), or other hashes, stops the run before any job, naming what to delete;
+# one the lock lacks (a deleted lock) is recorded into it again.
 if HUB.lock_file:
     _fetched = [  # (lock kind, manifest kind, repo, revision, folder)
         ("dataset", "dataset", repo, revision, HUB.dataset_folder(repo, revision))
@@ -55,6 +56,8 @@ if HUB.lock_file:
         _manifest = HUB.manifest(_manifest_kind, _repo, _revision)
         try:
             _reason = stale(_folder, _manifest, HUB.lock_file, _kind, _repo, _revision)
+            if not _reason and workflow.is_main_process and not workflow.dryrun:
+                adopt(HUB.lock_file, _kind, _repo, _revision, _manifest)  # a deleted lock
         except LockError as error:
             sys.exit(f"config error: hub.lock_file: {error}")
         if _reason:

@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import yaml
+from conftest import REPO, SCHEMA
 
 from blockcoupling import cli
 from blockcoupling.files import manifest, run_record
-from blockcoupling.lm import hub
+from blockcoupling.lm import content, hub, lockfile
 from blockcoupling.lm.hub_names import HubNameError, check_fetch_folder
+from blockcoupling.pipeline.checks import validate_config
+from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.slurm import minutes
 
 MODEL = "tiny-org/neox"
@@ -240,3 +246,141 @@ def test_plan_csv_that_is_a_folder_is_one_line(
     assert line == (
         f"blockcoupling plan: --csv {tmp_path}: is a folder; name a CSV file, e.g. --csv plan.csv"
     )
+
+
+# --- the lock file ---------------------------------------------------------------------------
+
+ARC = "allenai/ai2_arc"
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ('{"models": 5}', "models is int 5, not a mapping"),
+        ('{"models": {"org/m": {"main": "abc"}}}', "models.org/m is not a mapping"),
+        ('{"datasets": []}', "datasets is list"),
+        ('{"files": {"c": {"x": "md5:00"}}}', "files.c is not a mapping"),
+        ('{"model": {}}', "unknown key 'model'"),
+        ("[1]", "not a JSON object"),
+        ("\xff\xfe", "is not a hub lock file"),
+    ],
+)
+def test_a_lock_file_of_the_wrong_form_is_one_line_naming_it_and_the_key(
+    tmp_path: Path, text: str, names: str
+) -> None:
+    lock = tmp_path / "hub.lock"
+    lock.write_bytes(text.encode("latin-1"))
+    for call in (
+        lambda: lockfile.locked_commit(lock, "model", "org/m", "main"),
+        lambda: lockfile.stale(tmp_path, tmp_path / "m.json", lock, "model", "org/m", "main"),
+        lambda: lockfile.record(lock, "model", "org/m", "main", "a" * 40),
+    ):
+        with pytest.raises(lockfile.LockError) as error:
+            call()
+        message = str(error.value)
+        assert "\n" not in message and str(lock) in message and names in message
+        assert "restore it from version control" in message
+
+
+def test_a_lock_path_that_is_a_folder_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(lockfile.LockError, match="is a folder, not a hub lock file: set hub"):
+        lockfile.locked_commit(tmp_path, "model", "org/m", "main")
+
+
+def test_a_read_only_lock_is_refused_untouched_and_kept_when_nothing_changes(
+    tmp_path: Path,
+) -> None:
+    lock = tmp_path / "hub.lock"
+    lockfile.record(lock, "model", "org/m", "main", "a" * 40)
+    lock.chmod(0o444)
+    text = lock.read_text()
+    lockfile.record(lock, "model", "org/m", "main", "a" * 40)  # already there: no write
+    with pytest.raises(lockfile.LockError, match=r"is read-only.*chmod u\+w"):
+        lockfile.record(lock, "model", "org/m", "v2", "b" * 40)
+    assert lock.read_text() == text and stat.S_IMODE(lock.stat().st_mode) == 0o444
+
+
+def test_a_symlinked_lock_keeps_its_link_and_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "shared" / "hub.lock"
+    target.parent.mkdir()
+    lockfile.record(target, "model", "org/m", "main", "a" * 40)
+    target.chmod(0o640)
+    link = tmp_path / "hub.lock"
+    link.symlink_to(target)
+    lockfile.record(link, "model", "org/m", "v2", "b" * 40, {"config.json": "git-sha1:" + "c" * 40})
+    assert link.is_symlink() and stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert lockfile.locked_commit(target, "model", "org/m", "v2") == "b" * 40
+    assert lockfile.read_lock(link)["files"] == {"b" * 40: {"config.json": "git-sha1:" + "c" * 40}}
+
+
+def test_a_deleted_lock_is_recorded_again_from_the_caches_manifests(tmp_path: Path) -> None:
+    lock, manifest_file = tmp_path / "hub.lock", tmp_path / "main.json"
+    hashes = {"model.safetensors": "sha256:" + "d" * 64}
+    manifest_file.write_text(json.dumps({"commit": "a" * 40, "hashes": hashes}))
+    lockfile.adopt(lock, "model", "org/m", "main", manifest_file)
+    assert lockfile.locked_commit(lock, "model", "org/m", "main") == "a" * 40
+    assert lockfile.read_lock(lock)["files"]["a" * 40] == hashes
+    lockfile.record(lock, "model", "org/m", "main", "b" * 40)  # the lock's pin wins from now on
+    lockfile.adopt(lock, "model", "org/m", "main", manifest_file)
+    assert lockfile.locked_commit(lock, "model", "org/m", "main") == "b" * 40
+
+
+def test_a_manifest_whose_hashes_disagree_with_the_lock_stops_the_run(tmp_path: Path) -> None:
+    lock, folder, manifest_file = tmp_path / "hub.lock", tmp_path / "main", tmp_path / "main.json"
+    folder.mkdir()
+    lockfile.record(lock, "model", "org/m", "main", "a" * 40, {"w": "sha256:" + "1" * 64})
+    manifest_file.write_text(
+        json.dumps({"commit": "a" * 40, "hashes": {"w": "sha256:" + "1" * 64}})
+    )
+    assert lockfile.stale(folder, manifest_file, lock, "model", "org/m", "main") == ""
+    manifest_file.write_text(
+        json.dumps({"commit": "a" * 40, "hashes": {"w": "sha256:" + "2" * 64}})
+    )
+    reason = lockfile.stale(folder, manifest_file, lock, "model", "org/m", "main")
+    assert reason.startswith(f"{manifest_file} lists other content hashes for org/m@main")
+    assert f"delete {folder} and {manifest_file}" in reason
+    with pytest.raises(lockfile.LockError, match="with other content than"):  # a changing proxy
+        lockfile.record(lock, "model", "org/m", "main", "a" * 40, {"w": "sha256:" + "2" * 64})
+    manifest_file.write_text("garbage")
+    reason = lockfile.stale(folder, manifest_file, lock, "model", "org/m", "main")
+    assert reason.startswith(f"{manifest_file}, the manifest of the fetch of org/m@main, does not")
+
+
+def test_a_download_that_differs_from_the_hubs_hash_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "w.safetensors").write_bytes(b"weights")
+    (tmp_path / "config.json").write_bytes(b"{}")
+    (tmp_path / "extra.txt").write_bytes(b"x")
+    right = content.file_hash(tmp_path / "w.safetensors")
+    siblings = [
+        SimpleNamespace(rfilename="w.safetensors", lfs={"sha256": right[7:]}, blob_id="0" * 40),
+        SimpleNamespace(rfilename="config.json", lfs=None, blob_id="0" * 40),
+        SimpleNamespace(rfilename="extra.txt", lfs=None, blob_id=None),
+    ]
+    names = ["w.safetensors", "config.json", "extra.txt"]
+    hashes, differing = content.fetched_hashes(tmp_path, names, siblings)
+    assert differing == ["config.json"]  # its git blob id is not 00..0
+    assert hashes == {
+        "extra.txt": content.file_hash(tmp_path / "extra.txt"),
+        "w.safetensors": right,
+    }
+    blob = content.file_hash(tmp_path / "config.json", "git-sha1")
+    assert blob == "git-sha1:9e26dfeeb6e641a33dae4961196235bdb965b21b"  # git hash-object of "{}"
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [(0, "0 is less than the minimum of 1"), (-3, "-3 is less than the minimum of 1")],
+)
+def test_max_revisions_out_of_range_names_the_bound(value: object, said: str) -> None:
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    config["hub"] = {"max_revisions": value}
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, SCHEMA)
+    assert str(error.value).startswith(f"hub.max_revisions: {said}")
+
+
+@pytest.mark.parametrize("value", [1, 4, "all"])
+def test_max_revisions_valid_values_pass(value: object) -> None:
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    config["hub"] = {"max_revisions": value}
+    validate_config(config, SCHEMA)

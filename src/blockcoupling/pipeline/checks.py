@@ -129,8 +129,11 @@ def validate_config(
         cause = error.__cause__ or error.__context__
         if not isinstance(cause, ValidationError):
             raise ConfigError(str(error).splitlines()[0]) from None
-        if cause.context:  # oneOf/anyOf: the alternative that came closest
-            cause = best_match(cause.context)
+        if cause.context:  # oneOf/anyOf: the alternative that came closest, one whose type
+            # the value has (hub.max_revisions: 0 breaks the bound of the integer alternative,
+            # not the 'all' one)
+            typed = [e for e in cause.context if e.validator not in ("type", "const", "enum")]
+            cause = best_match(typed or cause.context)
         key = ".".join(str(part) for part in cause.absolute_path) or "top level"
         message = " ".join(cause.message.split())
         message = message if len(message) <= 200 else message[:197] + "..."
