@@ -19,7 +19,7 @@ from blockcoupling import cli
 from blockcoupling.files import manifest, run_record
 from blockcoupling.lm import content, hub, lockfile
 from blockcoupling.lm.hub_names import HubNameError, check_fetch_folder
-from blockcoupling.pipeline.checks import validate_config
+from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.slurm import minutes
 
@@ -384,3 +384,51 @@ def test_max_revisions_valid_values_pass(value: object) -> None:
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     config["hub"] = {"max_revisions": value}
     validate_config(config, SCHEMA)
+
+
+# --- values that passed the checks and failed late ------------------------------------------
+
+
+def smoke_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+
+
+def refused(config: dict) -> str:
+    """The one-line ConfigError of the schema or check_config for ``config``."""
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, SCHEMA)
+        check_config(config, REPO)
+    assert "\n" not in str(error.value)
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("stats", "seed", -1),
+        ("stats", "seed", 2**70),
+        ("prompts", "seed", -1),
+        ("metrics", "null_seed", 2**64),
+    ],
+)
+def test_a_seed_out_of_range_is_refused_by_the_schema(section: str, key: str, value: int) -> None:
+    config = smoke_config()
+    config[section] = {**config.get(section, {}), key: value}
+    assert refused(config).startswith(f"{section}.{key}: {value} is ")
+
+
+@pytest.mark.parametrize("seed", [2**70, -1])
+def test_a_train_grid_seed_out_of_range_is_refused_before_the_train_job(seed: int) -> None:
+    config = smoke_config()
+    config["train"]["grids"]["emergence"]["axes"]["seed"] = [seed]
+    message = refused(config)
+    assert message.startswith("train.grids.emergence (run emergence-s")
+    assert "seed must be in 0..2**63-1" in message
+
+
+def test_a_model_name_too_long_for_a_file_name_is_refused(tmp_path: Path) -> None:
+    config = smoke_config()
+    name = "m" * 300
+    config["models"] = {name: {"source": {"package": "blockcoupling_tinygguf", "assemble": True}}}
+    message = refused(config)
+    assert message.startswith(f"model {'m' * 40!r}... has 300 bytes") and "at most 100" in message

@@ -93,6 +93,21 @@ def _rule_names_unique(kind: str, names: list[str]) -> None:
         seen[key] = name
 
 
+NAME_MAX = 100  # characters: a name becomes file names, with suffixes, under 255 bytes
+
+
+def _check_name_lengths(kind: str, names: list[str], table: str | None) -> None:
+    """Every model or run name fits a file name with the suffixes the workflow adds."""
+    for name in names:
+        if len(name.encode("utf-8")) > NAME_MAX:
+            where = f" (in model_table {table} or under models:)" if table else ""
+            raise ConfigError(
+                f"{kind} {name[:40]!r}... has {len(name.encode('utf-8'))} bytes{where}: names "
+                f"become file names (at most 255 bytes with their suffixes); use at most "
+                f"{NAME_MAX}"
+            )
+
+
 def rule_suffix(name: str) -> str:
     """A model or run name as part of a rule name."""
     return name.replace("-", "_").replace(".", "_")
@@ -189,6 +204,8 @@ def check_config(
     if not models:
         raise ConfigError("no models: add one under models: (or a model_table)")
     _rule_names_unique("model", list(models))
+    _check_name_lengths("model", list(models), config.get("model_table"))
+    _check_name_lengths("train run", list(runs), None)
     for name, entry in models.items():
         _check_source(name, entry)
         try:
