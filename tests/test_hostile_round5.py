@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import REPO, SCHEMA
+from test_hostile_round4 import save_tiny_folder
 
 from blockcoupling import cli
 from blockcoupling.files import manifest, run_record
@@ -432,3 +433,55 @@ def test_a_model_name_too_long_for_a_file_name_is_refused(tmp_path: Path) -> Non
     config["models"] = {name: {"source": {"package": "blockcoupling_tinygguf", "assemble": True}}}
     message = refused(config)
     assert message.startswith(f"model {'m' * 40!r}... has 300 bytes") and "at most 100" in message
+
+
+# --- model folders: one line, never a model's code ------------------------------------------
+
+
+def test_an_auto_map_given_as_a_list_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    folder = save_tiny_folder(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = [{"AutoModel": "evil.X"}, {"AutoConfig": "evil.C"}]  # unsortable
+    (folder / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    line = one_line_error(capsys, ["measure", str(folder), "hello", "--k", "2"])
+    assert "has auto_map (custom model code, [{" in line
+
+
+def test_a_malicious_pytorch_bin_is_refused_in_one_line_and_never_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import os
+    import pickle
+
+    folder = save_tiny_folder(tmp_path / "m")
+    for weights in folder.glob("*.safetensors"):
+        weights.unlink()
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (os.system, (f"touch {marker}",))
+
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    capsys.readouterr()
+    line = one_line_error(capsys, ["measure", str(folder), "hello", "--k", "2"])
+    assert "weights_only=True refused" in line and "use the model's .safetensors" in line
+    assert not marker.exists()
+
+
+def test_an_emptied_local_model_folder_is_named_at_check_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    line = one_line_error(capsys, ["measure", str(folder), "hello"])
+    assert line == (
+        f"blockcoupling measure: model folder {str(folder)!r} is empty: give the folder a model "
+        "was saved to (save_pretrained: config.json, weights, tokenizer), or its .gguf file"
+    )
+    config = smoke_config()
+    config["models"] = {"local": {"source": {"path": str(folder)}}}
+    assert refused(config).startswith(f"models.local.source: model folder {str(folder)!r} is empty")
