@@ -485,3 +485,29 @@ def test_an_emptied_local_model_folder_is_named_at_check_config(
     config = smoke_config()
     config["models"] = {"local": {"source": {"path": str(folder)}}}
     assert refused(config).startswith(f"models.local.source: model folder {str(folder)!r} is empty")
+
+
+# --- claims and docs: one line with the fix ------------------------------------------------
+
+
+def test_docs_and_claims_name_a_folder_a_missing_file_and_non_utf8_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from blockcoupling.coupling.registry import DOCS_START
+
+    line = one_line_error(capsys, ["docs", str(tmp_path)])
+    assert line == f"blockcoupling docs: {tmp_path} is a folder: name the file that holds the " + (
+        f"markers {DOCS_START}"
+    )
+    results = tmp_path / "results"
+    (results / "stats").mkdir(parents=True)
+    (results / "stats" / "claims.md").write_text("claims\n")
+    missing = tmp_path / "missing.md"
+    line = one_line_error(capsys, ["claims", str(results), "--readme", str(missing)])
+    assert line.startswith(f"blockcoupling claims: {missing} does not exist: name the file")
+    latin = tmp_path / "README.md"
+    latin.write_bytes("caf\xe9\n".encode("latin-1"))
+    line = one_line_error(capsys, ["claims", str(results), "--readme", str(latin)])
+    assert line == (
+        f"blockcoupling claims: {latin} is not UTF-8 text (byte 3): re-save it as UTF-8, then rerun"
+    )

@@ -190,13 +190,21 @@ def _rewrite_block(file: Path, start: str, end: str, body: str) -> None:
     from blockcoupling.files.io import replace_marked_block, write_text
 
     target = file.resolve()
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    if mode is not None and not mode & stat.S_IWUSR:
+    if target.is_dir():
+        raise ValueError(f"{file} is a folder: name the file that holds the markers {start}")
+    if not target.is_file():
+        raise ValueError(f"{file} does not exist: name the file that holds the markers {start}")
+    mode = stat.S_IMODE(target.stat().st_mode)
+    if not mode & stat.S_IWUSR:
         raise ValueError(f"{file} is read-only: make it writable (chmod u+w {file}) first")
-    text = target.read_text(encoding="utf-8")
+    try:
+        text = target.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{file} is not UTF-8 text (byte {error.start}): re-save it as UTF-8, then rerun"
+        ) from None
     write_text(target, replace_marked_block(text, file, start, end, body))
-    if mode is not None:
-        target.chmod(mode)  # its own permissions, not the umask's
+    target.chmod(mode)  # its own permissions, not the umask's
 
 
 def _workflow_dir(given: Path | None) -> Path:
