@@ -511,3 +511,19 @@ def test_docs_and_claims_name_a_folder_a_missing_file_and_non_utf8_text(
     assert line == (
         f"blockcoupling claims: {latin} is not UTF-8 text (byte 3): re-save it as UTF-8, then rerun"
     )
+
+
+def test_a_converted_gguf_follows_the_umask(tmp_path: Path) -> None:
+    import os
+
+    from blockcoupling.lm.models import convert_gguf, parse_source
+    from blockcoupling_tinygguf import assemble
+
+    gguf = assemble(tmp_path / "a.gguf")
+    previous = os.umask(0o022)
+    try:
+        folder = convert_gguf(parse_source({"path": str(gguf)}), tmp_path / "converted")
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes

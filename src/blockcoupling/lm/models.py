@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockcoupling.files.io import permissions
 from blockcoupling.jacobians.adapters import UnknownArchitectureError
 from blockcoupling.lm import hub
 from blockcoupling.lm.gguf_once import one_parse_per_file
@@ -135,6 +136,9 @@ def write_converted(model: nn.Module, tokenizer: Any, source: ModelSource, targe
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     (partial / "source.json").write_text(json.dumps({"source": source.describe()}) + "\n")
+    for path in partial.rglob("*"):  # safetensors writes 0600: the umask's, as every result
+        if path.is_file():
+            permissions(path)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)
     return target
