@@ -527,3 +527,38 @@ def test_a_converted_gguf_follows_the_umask(tmp_path: Path) -> None:
         os.umask(previous)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
     assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
+
+
+RULE_COPYING_ONTO_A_FULL_DISK = """
+import shutil, sys
+from pathlib import Path
+from types import SimpleNamespace
+from blockcoupling.runtime.runner import run_script
+work = Path(sys.argv[1])
+(work / "step4").mkdir(parents=True)
+for name in ("model.safetensors", "config.json"):
+    (work / "step4" / name).write_text("x")
+def onto_full_disk(source, target):
+    shutil.copyfile(source, "/dev/full")
+def main(sm):  # the train rule publishing a checkpoint folder on a full disk
+    shutil.copytree(work / "step4", work / "published", copy_function=onto_full_disk)
+sm = SimpleNamespace(log=[], output=[], rule="train_r", threads=1, params=SimpleNamespace())
+run_script(sm, main)
+"""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (ENOSPC on write)")
+def test_a_full_disk_while_publishing_checkpoints_is_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", RULE_COPYING_ONTO_A_FULL_DISK, str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-3000:]
+    assert f" ERROR train_r: writing {tmp_path / 'published'}/" in lines[0]
+    assert lines[0].endswith(": the disk is full (No space left on device); free space and rerun")
