@@ -10,6 +10,7 @@ from blockcoupling.coupling.registry import caption_list
 from blockcoupling.pipeline.report_text import report_models
 from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.running import another_run
 
 min_version("9.0")
 
@@ -19,6 +20,12 @@ min_version("9.0")
 if not workflow.overwrite_configfiles:
 
     configfile: "config.yaml"
+
+
+# A second run beside a running one: one line, before Snakemake reads the running jobs'
+# incomplete outputs as a killed run's and advises --rerun-incomplete.
+if workflow.is_main_process and (_running := another_run(os.getcwd(), sys.argv)):
+    sys.exit(f"snakemake: {_running}")
 
 
 # Nested --config values arrive as strings ('stats={k: 5}' gives k "5"): validate_config gives

@@ -562,3 +562,31 @@ def test_a_full_disk_while_publishing_checkpoints_is_one_line(tmp_path: Path) ->
     assert len(lines) == 1, out.stderr[-3000:]
     assert f" ERROR train_r: writing {tmp_path / 'published'}/" in lines[0]
     assert lines[0].endswith(": the disk is full (No space left on device); free space and rerun")
+
+
+# --- a second run beside a running one ------------------------------------------------------
+
+
+def running_state(folder: Path) -> None:
+    """The Snakemake state of a run under way in ``folder``: its locks, an incomplete output."""
+    (folder / ".snakemake" / "locks").mkdir(parents=True)
+    (folder / ".snakemake" / "locks" / "0.output.lock").write_text("results/a.nc\n")
+    (folder / ".snakemake" / "incomplete").mkdir()
+    (folder / ".snakemake" / "incomplete" / "cmVzdWx0cy9hLm5j").write_text("")
+
+
+def test_a_second_run_beside_a_running_one_is_told_to_wait(tmp_path: Path) -> None:
+    from conftest import snakemake
+
+    from blockcoupling.pipeline.running import another_run
+
+    assert another_run(tmp_path, []) is None
+    running_state(tmp_path)
+    assert another_run(tmp_path, ["--unlock"]) is None
+    assert another_run(tmp_path, ["--rerun-incomplete"]) is None
+    (tmp_path / "config.yaml").write_text((REPO / "config" / "smoke.yaml").read_text())
+    dry = snakemake(tmp_path, "-n", timeout=300)
+    lines = [line for line in dry.stderr.splitlines() if line.strip()]
+    assert dry.returncode == 1 and len(lines) == 1, dry.stderr[-2000:]
+    assert lines[0].startswith(f"snakemake: another Snakemake run is under way in {tmp_path}")
+    assert "wait for it to end" in lines[0] and "snakemake --unlock" in lines[0]
