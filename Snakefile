@@ -69,6 +69,7 @@ config["report_measures"] = caption_list()
 
 onstart:
     check_slurm_jobs()  # jobs going to Slurm: stop before any if a model's job fits no node
+    record_fetched()  # a deleted lock file written again
 
 
 rule all:

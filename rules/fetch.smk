@@ -37,7 +37,7 @@ HUB_DATASETS = {
 # records the commit it fetched and the hub's content hash of each file, so its own updates
 # re-run nothing. A fetched folder that holds another commit than the lock pins (a lock file
 # from another machine), or other hashes, stops the run before any job, naming what to delete;
-# one the lock lacks (a deleted lock) is recorded into it again.
+# one the lock lacks (a deleted lock) is recorded into it again when a run starts its jobs.
 if HUB.lock_file:
     _fetched = [  # (lock kind, manifest kind, repo, revision, folder)
         ("dataset", "dataset", repo, revision, HUB.dataset_folder(repo, revision))
@@ -56,12 +56,19 @@ if HUB.lock_file:
         _manifest = HUB.manifest(_manifest_kind, _repo, _revision)
         try:
             _reason = stale(_folder, _manifest, HUB.lock_file, _kind, _repo, _revision)
-            if not _reason and workflow.is_main_process and not workflow.dryrun:
-                adopt(HUB.lock_file, _kind, _repo, _revision, _manifest)  # a deleted lock
         except LockError as error:
             sys.exit(f"config error: hub.lock_file: {error}")
         if _reason:
             sys.exit(f"config error: {_reason}")
+
+
+def record_fetched():
+    """Record in the lock file every fetched revision it lacks (a deleted lock, written again
+    from the cache's manifests); onstart: a run with jobs, not a dry run."""
+    for kind, manifest_kind, repo, revision, folder in _fetched if HUB.lock_file else []:
+        if os.path.isdir(folder):
+            adopt(HUB.lock_file, kind, repo, revision, HUB.manifest(manifest_kind, repo, revision))
+
 
 if HUB.ahead and workflow.is_main_process:
     download, peak, count = cost.hub_volume(PLAN)
