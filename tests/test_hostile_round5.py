@@ -590,3 +590,18 @@ def test_a_second_run_beside_a_running_one_is_told_to_wait(tmp_path: Path) -> No
     assert dry.returncode == 1 and len(lines) == 1, dry.stderr[-2000:]
     assert lines[0].startswith(f"snakemake: another Snakemake run is under way in {tmp_path}")
     assert "wait for it to end" in lines[0] and "snakemake --unlock" in lines[0]
+
+
+def test_check_config_reads_the_lock_file_as_a_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = smoke_config()
+    config["models"] = {"neox": {"source": {"hub": MODEL}, "meta": {"n_layers": 2, "d_model": 16}}}
+    config["figures"] = {}
+    config["hub"] = {"lock_file": "hub.lock"}
+    Path("hub.lock").write_text('{"models": 5}')
+    assert refused(config).startswith("hub.lock_file: hub.lock: models is int 5, not a mapping")
+    Path("c.yaml").write_text(yaml.safe_dump(config))
+    line = one_line_error(capsys, ["check-config", "c.yaml", "--workflow-dir", str(REPO)])
+    assert "hub.lock_file: hub.lock: models is int 5" in line

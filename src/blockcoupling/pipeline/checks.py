@@ -268,6 +268,7 @@ def check_config(
         measure,
         metric,
     )
+    _check_lock(plan)
     if check_memory:
         from blockcoupling.pipeline.cost import check_fits
 
@@ -276,6 +277,22 @@ def check_config(
         except ValueError as error:
             raise ConfigError(str(error)) from None
     return plan
+
+
+def _check_lock(plan: Plan) -> None:
+    """The hub lock file (``hub.lock_file``), where the config fetches from the hub and it
+    exists, reads as a whole (``lockfile.read_lock``), so a damaged lock stops check-config and
+    the workflow before any fetch.
+    """
+    from blockcoupling.lm.lockfile import LockError, read_lock
+
+    lock = plan.hub.lock_file
+    if not lock or not (plan.hub_revisions or plan.prompt_hub_sources()):
+        return
+    try:
+        read_lock(lock)
+    except LockError as error:
+        raise ConfigError(f"hub.lock_file: {error}") from None
 
 
 def _model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, int | None]:
