@@ -7,6 +7,7 @@ import sys
 from snakemake.utils import min_version
 
 from blockcoupling.coupling.registry import caption_list
+from blockcoupling.lm.lockfile import adopt_all
 from blockcoupling.pipeline.report_text import report_models
 from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
@@ -69,7 +70,8 @@ config["report_measures"] = caption_list()
 
 onstart:
     check_slurm_jobs()  # jobs going to Slurm: stop before any if a model's job fits no node
-    record_fetched()  # a deleted lock file written again
+    for line in adopt_all(HUB.lock_file, FETCHED) if HUB.lock_file else []:
+        print(f"warning: {line}", file=sys.stderr)  # a deleted lock written again
 
 
 rule all:

@@ -14,7 +14,7 @@
 # revisions are extracted at once; a failed job stops its lane (--keep-going runs the others);
 # asking for one checkpoint's results runs its lane's earlier revisions first; the bound holds
 # per run (two runs sharing a cache each keep their own), and --notemp keeps every revision.
-from blockcoupling.lm.lockfile import LockError, adopt, stale
+from blockcoupling.lm.lockfile import LockError, stale
 from blockcoupling.lm.prompts import SOURCES as PROMPT_SOURCES
 
 
@@ -38,36 +38,34 @@ HUB_DATASETS = {
 # re-run nothing. A fetched folder that holds another commit than the lock pins (a lock file
 # from another machine), or other hashes, stops the run before any job, naming what to delete;
 # one the lock lacks (a deleted lock) is recorded into it again when a run starts its jobs.
+# (lock kind, repo, revision, folder, manifest) of every fetch
+FETCHED = [
+    (
+        "dataset",
+        repo,
+        revision,
+        HUB.dataset_folder(repo, revision),
+        HUB.manifest("dataset", repo, revision),
+    )
+    for repo, (_, revision) in HUB_DATASETS.items()
+] + [
+    (
+        "model",
+        r.repo,
+        r.revision,
+        HUB.folder(r.repo, r.revision, r.checkpoint),
+        HUB.manifest("checkpoint" if r.checkpoint else "model", r.repo, r.revision),
+    )
+    for r in HUB_REVISIONS.values()
+]
 if HUB.lock_file:
-    _fetched = [  # (lock kind, manifest kind, repo, revision, folder)
-        ("dataset", "dataset", repo, revision, HUB.dataset_folder(repo, revision))
-        for repo, (_, revision) in HUB_DATASETS.items()
-    ] + [
-        (
-            "model",
-            "checkpoint" if r.checkpoint else "model",
-            r.repo,
-            r.revision,
-            HUB.folder(r.repo, r.revision, r.checkpoint),
-        )
-        for r in HUB_REVISIONS.values()
-    ]
-    for _kind, _manifest_kind, _repo, _revision, _folder in _fetched:
-        _manifest = HUB.manifest(_manifest_kind, _repo, _revision)
+    for _kind, _repo, _revision, _folder, _manifest in FETCHED:
         try:
             _reason = stale(_folder, _manifest, HUB.lock_file, _kind, _repo, _revision)
         except LockError as error:
             sys.exit(f"config error: hub.lock_file: {error}")
         if _reason:
             sys.exit(f"config error: {_reason}")
-
-
-def record_fetched():
-    """Record in the lock file every fetched revision it lacks (a deleted lock, written again
-    from the cache's manifests); onstart: a run with jobs, not a dry run."""
-    for kind, manifest_kind, repo, revision, folder in _fetched if HUB.lock_file else []:
-        if os.path.isdir(folder):
-            adopt(HUB.lock_file, kind, repo, revision, HUB.manifest(manifest_kind, repo, revision))
 
 
 if HUB.ahead and workflow.is_main_process:

@@ -605,3 +605,16 @@ def test_check_config_reads_the_lock_file_as_a_whole(
     Path("c.yaml").write_text(yaml.safe_dump(config))
     line = one_line_error(capsys, ["check-config", "c.yaml", "--workflow-dir", str(REPO)])
     assert "hub.lock_file: hub.lock: models is int 5" in line
+
+
+def test_recording_a_deleted_lock_names_a_read_only_one_instead_of_failing(tmp_path: Path) -> None:
+    lock, folder, manifest_file = tmp_path / "hub.lock", tmp_path / "main", tmp_path / "main.json"
+    folder.mkdir()
+    manifest_file.write_text(json.dumps({"commit": "a" * 40}))
+    fetched = [("model", "org/m", "main", str(folder), str(manifest_file))]
+    assert lockfile.adopt_all(lock, fetched) == []
+    assert lockfile.locked_commit(lock, "model", "org/m", "main") == "a" * 40
+    lock.write_text("{}")
+    lock.chmod(0o444)
+    [line] = lockfile.adopt_all(lock, fetched)
+    assert line.startswith(f"hub.lock_file: {lock} is read-only")

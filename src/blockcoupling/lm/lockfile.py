@@ -178,6 +178,21 @@ def adopt(path: str | Path, kind: str, repo: str, revision: str, manifest: str |
         record(path, kind, repo, revision, commit, hashes if isinstance(hashes, dict) else None)
 
 
+def adopt_all(path: str | Path, fetched: list[tuple[str, str, str, str, str]]) -> list[str]:
+    """``adopt`` every fetch of ``fetched`` (lock kind, repo, revision, folder, manifest) whose
+    folder is in the cache (the workflow's onstart: a run with jobs, not a dry run); returns a
+    line per fetch that could not be recorded (a read-only lock).
+    """
+    lines = []
+    for kind, repo, revision, folder, manifest in fetched:
+        if Path(folder).is_dir():
+            try:
+                adopt(path, kind, repo, revision, manifest)
+            except LockError as error:
+                lines.append(f"hub.lock_file: {error}")
+    return lines
+
+
 def stale(
     folder: str | Path, manifest: str | Path, lock: str | Path, kind: str, repo: str, revision: str
 ) -> str:
