@@ -17,11 +17,11 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from blockcoupling.files import run_record
+from blockcoupling.files.run_record import write_file
 
 RESULTS = "results"
 MANIFEST = ".manifest"
@@ -100,22 +100,6 @@ def _record(
 
 def _relative(root: Path, path: Path) -> str:
     return path.absolute().relative_to(root.absolute()).as_posix()
-
-
-def write_file(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, with the umask's permissions."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(temp, 0o666 & ~mask)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def _entries(root: Path) -> Iterator[tuple[Path, bool]]:

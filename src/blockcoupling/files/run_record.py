@@ -13,6 +13,8 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,6 +58,22 @@ def read(path: Path) -> dict[str, str] | None:
     return files
 
 
+def write_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, with the umask's permissions."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(temp, 0o666 & ~mask)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
 @contextmanager
 def _exclusive(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``path``'s side file while the block runs."""
@@ -77,8 +95,6 @@ def update(
     ``manifest``, first removing every entry under a folder of ``dropped`` (a directory output
     written anew); ``adopt``: the per-file records to start from when there is no run record.
     """
-    from blockcoupling.files.manifest import write_file
-
     path = manifest / NAME
     manifest.mkdir(parents=True, exist_ok=True)
     with _exclusive(path):
