@@ -154,6 +154,18 @@ def test_verify_names_a_planted_symlink_and_planted_files(run: Path) -> None:
     ]
 
 
+def test_verify_names_a_symlinked_record(run: Path, tmp_path: Path) -> None:
+    forged = tmp_path / "forged.json"
+    record = run / ".manifest" / "stats" / "a.csv.json"
+    forged.write_text(record.read_text())
+    record.unlink()
+    record.symlink_to(forged)
+    assert manifest.verify(run) == [
+        f"{record}: a symlink (to {forged}), not a result its job wrote; delete the link and "
+        "rerun the workflow"
+    ]
+
+
 def test_verify_sees_a_file_deleted_together_with_its_record(run: Path) -> None:
     (run / "stats" / "b.csv").unlink()
     (run / ".manifest" / "stats" / "b.csv.json").unlink()

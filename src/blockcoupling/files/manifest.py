@@ -103,23 +103,25 @@ def _relative(root: Path, path: Path) -> str:
 
 
 def _entries(root: Path) -> Iterator[tuple[Path, bool]]:
-    """``(path, is_link)`` of every file and symlink under ``root`` but the manifest folder, the
-    trainer's work folders and Snakemake's directory timestamps, sorted; a symlinked folder is
-    given, not followed.
+    """``(path, is_link)`` of every file and symlink under ``root`` but the records (in the
+    manifest folder only its symlinks), the trainers' work folders and Snakemake's directory
+    timestamps, sorted; a symlinked folder is given, not followed.
     """
     for folder, subfolders, files in os.walk(root):
         here = Path(folder)
+        records = _relative(root, here).split("/")[0] == MANIFEST
         kept = []
         for name in sorted(subfolders):
-            relative = _relative(root, here / name)
             if (here / name).is_symlink():
                 yield here / name, True
-            elif relative != MANIFEST and not TRAINER_WORK.fullmatch(relative):
+            elif not TRAINER_WORK.fullmatch(_relative(root, here / name)):
                 kept.append(name)
         subfolders[:] = kept
         for name in sorted(files):
-            if name != TIMESTAMP or (here / name).is_symlink():
-                yield here / name, (here / name).is_symlink()
+            if (here / name).is_symlink():
+                yield here / name, True
+            elif not records and name != TIMESTAMP:
+                yield here / name, False
 
 
 def recorded(root: Path) -> dict[str, str]:
