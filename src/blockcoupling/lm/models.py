@@ -188,7 +188,7 @@ def refuse_custom_code(folder: Path) -> None:
             content = json.loads((folder / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(content, dict) and content.get("auto_map") not in (None, {}):
+        if isinstance(content, dict) and content.get("auto_map"):
             auto_map = content["auto_map"]
             named = sorted(auto_map) if isinstance(auto_map, dict) else json.dumps(auto_map)
             raise ModelSourceError(
