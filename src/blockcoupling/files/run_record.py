@@ -48,12 +48,14 @@ def read(path: Path) -> dict[str, str] | None:
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
         raise RunRecordError(
             f"{path}: not a run record ({type(error).__name__}: {error}); it cannot be trusted: "
-            "rerun the workflow into a fresh results folder"
+            "rerun the workflow into a fresh results folder (or delete it: the next job starts "
+            "one from the per-file records, blind to results deleted with theirs before)"
         ) from None
     if seal(files) != sealed:
         raise RunRecordError(
             f"{path}: its list does not match its seal (edited by hand); it cannot be trusted: "
-            "rerun the workflow into a fresh results folder"
+            "rerun the workflow into a fresh results folder (or delete it: the next job starts "
+            "one from the per-file records, blind to results deleted with theirs before)"
         )
     return files
 
