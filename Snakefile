@@ -7,9 +7,11 @@ import sys
 from snakemake.utils import min_version
 
 from blockcoupling.coupling.registry import caption_list
+from blockcoupling.lm.lockfile import adopt_all
 from blockcoupling.pipeline.report_text import report_models
 from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.running import another_run
 
 min_version("9.0")
 
@@ -19,6 +21,12 @@ min_version("9.0")
 if not workflow.overwrite_configfiles:
 
     configfile: "config.yaml"
+
+
+# A second run beside a running one: one line, before Snakemake reads the running jobs'
+# incomplete outputs as a killed run's and advises --rerun-incomplete.
+if workflow.is_main_process and (_running := another_run(os.getcwd(), sys.argv)):
+    sys.exit(f"snakemake: {_running}")
 
 
 # Nested --config values arrive as strings ('stats={k: 5}' gives k "5"): validate_config gives
@@ -62,6 +70,8 @@ config["report_measures"] = caption_list()
 
 onstart:
     check_slurm_jobs()  # jobs going to Slurm: stop before any if a model's job fits no node
+    for line in adopt_all(HUB.lock_file, FETCHED) if HUB.lock_file else []:
+        print(f"warning: {line}", file=sys.stderr)  # a deleted lock written again
 
 
 rule all:

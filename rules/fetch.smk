@@ -34,31 +34,39 @@ HUB_DATASETS = {
 
 # The lock file (hub.lock_file; lockfile.py) is, like the hub itself, state of the fetch stage
 # rather than a declared input: each fetch reads the commit it pins (params.lock names it) and
-# records the commit it fetched, so its own updates re-run nothing. A fetched folder that holds
-# another commit than the lock pins (a lock file from another machine) stops the run before any
-# job, naming what to delete.
+# records the commit it fetched and the hub's content hash of each file, so its own updates
+# re-run nothing. A fetched folder that holds another commit than the lock pins (a lock file
+# from another machine), or other hashes, stops the run before any job, naming what to delete;
+# one the lock lacks (a deleted lock) is recorded into it again when a run starts its jobs.
+# (lock kind, repo, revision, folder, manifest) of every fetch
+FETCHED = [
+    (
+        "dataset",
+        repo,
+        revision,
+        HUB.dataset_folder(repo, revision),
+        HUB.manifest("dataset", repo, revision),
+    )
+    for repo, (_, revision) in HUB_DATASETS.items()
+] + [
+    (
+        "model",
+        r.repo,
+        r.revision,
+        HUB.folder(r.repo, r.revision, r.checkpoint),
+        HUB.manifest("checkpoint" if r.checkpoint else "model", r.repo, r.revision),
+    )
+    for r in HUB_REVISIONS.values()
+]
 if HUB.lock_file:
-    _fetched = [  # (lock kind, manifest kind, repo, revision, folder)
-        ("dataset", "dataset", repo, revision, HUB.dataset_folder(repo, revision))
-        for repo, (_, revision) in HUB_DATASETS.items()
-    ] + [
-        (
-            "model",
-            "checkpoint" if r.checkpoint else "model",
-            r.repo,
-            r.revision,
-            HUB.folder(r.repo, r.revision, r.checkpoint),
-        )
-        for r in HUB_REVISIONS.values()
-    ]
-    for _kind, _manifest_kind, _repo, _revision, _folder in _fetched:
-        _manifest = HUB.manifest(_manifest_kind, _repo, _revision)
+    for _kind, _repo, _revision, _folder, _manifest in FETCHED:
         try:
             _reason = stale(_folder, _manifest, HUB.lock_file, _kind, _repo, _revision)
         except LockError as error:
             sys.exit(f"config error: hub.lock_file: {error}")
         if _reason:
             sys.exit(f"config error: {_reason}")
+
 
 if HUB.ahead and workflow.is_main_process:
     download, peak, count = cost.hub_volume(PLAN)

@@ -12,10 +12,10 @@ from blockcoupling.runtime.runner import run_script  # noqa: E402
 def main(sm):
     repo, revision, lock = sm.wildcards.repo, sm.params.revision, sm.params.lock
     commit = lockfile.locked_commit(lock, "dataset", repo, revision) if lock else None
-    manifest = hub.fetch_dataset(repo, sm.params.config, sm.output.folder, revision, commit)
+    manifest = hub.fetch_dataset(repo, sm.params.config, sm.output.folder, revision, commit, lock)
     hub.write_manifest(manifest, sm.output.manifest)
     if lock:
-        lockfile.record(lock, "dataset", repo, revision, manifest["commit"])
+        lockfile.record(lock, "dataset", repo, revision, manifest["commit"], manifest["hashes"])
 
 
 run_script(snakemake, main)

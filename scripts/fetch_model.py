@@ -12,12 +12,12 @@ from blockcoupling.runtime.runner import run_script  # noqa: E402
 def main(sm):
     repo, revision, lock = sm.wildcards.repo, sm.wildcards.revision, sm.params.lock
     commit = lockfile.locked_commit(lock, "model", repo, revision) if lock else None
-    manifest = hub.fetch_model(repo, revision, sm.output.folder, commit)
+    manifest = hub.fetch_model(repo, revision, sm.output.folder, commit, lock)
     if sm.params.checkpoint:  # how many checkpoint revisions the cache held with this one in it
         manifest["checkpoints_on_disk"] = hub.checkpoints_on_disk(sm.params.cache_dir)
     hub.write_manifest(manifest, sm.output.manifest)
     if lock:
-        lockfile.record(lock, "model", repo, revision, manifest["commit"])
+        lockfile.record(lock, "model", repo, revision, manifest["commit"], manifest["hashes"])
 
 
 run_script(snakemake, main)

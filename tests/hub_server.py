@@ -1,7 +1,8 @@
 """A small hub-compatible HTTP server on 127.0.0.1 for offline tests of the fetch stage.
 
 It serves folders ``root/{models,datasets}/<repo>/<revision>/...`` through the routes
-huggingface_hub calls: repo info (``/api/{models,datasets}/<repo>/revision/<revision>``), the
+huggingface_hub calls: repo info (``/api/{models,datasets}/<repo>/revision/<revision>``, with
+each file's size, blob id and LFS SHA-256 when asked ``?blobs=True``), the
 recursive file tree (``/api/.../tree/<revision>``) and file downloads (HEAD and GET of
 ``[/datasets]/<repo>/resolve/<revision>/<file>`` with ``X-Repo-Commit`` and ``ETag`` = the git
 blob id). A revision's commit is the SHA-1 of ``<repo>@<revision>``; commits resolve too. Every
@@ -28,6 +29,28 @@ def commit_of(repo: str, revision: str) -> str:
 def blob_id(data: bytes) -> str:
     """Git's blob id of a file (what the hub sends as the ETag of a non-LFS file)."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+# the suffixes stored with Git LFS (as a hub repo's .gitattributes has them)
+LFS = (".safetensors", ".bin", ".parquet", ".pt", ".gguf")
+
+
+def sibling(path: Path, folder: Path, blobs: bool) -> dict[str, object]:
+    """A file of a repo info's ``siblings``; with ``blobs`` (``files_metadata=True``) its size,
+    git blob id and, for an LFS file, its SHA-256 (the blob id then the pointer file's)."""
+    entry: dict[str, object] = {"rfilename": str(path.relative_to(folder))}
+    if not blobs:
+        return entry
+    data = path.read_bytes()
+    entry.update(size=len(data), blobId=blob_id(data))
+    if path.suffix in LFS:
+        sha = hashlib.sha256(data).hexdigest()
+        pointer = (
+            f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {len(data)}\n"
+        )
+        entry["blobId"] = blob_id(pointer.encode())
+        entry["lfs"] = {"sha256": sha, "size": len(data), "pointerSize": len(pointer)}
+    return entry
 
 
 class LocalHub:
@@ -107,11 +130,12 @@ class LocalHub:
         files = sorted(p for p in folder.rglob("*") if p.is_file())
         headers = {"X-Repo-Commit": commit}
         if action == "revision":
+            blobs = "blobs=" in urlsplit(request.path).query  # files_metadata=True
             info = {
                 "id": repo,
                 "sha": commit,
                 "private": False,
-                "siblings": [{"rfilename": str(p.relative_to(folder))} for p in files],
+                "siblings": [sibling(p, folder, blobs) for p in files],
             }
             return self._send(request, 200, json.dumps(info).encode(), headers, body)
         if action == "tree":

@@ -180,6 +180,70 @@ def test_a_revision_counts_as_fetched_when_its_manifest_files_are_there(
         fetch_revision(MODEL, "step16", tmp_path / "elsewhere")
 
 
+def test_a_fetched_file_damaged_at_its_size_stops_the_job_naming_it(
+    hub_root: Path, tmp_path: Path
+) -> None:
+    """The hub's own hashes (LFS SHA-256 of the weights, git blob ids of the rest) are recorded
+    at fetch time; one bit flipped in the weights stops the job before it loads them."""
+    import hashlib
+
+    from blockcoupling.lm.models import load_for_job
+
+    folder = tmp_path / "cache" / "models" / MODEL / "main"
+    with LocalHub(hub_root) as server:
+        done = blockcoupling("fetch", MODEL, "main", str(folder), HF_ENDPOINT=server.endpoint)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads(hub.manifest_of(folder).read_text())
+    weights = folder / "model.safetensors"
+    assert sorted(manifest["hashes"]) == sorted(manifest["files"])
+    assert manifest["hashes"]["model.safetensors"] == (
+        f"sha256:{hashlib.sha256(weights.read_bytes()).hexdigest()}"
+    )
+    assert manifest["hashes"]["config.json"].startswith("git-sha1:")
+    assert hub.damaged_files(folder) == []
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the last weight: the size is the same
+    weights.write_bytes(bytes(data))
+    assert hub.missing_files(folder) == []  # sizes alone cannot see it
+    assert hub.damaged_files(folder) == ["model.safetensors"]
+    spec = {
+        "name": "neox",
+        "source": {"hub": MODEL},
+        "load": {"device": "cpu"},
+        "random_twin": False,
+        "twin_seed": 0,
+        "fetched": str(folder),
+    }
+    with pytest.raises(hub.HubCacheError) as error:
+        load_for_job(spec)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"models.neox: {weights} differs from the hash the hub gave it")
+    assert f"rm -r {folder}, then blockcoupling fetch {MODEL} main {folder}" in message
+
+
+def test_a_pinned_commit_the_hub_lacks_names_the_lock_file(hub_root: Path, tmp_path: Path) -> None:
+    """The fetch rule asks for the lock's commit: a hub that refuses it is named with the lock,
+    not as refusing "revision main"."""
+    lock = tmp_path / "hub.lock"
+    folder = tmp_path / "cache" / "models" / MODEL / "main"
+    code = (
+        "import sys; from blockcoupling.lm import hub; hub.go_online(); "
+        f"hub.fetch_model({MODEL!r}, 'main', {str(folder)!r}, 'f' * 40, {str(lock)!r})"
+    )
+    with LocalHub(hub_root) as server:
+        env = {**os.environ, "HF_ENDPOINT": server.endpoint}
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+        )
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"blockcoupling.lm.hub.HubCacheError: the hub at {server.endpoint} refused {MODEL} at "
+        f"commit {'f' * 40}, which {lock} pins for revision main ("
+    ), done.stderr[-2000:]
+    assert "delete its entry" in last
+
+
 def test_an_unreachable_hub_is_one_line_naming_endpoint_repo_and_revision(
     tmp_path: Path,
 ) -> None:

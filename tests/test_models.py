@@ -75,6 +75,7 @@ def test_resolve_hub_needs_no_network() -> None:
 
 
 def test_resolve_local_paths(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
     assert resolve(parse_source({"path": str(tmp_path)})) == Resolved(str(tmp_path))
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
@@ -349,9 +350,12 @@ def test_load_folder_without_weights(tmp_path: Path) -> None:
 
 
 def test_load_empty_folder_is_a_model_source_error_naming_the_folder(tmp_path: Path) -> None:
-    # transformers' own error (no config.json), wrapped in a ModelSourceError naming the source
-    folder = re.escape(str(tmp_path))
-    with pytest.raises(ModelSourceError, match=f"^cannot load path:{folder}: .*config.json"):
+    # refused before transformers reads it ("Unrecognized model"), naming what the folder lacks
+    folder = re.escape(repr(str(tmp_path)))
+    with pytest.raises(ModelSourceError, match=f"^model folder {folder} is empty: give the"):
+        load_model(parse_source({"path": str(tmp_path)}))
+    (tmp_path / "weights.safetensors").write_bytes(b"")
+    with pytest.raises(ModelSourceError, match=f"^model folder {folder} has no config.json"):
         load_model(parse_source({"path": str(tmp_path)}))
 
 

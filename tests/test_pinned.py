@@ -165,3 +165,19 @@ def test_a_pinned_prompt_source_is_fetched_recorded_and_its_pin_reruns_the_promp
     lines = [line for line in (dry.stdout + dry.stderr).splitlines() if line.strip()]
     assert dry.returncode != 0 and len(lines) == 1, lines
     assert lines[0].startswith(f"config error: the hub cache holds {ARC}@main at commit")
+    # a lock of the wrong form stops it in one line naming the key (was a traceback)
+    (second / "hub.lock").write_text(json.dumps({"models": 5}))
+    dry = snakemake(second, "-n", *PROMPTS)
+    lines = [line for line in (dry.stdout + dry.stderr).splitlines() if line.strip()]
+    assert dry.returncode != 0 and len(lines) == 1, lines
+    assert lines[0].startswith(f"config error: hub.lock_file: {'hub.lock'}: models is int 5")
+    # a deleted lock is written again from the cache's manifests by the next run with a job
+    # (onstart: not a dry run)
+    (second / "hub.lock").unlink()
+    assert snakemake(second, "-n", "-f", *PROMPTS).returncode == 0
+    assert not (second / "hub.lock").exists()
+    again = snakemake(second, "--cores", "1", "-f", *PROMPTS)
+    assert again.returncode == 0, again.stderr[-3000:]
+    recorded = lockfile.read_lock(second / "hub.lock")
+    assert recorded["datasets"] == {ARC: {"main": commit_of(ARC, "v1")}}
+    assert recorded["files"][commit_of(ARC, "v1")]["README.md"].startswith("git-sha1:")

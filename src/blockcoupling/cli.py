@@ -139,9 +139,11 @@ def _parser() -> argparse.ArgumentParser:
         help="check every result against the content hash its job recorded",
         description=(
             "Name every file under FOLDER (a workflow's results/) that differs from the hash "
-            "recorded when its job wrote it, has no record, does not open (NetCDF, CSV, PNG, "
-            "PDF, JSON, safetensors) or is a temp file left by an interrupted write. Exits 1 "
-            "when any does."
+            "recorded when its job wrote it, has no record or an unreadable one, does not open "
+            "(NetCDF, CSV, PNG, PDF, JSON, safetensors) or is a temp file left by an "
+            "interrupted write; every symlink; and, against the run record (every job adds "
+            "its outputs to it), a result deleted together with its record or a record added "
+            "by hand. Exits 1 when any does."
         ),
     )
     verify.add_argument("folder", metavar="FOLDER", type=Path, help="a results folder")
@@ -194,13 +196,21 @@ def _rewrite_block(file: Path, start: str, end: str, body: str) -> None:
     from blockcoupling.files.io import replace_marked_block, write_text
 
     target = file.resolve()
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    if mode is not None and not mode & stat.S_IWUSR:
+    if target.is_dir():
+        raise ValueError(f"{file} is a folder: name the file that holds the markers {start}")
+    if not target.is_file():
+        raise ValueError(f"{file} does not exist: name the file that holds the markers {start}")
+    mode = stat.S_IMODE(target.stat().st_mode)
+    if not mode & stat.S_IWUSR:
         raise ValueError(f"{file} is read-only: make it writable (chmod u+w {file}) first")
-    text = target.read_text(encoding="utf-8")
+    try:
+        text = target.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{file} is not UTF-8 text (byte {error.start}): re-save it as UTF-8, then rerun"
+        ) from None
     write_text(target, replace_marked_block(text, file, start, end, body))
-    if mode is not None:
-        target.chmod(mode)  # its own permissions, not the umask's
+    target.chmod(mode)  # its own permissions, not the umask's
 
 
 def _workflow_dir(given: Path | None) -> Path:
@@ -288,6 +298,20 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
             f"--gpu-tflops {args.gpu_tflops:g}: give your GPUs' achieved float32 TFLOP/s, a "
             "number above 0 (or leave it out for the H200 measured)"
         )
+    if args.csv is not None and (args.csv.is_dir() or not args.csv.parent.is_dir()):
+        what = "is a folder" if args.csv.is_dir() else "is in no existing folder"
+        raise ValueError(f"--csv {args.csv}: {what}; name a CSV file, e.g. --csv plan.csv")
+    limit = None
+    if args.time_limit:
+        from blockcoupling.pipeline.slurm import minutes
+
+        try:
+            limit = minutes(args.time_limit)
+        except ValueError as error:
+            raise ValueError(
+                f"--time-limit {args.time_limit!r}: {error}; give a positive limit: minutes, "
+                "HH:MM:SS or D-HH:MM:SS"
+            ) from None
     plan = load_plan(args.configfile, args.workflow_dir, check_memory=False)
     uncosted = [n for n, e in plan.models.items() if cost.shape_of(e.meta, e.load) is None]
     if uncosted:
@@ -303,16 +327,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
             name=f"GPU, float32 ({args.gpu_tflops:g} TFLOP/s given)",
             matmul=args.gpu_tflops * 1e12,
         )
-    limit = None
     if args.time_limit:
-        from blockcoupling.pipeline.slurm import minutes
-
-        try:
-            limit = minutes(args.time_limit)
-        except ValueError:
-            raise ValueError(
-                f"--time-limit {args.time_limit!r}: give minutes, HH:MM:SS or D-HH:MM:SS"
-            ) from None
         where = f"of --time-limit {args.time_limit}"
         plan = cost.sized_plan(
             plan, lambda model: (where, limit), lambda m: gpu if plan.on_gpu(m) else cost.CPU
@@ -433,20 +448,12 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
     its manifest where the fetch rules keep it; returns a one-line summary.
     """
     from blockcoupling.lm import hub
+    from blockcoupling.lm.hub_names import check_fetch_folder
 
-    parts = folder.parts
-    kinds = {"models": "model", "checkpoints": "checkpoint"}
-    tail = (*repo.split("/"), revision)
-    top = len(parts) - len(tail) - 1
-    if top < 0 or tuple(parts[top + 1 :]) != tail or parts[top] not in kinds:
-        raise ValueError(
-            f"{folder}: not the folder of {repo} at {revision} in a hub cache (expected "
-            f"HUB_CACHE/models/{repo}/{revision} or HUB_CACHE/checkpoints/{repo}/{revision})"
-        )
-    cache = Path(*parts[:top]) if top else Path(".")
-    hub.go_online()
+    hub.go_online()  # before check_fetch_folder imports huggingface_hub
+    cache, kind, _ = check_fetch_folder(folder, repo, revision)
     manifest = hub.fetch_model(repo, revision, folder)
-    target = hub.HubSettings(cache_dir=str(cache)).manifest(kinds[parts[top]], repo, revision)
+    target = hub.HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
     hub.write_manifest(manifest, target)
     size = manifest["bytes"] / 1e9
     return f"{repo}@{revision}: {len(manifest['files'])} files, {size:.2f} GB in {folder}"
@@ -460,7 +467,7 @@ def verify_results(folder: Path) -> int:
     for line in problems:
         print(line)
     if problems:
-        print(f"{len(problems)} file(s) of {folder} fail verification", file=sys.stderr)
+        print(f"{len(problems)} problem(s) in {folder}: it fails verification", file=sys.stderr)
         return 1
     print(f"{folder}: every result matches its recorded hash and opens")
     return 0

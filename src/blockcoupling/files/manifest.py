@@ -3,8 +3,10 @@ folder against them (``blockcoupling verify results/``).
 
 A file ``results/<path>`` has its record ``results/.manifest/<path>.json`` (``{"sha256", "size"}``):
 one small file per result, written atomically by the job that wrote the result, so jobs running
-at once (on different Slurm nodes too) never write the same record. Training work folders
-(``work-*``, the trainer's resume state, checked by the trainer itself) hold no results.
+at once (on different Slurm nodes too) never write the same record; each job then adds its
+records to the run record (``run_record``), which shows a result deleted together with its
+record. The trainers' work folders (``train/<run>/work-<key>``, their resume state, checked by
+the trainer itself) hold no results; anything else, symlinks included, is checked.
 Imports nothing heavy: every job records its outputs.
 """
 
@@ -15,9 +17,11 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from blockcoupling.files import run_record
+from blockcoupling.files.run_record import write_file
 
 RESULTS = "results"
 MANIFEST = ".manifest"
@@ -26,6 +30,8 @@ _TEMP = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")  # a temp file of io.atomic_write
 TIMESTAMP = ".snakemake_timestamp"
 # the workflow's temp() outputs, deleted by Snakemake once merged: their records outlive them
 TEMPORARY = re.compile(r"extract/[^/]+/[^/]+/shards/.+")
+# the trainers' work folders (runtime.workdir.keyed_work_dir), their resume state: no results
+TRAINER_WORK = re.compile(r"(vit/)?train/.+/work-[0-9a-f]{12}")
 
 
 def results_root(path: str | Path) -> Path | None:
@@ -54,88 +60,183 @@ def record_path(root: Path, path: Path) -> Path:
 def record(paths: Iterable[str | Path]) -> None:
     """Record the hash of every file of ``paths`` under a ``results`` folder, and of every file
     inside a folder of ``paths`` (a ``directory()`` output); others: nothing. Each record is
-    written atomically with the umask's permissions.
+    written atomically with the umask's permissions, then added to the folder's run record.
     """
-    for path in map(Path, paths):
+    added: dict[Path, dict[str, str]] = {}
+    dropped: dict[Path, list[str]] = {}
+    _record(map(Path, paths), added, dropped)
+    for root in added.keys() | dropped.keys():
+        run_record.update(
+            root / MANIFEST,
+            added.get(root, {}),
+            tuple(dropped.get(root, [])),
+            lambda root=root: recorded(root),
+        )
+
+
+def _record(
+    paths: Iterable[Path], added: dict[Path, dict[str, str]], dropped: dict[Path, list[str]]
+) -> None:
+    """Write the per-file records of ``paths``; collect, per results root, the hashes written
+    (``added``) and the directory outputs written anew (``dropped``).
+    """
+    for path in paths:
         root = results_root(path)
         if root is None:
             continue
         if path.is_dir():  # its records are replaced: none of a file it no longer holds
             records = record_path(root, path).with_suffix("")
             shutil.rmtree(records, ignore_errors=True)
-            record(sorted(p for p in path.rglob("*") if p.is_file() and p.name != TIMESTAMP))
+            dropped.setdefault(root, []).append(_relative(root, path))
+            files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != TIMESTAMP)
+            _record(files, added, dropped)
             continue
         if not path.is_file():
             continue
         entry = {"sha256": sha256(path), "size": path.stat().st_size}
-        _write(record_path(root, path), json.dumps(entry, sort_keys=True) + "\n")
+        write_file(record_path(root, path), json.dumps(entry, sort_keys=True) + "\n")
+        added.setdefault(root, {})[_relative(root, path)] = entry["sha256"]
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(temp, 0o666 & ~mask)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+def _relative(root: Path, path: Path) -> str:
+    return path.absolute().relative_to(root.absolute()).as_posix()
 
 
-def _results(root: Path) -> Iterator[Path]:
-    """Every file under ``root`` but the manifest, training work folders and Snakemake's
-    directory timestamps, sorted.
+def _entries(root: Path) -> Iterator[tuple[Path, bool]]:
+    """``(path, is_link)`` of every file and symlink under ``root`` but the records (in the
+    manifest folder only its symlinks), the trainers' work folders and Snakemake's directory
+    timestamps, sorted; a symlinked folder is given, not followed.
     """
     for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(s for s in subfolders if s != MANIFEST and not s.startswith("work-"))
+        here = Path(folder)
+        records = _relative(root, here).split("/")[0] == MANIFEST
+        kept = []
+        for name in sorted(subfolders):
+            if (here / name).is_symlink():
+                yield here / name, True
+            elif not TRAINER_WORK.fullmatch(_relative(root, here / name)):
+                kept.append(name)
+        subfolders[:] = kept
         for name in sorted(files):
-            if name != TIMESTAMP:
-                yield Path(folder) / name
+            if (here / name).is_symlink():
+                yield here / name, True
+            elif not records and name != TIMESTAMP:
+                yield here / name, False
+
+
+def recorded(root: Path) -> dict[str, str]:
+    """Every per-file record under ``root``'s manifest folder, as relative path -> SHA-256 (an
+    unreadable record: its hash "").
+    """
+    records = root / MANIFEST
+    found = {}
+    for entry in sorted(records.rglob("*.json")):
+        relative = entry.relative_to(records).with_name(entry.name.removesuffix(".json"))
+        found[relative.as_posix()] = (_read_record(entry) or {}).get("sha256", "")
+    return found
+
+
+def _read_record(path: Path) -> dict[str, object] | None:
+    """A per-file record's ``{"sha256", "size"}``; None when it does not read as one."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("sha256"), str)
+        or not isinstance(entry.get("size"), int)
+    ):
+        return None
+    return entry
 
 
 def _missing(root: Path) -> Iterator[Path]:
     """The recorded results under ``root`` whose file is gone (but TEMPORARY ones), sorted."""
-    records = root / MANIFEST
-    for entry in sorted(records.rglob("*.json")):
-        relative = entry.relative_to(records).with_name(entry.name.removesuffix(".json"))
-        if not (root / relative).exists() and not TEMPORARY.fullmatch(relative.as_posix()):
+    for relative in recorded(root):
+        if not (root / relative).exists() and not TEMPORARY.fullmatch(relative):
             yield root / relative
 
 
 def verify(root: str | Path) -> list[str]:
-    """One line per file under ``root`` (a results folder) that is a leftover temp file, has no
-    record, differs from its record, or does not open as its type, and per recorded file that
-    is gone; empty when all hold.
+    """One line per problem of ``root`` (a results folder): a symlink, a leftover temp file, a
+    file with no record, an unreadable record, a file that differs from its record or does not
+    open as its type, a recorded file that is gone, and against the run record: a record it
+    does not list or lists with another hash, a file it lists whose record is gone too (deleted
+    together), or a run record that does not read; empty when all hold.
     """
     root = Path(root)
-    if not (root / MANIFEST).is_dir():
+    if not (root / MANIFEST).is_dir() or (root / MANIFEST).is_symlink():
         raise ValueError(
             f"{root} has no {MANIFEST} folder: not a results folder written by this workflow"
         )
     problems = []
-    for path in _results(root):
-        if _TEMP.fullmatch(path.name):
-            problems.append(f"{path}: a temp file of an interrupted write; delete it")
+    for path, link in _entries(root):
+        if link:
+            problems.append(
+                f"{path}: a symlink (to {os.readlink(path)}), not a result its job wrote; delete "
+                "the link and rerun the workflow"
+            )
             continue
-        entry_path = record_path(root, path)
-        if not entry_path.is_file():
-            problems.append(f"{path}: no record in {MANIFEST} (not written by a workflow job)")
-            continue
-        entry = json.loads(entry_path.read_text(encoding="utf-8"))
-        if path.stat().st_size != entry["size"] or sha256(path) != entry["sha256"]:
-            problems.append(f"{path}: differs from its record (changed since its job wrote it)")
-            continue
-        error = open_error(path)
-        if error is not None:
-            problems.append(f"{path}: does not open ({error})")
+        problems += _file_problems(root, path)
     for path in _missing(root):
         problems.append(
             f"{path}: recorded but missing (deleted since its job wrote it); rerun the workflow"
         )
+    return problems + _run_problems(root)
+
+
+def _file_problems(root: Path, path: Path) -> list[str]:
+    """What is wrong with one file under ``root`` against its per-file record."""
+    if _TEMP.fullmatch(path.name):
+        return [f"{path}: a temp file of an interrupted write; delete it"]
+    entry_path = record_path(root, path)
+    if not entry_path.is_file():
+        return [f"{path}: no record in {MANIFEST} (not written by a workflow job)"]
+    entry = _read_record(entry_path)
+    if entry is None:
+        return [
+            f"{entry_path}: not a record of {path} (no JSON with its sha256 and size); delete "
+            "both and rerun the workflow"
+        ]
+    if path.stat().st_size != entry["size"] or sha256(path) != entry["sha256"]:
+        return [f"{path}: differs from its record (changed since its job wrote it)"]
+    error = open_error(path)
+    return [] if error is None else [f"{path}: does not open ({error})"]
+
+
+def _run_problems(root: Path) -> list[str]:
+    """The per-file records against the run record: one line per difference."""
+    where = root / MANIFEST / run_record.NAME
+    try:
+        listed = run_record.read(where)
+    except run_record.RunRecordError as error:
+        return [str(error)]
+    if listed is None:
+        return [
+            f"{where}: no run record (deleted, or never written: every job adds to it), so a "
+            "result deleted with its record cannot be seen; rerun the workflow into a fresh "
+            "results folder"
+        ]
+    records = recorded(root)
+    problems = []
+    for relative in sorted(listed.keys() - records.keys()):
+        if not TEMPORARY.fullmatch(relative) and not (root / relative).exists():
+            problems.append(
+                f"{root / relative}: in the run record, but the file and its record are gone "
+                "(deleted together); rerun the workflow"
+            )
+    for relative in sorted(records.keys() - listed.keys()):
+        problems.append(
+            f"{root / relative}: has a record but is not in the run record {where} (a record "
+            "not written by a workflow job); delete both and rerun the workflow"
+        )
+    for relative in sorted(records.keys() & listed.keys()):
+        if records[relative] and records[relative] != listed[relative]:
+            problems.append(
+                f"{root / relative}: its record differs from the run record {where} (a record "
+                "edited by hand); rerun the workflow"
+            )
     return problems
 
 

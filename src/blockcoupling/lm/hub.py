@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from blockcoupling.files.io import write_text
+from blockcoupling.lm import content
+from blockcoupling.lm.hub_names import check_fetch_folder
 
 # What loading a causal LM needs besides its weights: config, generation config, tokenizer
 # (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab/merges, sentencepiece).
@@ -82,9 +84,10 @@ class HubSettings:
 
 def go_online() -> None:
     """Undo the jobs' offline switches in this process (the fetch scripts, before importing
-    huggingface_hub, which reads them once at import).
+    huggingface_hub, which reads them once at import; imported already with neither set: nothing
+    to undo).
     """
-    if "huggingface_hub" in sys.modules:
+    if "huggingface_hub" in sys.modules and any(os.environ.get(name) for name in OFFLINE):
         raise RuntimeError("go_online() must run before huggingface_hub is imported")
     for name in OFFLINE:
         os.environ.pop(name, None)
@@ -99,9 +102,11 @@ def _download(
     """
     from huggingface_hub import HfApi, snapshot_download
 
-    info = info or HfApi().repo_info(repo, repo_type=repo_type, revision=revision)
+    info = info or HfApi().repo_info(
+        repo, repo_type=repo_type, revision=revision, files_metadata=True
+    )
     partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    _remove(partial)
     snapshot_download(
         repo,
         repo_type=repo_type,
@@ -117,7 +122,14 @@ def _download(
     }
     if not files:
         raise HubCacheError(f"{repo}@{revision}: no file matches {patterns}")
-    shutil.rmtree(target, ignore_errors=True)
+    hashes, differing = content.fetched_hashes(partial, files, info.siblings)
+    if differing:
+        raise HubCacheError(
+            f"{repo}@{revision}: {differing[0]} as downloaded differs from the hash the hub gives "
+            f"it ({len(differing)} such files): a damaged download or a proxy that changes "
+            "files; fetch again"
+        )
+    _remove(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial.rename(target)
     return {
@@ -126,9 +138,20 @@ def _download(
         "revision": revision,
         "commit": info.sha,
         "files": files,
+        "hashes": hashes,
         "bytes": sum(files.values()),
         "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _remove(path: Path) -> None:
+    """Delete ``path`` (a folder of the fetch's own, checked by ``check_fetch_folder``): a
+    symlink put there is unlinked, never followed.
+    """
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 # Exceptions (by class name, anywhere in the class's MRO) that mean the hub was not reached:
@@ -141,9 +164,12 @@ def endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
 
 
-def hub_fault(error: Exception, repo: str, revision: str) -> HubCacheError | None:
+def hub_fault(
+    error: Exception, repo: str, revision: str, pinned: tuple[str, str] | None = None
+) -> HubCacheError | None:
     """One line for a hub that could not be reached, or that refused ``repo`` at ``revision``
-    (None: another error, left as it is).
+    (None: another error, left as it is); ``pinned``: ``(commit, lock file)`` when the fetch
+    asked for the commit a lock file pins instead.
     """
     names = {cls.__name__ for cls in type(error).__mro__}
     short = (str(error).splitlines() or [""])[0][:200]
@@ -152,6 +178,14 @@ def hub_fault(error: Exception, repo: str, revision: str) -> HubCacheError | Non
             f"cannot reach the hub at {endpoint()} to fetch {repo} at revision {revision} "
             f"({type(error).__name__}: {short}): check this machine's network (fetch rules run "
             "where Snakemake runs: the login node), HF_ENDPOINT and HTTPS_PROXY, then rerun"
+        )
+    if "HfHubHTTPError" in names and pinned:
+        commit, lock = pinned
+        return HubCacheError(
+            f"the hub at {endpoint()} refused {repo} at commit {commit}, which {lock} pins for "
+            f"revision {revision} ({type(error).__name__}: {short}): the hub no longer has it, "
+            f"or {lock} comes from another hub; delete its entry for {repo} at {revision} to "
+            "fetch the revision's current commit"
         )
     if "HfHubHTTPError" in names:
         return HubCacheError(
@@ -163,22 +197,28 @@ def hub_fault(error: Exception, repo: str, revision: str) -> HubCacheError | Non
 
 
 def fetch_model(
-    repo: str, revision: str, target: str | Path, commit: str | None = None
+    repo: str,
+    revision: str,
+    target: str | Path,
+    commit: str | None = None,
+    lock: str | None = None,
 ) -> dict[str, Any]:
     """Fetch one model revision: config, tokenizer and weights (safetensors where the revision
     has them, else the PyTorch .bin files); ``commit``: the commit to fetch instead of what
-    ``revision`` points to now (the lock file's). Returns the manifest; a hub not reached, or one
-    that refuses the revision, raises ``HubCacheError`` in one line (``hub_fault``).
+    ``revision`` points to now (the lock file ``lock``'s). Returns the manifest; a hub not
+    reached, or one that refuses the revision, raises ``HubCacheError`` in one line
+    (``hub_fault``).
     """
     from huggingface_hub import HfApi
 
+    target = check_fetch_folder(target, repo, revision)[2]
     try:
-        info = HfApi().repo_info(repo, revision=commit or revision)
+        info = HfApi().repo_info(repo, revision=commit or revision, files_metadata=True)
         names = [sibling.rfilename for sibling in info.siblings or []]
         weights = "*.safetensors" if any(n.endswith(".safetensors") for n in names) else "*.bin"
         return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target), info)
     except Exception as error:
-        fault = hub_fault(error, repo, revision)
+        fault = hub_fault(error, repo, revision, (commit, str(lock)) if commit else None)
         if fault is None:
             raise
         raise fault from None
@@ -216,6 +256,7 @@ def fetch_dataset(
     target: str | Path,
     revision: str = "main",
     commit: str | None = None,
+    lock: str | None = None,
 ) -> dict[str, Any]:
     """Fetch the card and the data files of one dataset config (every split of it) at
     ``revision``, or at ``commit`` when given (the lock file's). Returns the manifest.
@@ -224,8 +265,9 @@ def fetch_dataset(
 
     from huggingface_hub import HfApi, hf_hub_download
 
+    target = check_fetch_folder(target, repo, revision, ("datasets",))[2]
     try:
-        info = HfApi().dataset_info(repo, revision=commit or revision)
+        info = HfApi().dataset_info(repo, revision=commit or revision, files_metadata=True)
         with tempfile.TemporaryDirectory() as folder:
             card = hf_hub_download(
                 repo, "README.md", repo_type="dataset", revision=info.sha, local_dir=folder
@@ -234,7 +276,7 @@ def fetch_dataset(
         patterns = ["README.md", *dataset_patterns(readme, config)]
         return _download(repo, revision, "dataset", patterns, Path(target), info)
     except Exception as error:
-        fault = hub_fault(error, repo, revision)
+        fault = hub_fault(error, repo, revision, (commit, str(lock)) if commit else None)
         if fault is None:
             raise
         raise fault from None
@@ -291,6 +333,21 @@ def missing_files(folder: str | Path) -> list[str] | None:
     return missing
 
 
+def damaged_files(folder: str | Path) -> list[str]:
+    """The files of a fetched folder whose bytes differ from the hashes its manifest recorded
+    at fetch time (the hub's own; a streaming hash of each); [] where it recorded none (a fetch
+    from before hashes were recorded).
+    """
+    manifest = manifest_of(folder)
+    if manifest is None:
+        return []
+    try:
+        hashes = json.loads(manifest.read_text("utf-8")).get("hashes") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    return content.damaged(folder, hashes) if isinstance(hashes, dict) else []
+
+
 def fetch_command(folder: str | Path, repo: str, revision: str) -> str:
     """The command that fetches exactly one revision into its folder (with its manifest)."""
     return f"blockcoupling fetch {repo} {revision} {folder}"
@@ -320,21 +377,30 @@ def incomplete(folder: str | Path, what: str, repo: str, revision: str) -> str |
 
 def require(folder: str | Path, what: str, repo: str = "", revision: str = "main") -> Path:
     """The fetched folder of ``what`` (a revision or dataset): there, with every file its
-    manifest lists; else one error naming it and the fix (compute jobs are offline: they
-    never download). ``repo``: the hub id, for the fetch command ('': a dataset, fetched by
-    the fetch target).
+    manifest lists, each with the content hash it recorded; else one error naming it and the
+    fix (compute jobs are offline: they never download). ``repo``: the hub id, for the fetch
+    command ('': a dataset, fetched by the fetch target).
     """
     folder = Path(folder)
     if repo:
         line = incomplete(folder, what, repo, revision)
         if line is not None:
             raise HubCacheError(line)
-        return folder
-    if missing_files(folder) != []:
+        fix = f"rm -r {folder}, then {fetch_command(folder, repo, revision)}"
+    elif missing_files(folder) != []:
         raise HubCacheError(
             f"{what} is not (completely) in the hub cache ({folder}); fetch it where the "
             f"network is (snakemake --cores 1 fetch, on the login node) and check "
             "hub.cache_dir is shared"
+        )
+    else:
+        fix = f"rm -r {folder}, then snakemake --cores 1 fetch"
+    damaged = damaged_files(folder)
+    if damaged:
+        raise HubCacheError(
+            f"{what}: {folder / damaged[0]} differs from the hash the hub gave it at fetch time "
+            f"({len(damaged)} such files; {manifest_of(folder)}): the file is damaged or was "
+            f"changed; fetch it again where the network is: {fix}"
         )
     return folder
 

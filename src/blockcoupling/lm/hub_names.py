@@ -5,6 +5,7 @@ a package can never point outside it (``..``, absolute paths, symlinks out).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -61,3 +62,56 @@ def contained(path: str | Path, folder: str | Path, what: str) -> Path:
     if not resolved.is_relative_to(root):
         raise HubNameError(f"{what} {str(path)!r} leads outside {root}; name a file inside it")
     return resolved
+
+
+# The top folders of the hub cache that hold fetched revisions, and the kind of each.
+CACHE_KINDS = {"models": "model", "checkpoints": "checkpoint", "datasets": "dataset"}
+
+
+def check_fetch_folder(
+    folder: str | Path, repo: str, revision: str, tops: tuple[str, ...] = ("models", "checkpoints")
+) -> tuple[Path, str, Path]:
+    """``(cache_dir, kind, resolved folder)`` of ``folder`` if it is the revision folder of
+    ``repo`` at ``revision`` in a hub cache (``CACHE_DIR/<top>/<repo>/<revision>``, ``top`` one
+    of ``tops``), the id and revision ones the hub accepts, and no part of it below
+    ``CACHE_DIR/<top>`` a symlink (a fetch replaces exactly that folder: it deletes nothing
+    outside it); else HubNameError. Used by the workflow's fetch rules and ``blockcoupling
+    fetch`` alike.
+    """
+    check_repo_id(repo)
+    check_revision(revision)
+    if "/" in revision:
+        raise HubNameError(
+            f"hub revision {revision!r} has '/': the hub cache keeps a revision as one folder; "
+            "give its commit hash"
+        )
+    parts = Path(folder).parts
+    tail = (*repo.split("/"), revision)
+    top = len(parts) - len(tail) - 1
+    if top < 0 or tuple(parts[top + 1 :]) != tail or parts[top] not in tops:
+        expected = " or ".join(f"HUB_CACHE/{name}/{repo}/{revision}" for name in tops)
+        raise HubNameError(
+            f"{folder}: not the folder of {repo} at {revision} in a hub cache (expected {expected})"
+        )
+    cache = Path(*parts[:top]) if top else Path(".")
+    return cache, CACHE_KINDS[parts[top]], owned(folder, cache / parts[top])
+
+
+def owned(folder: str | Path, root: str | Path) -> Path:
+    """``folder`` (a path below ``root``) resolved, if no part of it below ``root`` is a symlink
+    and none is ``..``: what deleting it deletes lies inside ``root`` (itself resolved); else
+    HubNameError naming the link.
+    """
+    relative = Path(folder).relative_to(root)
+    if any(part in ("..", ".") for part in relative.parts):
+        raise HubNameError(f"{folder}: has '..'; name the folder itself")
+    path = Path(root).resolve()
+    for part in relative.parts:
+        path = path / part
+        if path.is_symlink():
+            raise HubNameError(
+                f"{folder}: {path} is a symlink (to {os.readlink(path)}); the fetch replaces "
+                f"this folder and deletes nothing outside {Path(root).resolve()}: remove the "
+                "link (rm, not rm -r) and fetch again"
+            )
+    return path

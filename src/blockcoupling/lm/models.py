@@ -10,12 +10,15 @@ import importlib
 import importlib.util
 import json
 import os
+import pickle
 import shutil
+import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockcoupling.files.io import permissions
 from blockcoupling.jacobians.adapters import UnknownArchitectureError
 from blockcoupling.lm import hub
 from blockcoupling.lm.gguf_once import one_parse_per_file
@@ -133,6 +136,9 @@ def write_converted(model: nn.Module, tokenizer: Any, source: ModelSource, targe
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     (partial / "source.json").write_text(json.dumps({"source": source.describe()}) + "\n")
+    for path in partial.rglob("*"):  # safetensors writes 0600: the umask's, as every result
+        if path.is_file():
+            permissions(path)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)
     return target
@@ -183,9 +189,11 @@ def refuse_custom_code(folder: Path) -> None:
         except (OSError, ValueError):
             continue
         if isinstance(content, dict) and content.get("auto_map"):
+            auto_map = content["auto_map"]
+            named = sorted(auto_map) if isinstance(auto_map, dict) else json.dumps(auto_map)
             raise ModelSourceError(
-                f"{folder / name} has auto_map (custom model code, {sorted(content['auto_map'])}"
-                "): blockcoupling never runs a model's own code; use a model whose architecture "
+                f"{folder / name} has auto_map (custom model code, {str(named)[:120]}): "
+                "blockcoupling never runs a model's own code; use a model whose architecture "
                 "transformers has built in"
             )
 
@@ -218,6 +226,12 @@ def _resolve(source: ModelSource) -> Resolved:
                     f"model file {str(path)!r} is not a .gguf file; give its folder"
                 )
             return Resolved(str(path.parent), path.name)
+        if not (path / "config.json").is_file():
+            state = "is empty" if not any(path.iterdir()) else "has no config.json"
+            raise ModelSourceError(
+                f"model folder {str(path)!r} {state}: give the folder a model was saved to "
+                "(save_pretrained: config.json, weights, tokenizer), or its .gguf file"
+            )
         return Resolved(str(path))
     if source.kind in ("package", "assembled"):
         if source.kind == "assembled" and not source.file:
@@ -405,9 +419,16 @@ def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tup
         kwargs["quantization_config"] = quantization
     if quantization is not None or options.device_map:  # weights straight to their devices
         kwargs["device_map"] = options.device_map or options.device
-    with _reads(where):
+    with _reads(where), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Detected pickle protocol")  # a .bin refused below
         try:
             model = _auto_class(options.task).from_pretrained(where.name_or_path, **kwargs)
+        except pickle.UnpicklingError:
+            raise ModelSourceError(
+                f"cannot load {source.describe()}: its PyTorch .bin weights hold more than "
+                "tensors (torch.load with weights_only=True refused to unpickle them; nothing "
+                "ran); blockcoupling never unpickles code: use the model's .safetensors weights"
+            ) from None
         except (OSError, ValueError) as error:
             raise ModelSourceError(
                 f"cannot load {source.describe()}: {str(error).splitlines()[0]}"

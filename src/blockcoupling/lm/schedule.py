@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SEED_MAX = 2**63 - 1  # a seed becomes torch's int64 and a NetCDF attribute
+
 
 @dataclass
 class TrainConfig:
@@ -47,6 +49,12 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("seed", "split_seed"):
+            if not 0 <= getattr(self, name) <= SEED_MAX:
+                raise ValueError(
+                    f"{name} must be in 0..2**63-1 (torch's and NetCDF's int64), got "
+                    f"{getattr(self, name)}"
+                )
         if not 0.0 < self.data_fraction <= 1.0:
             raise ValueError(f"data_fraction must be in (0, 1], got {self.data_fraction}")
         if self.d_model % self.n_heads:

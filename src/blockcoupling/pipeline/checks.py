@@ -93,6 +93,21 @@ def _rule_names_unique(kind: str, names: list[str]) -> None:
         seen[key] = name
 
 
+NAME_MAX = 100  # characters: a name becomes file names, with suffixes, under 255 bytes
+
+
+def _check_name_lengths(kind: str, names: list[str], table: str | None) -> None:
+    """Every model or run name fits a file name with the suffixes the workflow adds."""
+    for name in names:
+        if len(name.encode("utf-8")) > NAME_MAX:
+            where = f" (in model_table {table} or under models:)" if table else ""
+            raise ConfigError(
+                f"{kind} {name[:40]!r}... has {len(name.encode('utf-8'))} bytes{where}: names "
+                f"become file names (at most 255 bytes with their suffixes); use at most "
+                f"{NAME_MAX}"
+            )
+
+
 def rule_suffix(name: str) -> str:
     """A model or run name as part of a rule name."""
     return name.replace("-", "_").replace(".", "_")
@@ -129,8 +144,11 @@ def validate_config(
         cause = error.__cause__ or error.__context__
         if not isinstance(cause, ValidationError):
             raise ConfigError(str(error).splitlines()[0]) from None
-        if cause.context:  # oneOf/anyOf: the alternative that came closest
-            cause = best_match(cause.context)
+        if cause.context:  # oneOf/anyOf: the alternative that came closest, one whose type
+            # the value has (hub.max_revisions: 0 breaks the bound of the integer alternative,
+            # not the 'all' one)
+            typed = [e for e in cause.context if e.validator not in ("type", "const", "enum")]
+            cause = best_match(typed or cause.context)
         key = ".".join(str(part) for part in cause.absolute_path) or "top level"
         message = " ".join(cause.message.split())
         message = message if len(message) <= 200 else message[:197] + "..."
@@ -186,6 +204,8 @@ def check_config(
     if not models:
         raise ConfigError("no models: add one under models: (or a model_table)")
     _rule_names_unique("model", list(models))
+    _check_name_lengths("model", list(models), config.get("model_table"))
+    _check_name_lengths("train run", list(runs), None)
     for name, entry in models.items():
         _check_source(name, entry)
         try:
@@ -248,6 +268,7 @@ def check_config(
         measure,
         metric,
     )
+    _check_lock(plan)
     if check_memory:
         from blockcoupling.pipeline.cost import check_fits
 
@@ -256,6 +277,22 @@ def check_config(
         except ValueError as error:
             raise ConfigError(str(error)) from None
     return plan
+
+
+def _check_lock(plan: Plan) -> None:
+    """The hub lock file (``hub.lock_file``), where the config fetches from the hub and it
+    exists, reads as a whole (``lockfile.read_lock``), so a damaged lock stops check-config and
+    the workflow before any fetch.
+    """
+    from blockcoupling.lm.lockfile import LockError, read_lock
+
+    lock = plan.hub.lock_file
+    if not lock or not (plan.hub_revisions or plan.prompt_hub_sources()):
+        return
+    try:
+        read_lock(lock)
+    except LockError as error:
+        raise ConfigError(f"hub.lock_file: {error}") from None
 
 
 def _model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, int | None]:

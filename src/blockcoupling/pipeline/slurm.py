@@ -315,14 +315,26 @@ def gpus_in(gres: str) -> int:
     return total
 
 
+_LIMIT = re.compile(r"(?:(\d+)-)?(\d+(?::\d+){0,2})")
+
+
 def minutes(limit: str) -> int | None:
-    """A Slurm time limit (``infinite``, ``30``, ``1:30:00``, ``2-00:00:00``) in minutes."""
-    if limit.strip().lower() in ("infinite", "unlimited", "n/a", ""):
+    """A Slurm time limit (``infinite``, ``30``, ``1:30:00``, ``2-00:00:00``) in minutes;
+    ValueError for one that is not of those forms or not above zero (``-5``, ``-1-00:00:00``).
+    """
+    text = limit.strip()
+    if text.lower() in ("infinite", "unlimited", "n/a", ""):
         return None
-    days, _, clock = limit.strip().rpartition("-")
+    match = _LIMIT.fullmatch(text)
+    if match is None:
+        raise ValueError(f"time limit {limit!r} is not minutes, MM:SS, HH:MM:SS or D-HH:MM:SS")
+    days, clock = match.group(1), match.group(2)
     parts = [int(part) for part in clock.split(":")]
     hours, mins, secs = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    return int(days or 0) * 1440 + hours * 60 + mins + (secs > 0)
+    total = int(days or 0) * 1440 + hours * 60 + mins + (secs > 0)
+    if total <= 0:
+        raise ValueError(f"time limit {limit!r} is not above zero")
+    return total
 
 
 def read_nodes(partition: str) -> Nodes | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
+import shutil
 import signal
 import sys
 import traceback
@@ -49,6 +51,23 @@ def reason(error: OSError) -> str:
     if error.errno == errno.ENOSPC:
         return f"the disk is full ({error.strerror}); free space and rerun"
     return str(error)
+
+
+_ERRNO = re.compile(r"\[Errno (\d+)\] ([^:]+)")
+
+
+def first_copy_error(error: shutil.Error) -> OSError:
+    """The first failure of a ``shutil.copytree`` as an OSError on its target (its errno read
+    back from the text copytree kept), instead of the list of every file's failure.
+    """
+    failures = error.args[0] if error.args and isinstance(error.args[0], list) else []
+    if not failures or len(failures[0]) != 3:
+        return error
+    source, target, why = failures[0]
+    found = _ERRNO.search(str(why))
+    if found is None:
+        return OSError(f"copying {source} to {target}: {why}")
+    return OSError(int(found.group(1)), found.group(2), str(target))
 
 
 CANCELLED_STATUS = 128 + signal.SIGTERM  # a shell's status of a job ended by SIGTERM
@@ -128,6 +147,8 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
         main(snakemake)
         manifest.record(snakemake.output)
     except USER_ERRORS as error:
+        if isinstance(error, shutil.Error):  # copytree's list of (source, target, why) tuples
+            error = first_copy_error(error)
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
             files = error.filename or f"its outputs ({', '.join(map(str, snakemake.output))})"
             logging.error("%s: writing %s: %s", snakemake.rule, files, reason(error))
