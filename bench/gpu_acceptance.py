@@ -670,7 +670,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     parser.add_argument("--budget-s", type=float, default=450.0)
-    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--tokens", type=int, default=None, help="default 128 (dry run: 8)")
+    parser.add_argument(
+        "--width",
+        type=int,
+        help="a proxy of Llama-3-8B's proportions at this width (heads of 128, a quarter as many "
+        "key-value heads, MLP 3.5 d, vocabulary 32,000) instead of its shape",
+    )
+    parser.add_argument("--layers", type=int, help="blocks of the --width proxy (default 32)")
     parser.add_argument("--dry-run", action="store_true", help="tiny shape on the CPU")
     parser.add_argument("--skip", nargs="*", default=[], help="steps to leave out")
     parser.add_argument(
@@ -695,7 +702,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.dry_run and not torch.cuda.is_available():
         parser.error("no CUDA device: run on a GPU, or --dry-run on the CPU")
     shape = TINY if args.dry_run else trained_like.LLAMA3_8B
-    tokens = 8 if args.dry_run else args.tokens
+    if args.width:
+        heads = max(1, args.width // 128)
+        shape = {"d": args.width, "layers": args.layers or 32, "heads": heads,
+                 "kv_heads": max(1, heads // 4), "intermediate": int(3.5 * args.width),
+                 "vocab": 32000}  # fmt: skip
+    tokens = args.tokens or (8 if args.dry_run else 128)
     run = Run(args.out, args.budget_s, device)
     run.record("environment", environment(device))
     steps: list[tuple[str, Callable[[], dict[str, Any]], float]] = [

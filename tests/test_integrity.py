@@ -1,5 +1,4 @@
-"""The fifth round of hostile inputs and faults (issue 42): a fetch that could delete outside its
-folder, ``verify`` fooled by symlinks, planted files and deleted records, fetched weights
+"""Integrity under hostile inputs and faults: a fetch that could delete outside its folder, ``verify`` fooled by symlinks, planted files and deleted records, fetched weights
 checked by content, values that passed the checks and failed late, the lock file, one-line
 errors."""
 
