@@ -1,6 +1,6 @@
-"""Integrity under hostile inputs and faults: a fetch that could delete outside its folder, ``verify`` fooled by symlinks, planted files and deleted records, fetched weights
-checked by content, values that passed the checks and failed late, the lock file, one-line
-errors."""
+"""Integrity under hostile inputs and faults: a fetch that could delete outside its folder,
+``verify`` fooled by symlinks, planted files and deleted records, fetched weights checked by
+content, values that passed the checks and failed late, the lock file, one-line errors."""
 
 from __future__ import annotations
 
