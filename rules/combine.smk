@@ -23,6 +23,8 @@ for _along, _folder in (("init", "results/combined"), ("step", "results/combined
             job_group(_rule)
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             parts=lambda wildcards, along=_along: [
                 [model, step, path]

@@ -15,7 +15,12 @@ from blockcoupling.vit.config import science_extract as vit_science_extract
 from blockcoupling.runtime import isa
 from blockcoupling.pipeline import cost
 from blockcoupling.lm.models import is_local_gguf
-from blockcoupling.pipeline.job_requests import JobRequests, shard_plan
+from blockcoupling.pipeline.job_requests import (
+    TRAIN_MEM_MB,
+    TRAIN_RUNTIME,
+    JobRequests,
+    shard_plan,
+)
 from blockcoupling.pipeline.slurm import (
     SlurmError,
     SlurmSettings,
@@ -190,11 +195,6 @@ def check_params():
                     "which Snakemake does not compare, so changing it would re-run nothing: "
                     "pass a builtin, a NamedTuple or a dict subclass with a stable repr"
                 )
-
-
-def apply_job_defaults():
-    """Every rule's memory and runtime, whatever the profile (JobRequests.apply_defaults)."""
-    JOBS.apply_defaults(workflow.rules, workflow.resource_settings.default_resources)
 
 
 def check_slurm_jobs():

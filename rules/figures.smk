@@ -34,6 +34,8 @@ for _figure, (_category, _source, _takes, _tables) in FIGURES.items():
             job_group(f"figure_{_figure}")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             figure=_figure,
             options={
