@@ -382,8 +382,9 @@ def test_batches_are_off_by_default_and_at_most_a_nodes_cpus_and_memory() -> Non
 def test_slurm_jobs_counts_a_batch_of_up_to_width_jobs_of_a_group_as_one() -> None:
     counts = {"extract": 8, "metrics": 8, "figure_a": 12, "stats_claims": 1, "stats": 1}
     assert slurm.slurm_jobs(counts, 1) == sum(counts.values())
-    # 8 extract + ceil(8/3) metrics + ceil(13/3) figures + 1 stats
-    assert slurm.slurm_jobs(counts, 3) == 8 + 3 + 5 + 1
+    # 8 extract + ceil(8/3) metrics + ceil(12/3) figures + stats_claims alone (figures read
+    # its claims.csv) + 1 stats
+    assert slurm.slurm_jobs(counts, 3) == 8 + 3 + 4 + 1 + 1
     assert slurm.job_group("figure_depth_heatmaps") == "figures"
     assert slurm.job_group("extract") is None
 

@@ -2,20 +2,25 @@
 entry when it parses the DAG, and ``figures.render`` draws them).
 
 ``FIGURES``: name -> (report category, input file, options it takes, statistics tables its titles
-read). A figure is made when its input file is one of the config's outputs; a statistics table it
-reads is an input when the config produces it (else the titles say there is no row). Adding one:
+read: its own statistics table first, then ``CLAIMS_TABLE`` where a panel draws a claim). A
+figure is made when its input file is one of the config's outputs; a statistics table it reads
+is an input when the config produces it (else the titles say there is no row). Adding one:
 its function in ``blockcoupling.figures`` (named as the figure, taking (data, path) or an adapter
 in ``render``), a line here, and its caption report/<name>.rst.
 """
 
 from __future__ import annotations
 
+# The claims table: a figure that draws a claim's measure quotes its row (estimate, interval, p,
+# Holm p, verdict) from here, in claims.md's digits, where the run has one.
+CLAIMS_TABLE = "results/stats/claims.csv"
+
 FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
     "coupling_vs_score": (
         "cross-model",
         "results/stats/summary.csv",
         (),
-        ("results/stats/correlations.csv",),
+        ("results/stats/correlations.csv", CLAIMS_TABLE),
     ),
     "hyperparameter_correlations": (
         "cross-model",
@@ -72,12 +77,12 @@ FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
         "ViT sweep",
         "results/stats/vit_coupling_vs_sd.csv",
         (),
-        ("results/stats/vit_sd_trend.csv",),
+        ("results/stats/vit_sd_trend.csv", CLAIMS_TABLE),
     ),
     "vit_coupling_vs_accuracy": (
         "ViT sweep",
         "results/stats/vit_models.csv",
         (),
-        ("results/stats/vit_coupling_vs_accuracy.csv",),
+        ("results/stats/vit_coupling_vs_accuracy.csv", CLAIMS_TABLE),
     ),
 }
