@@ -9,6 +9,7 @@ from blockcoupling.pipeline.checks import check_config, science_params
 from blockcoupling.pipeline.code_hash import code_hash
 from blockcoupling.pipeline.entries import RANDOM
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.figure_registry import doc as figure_doc
 from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
 from blockcoupling.vit.config import science_extract as vit_science_extract

@@ -4,7 +4,7 @@
 for _run, _spec in PLAN.train_runs.items():
 
     rule:
-        """Train one GPT-NeoX language model of a grid on Shakespeare."""
+        f"""Train the GPT-NeoX run {_run} of a grid on Shakespeare."""
         name:
             f"train_{_run.replace('-', '_').replace('.', '_')}"
         output:

@@ -86,3 +86,31 @@ FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
         ("results/stats/vit_coupling_vs_accuracy.csv", CLAIMS_TABLE),
     ),
 }
+
+# Each figure rule's docstring (``snakemake --list-rules``): what it draws, and the paper figure
+# it corresponds to (its number or LaTeX label, as its caption's first sentence names it).
+DOCS: dict[str, tuple[str, str]] = {
+    "coupling_vs_score": ("the score against each coupling measure", "Figure 1a"),
+    "hyperparameter_correlations": (
+        "r of coupling, size, depth, width with the score",
+        "fig:correlation_hyperparams",
+    ),
+    "depth_heatmaps": ("m_K of every block pair, per model", "Figure 3"),
+    "token_heatmaps": ("coupling across tokens", "Figure 4, fig:coupling_fixedin/out"),
+    "lss_expodistance": ("LSS and expodistance of the trajectories", "figs:lss-expo"),
+    "pca_trajectories": ("the trajectories' top principal components", "figs:pca"),
+    "singular_value_spectra": ("the block Jacobians' spectra", "fig:svalues_trained"),
+    "k_sweep_curve": ("the correlation with the score against K", "fig:alignment_vary_k"),
+    "coupling_vs_step": ("coupling over the checkpoints trained here", "Figure 1b"),
+    "depth_heatmaps_over_training": ("m_K heatmaps at three checkpoints", "Figures 1c-e"),
+    "trajectory_metrics_vs_step": ("LSS and expodistance over training", "figs:lss-training"),
+    "coupling_vs_validation_loss": ("coupling against validation loss", "no figure, Section 5.3"),
+    "vit_coupling_vs_sd": ("ViT coupling against stochastic depth", "figure:coupling_vitb"),
+    "vit_coupling_vs_accuracy": ("ViT accuracy against coupling", "figure:coupling_vita"),
+}
+
+
+def doc(name: str) -> str:
+    """Figure ``name``'s rule docstring, e.g. 'Draw WHAT (paper: Figure 1a).'."""
+    what, paper = DOCS[name]
+    return f"Draw {what} (paper: {paper})."
