@@ -23,6 +23,7 @@ from blockcoupling.pipeline.job_requests import (
     shard_plan,
 )
 from blockcoupling.pipeline.slurm import (
+    ENV,
     SlurmError,
     SlurmSettings,
     job_group,
@@ -47,6 +48,8 @@ SLURM_PROFILE = workflow.is_main_process and (
     os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" or slurm_requested(sys.argv, os.environ)
 )
 partition_nodes = functools.cache(read_nodes)
+if SLURM_PROFILE and not SLURM.status:  # jobs (sbatch passes the environment): a CANCELLED line
+    os.environ[ENV + "STATUS"] = SLURM.status_command() or "sacct"  # advises what answers here
 try:  # shards sized to the partition's time limit, the same on the main process and the nodes
     PLAN = shard_plan(PLAN, SLURM, partition_nodes, SLURM_PROFILE, os.environ)
 except cost.TooLong as error:
