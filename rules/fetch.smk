@@ -78,6 +78,12 @@ if HUB.ahead and workflow.is_main_process:
     )
 
 
+def models_of(repo, revision):
+    """The config keys of the models that read a hub revision ("models.a, models.b")."""
+    consumers = HUB_REVISIONS[(repo, revision)].consumers
+    return ", ".join(sorted({f"models.{model}" for model, _ in consumers}))
+
+
 rule fetch:
     """Fetch every kept hub model revision and prompt dataset into the hub cache."""
     input:
@@ -101,6 +107,8 @@ rule fetch_model:
         revision=r"[^/]+",
     conda:
         "../envs/analysis.yaml"
+    resources:  # named in a hub-down line; a resource, so a cache fetched before stays
+        hub_keys=lambda wildcards: models_of(wildcards.repo, wildcards.revision),
     params:
         checkpoint=False,
         lock=HUB.lock_file,
@@ -123,6 +131,8 @@ rule fetch_checkpoint:
         revision=r"[^/]+",
     conda:
         "../envs/analysis.yaml"
+    resources:  # named in a hub-down line; a resource, so a cache fetched before stays
+        hub_keys=lambda wildcards: models_of(wildcards.repo, wildcards.revision),
     params:
         checkpoint=True,
         cache_dir=lambda wildcards: HUB.cache_dir,
