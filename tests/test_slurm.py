@@ -540,3 +540,12 @@ def test_a_site_profile_gets_the_same_requests_as_the_shipped_one(tmp_path: Path
     texts = [text for found in runs["site"].values() for text in found]
     assert not any("runtime=45" in text or "mem_mb=3000" in text for text in texts), texts
     assert not any("constraint=" in text for text in texts)
+
+
+def test_the_shipped_profile_checks_job_states_soon_after_a_job_ends() -> None:
+    """The plugin's first status check comes 40 s after a job ends by default, so every run
+    waited about 40 s after its last job: the shipped profile asks after 10."""
+    import yaml
+
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["slurm-init-seconds-before-status-checks"] == 10
