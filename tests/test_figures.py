@@ -755,3 +755,27 @@ def test_the_default_runs_shapes_lay_out_cleanly(tmp_path, monkeypatch):
     assert not found, "coupling_vs_score: " + "; ".join(found)
     assert_written(figures.k_sweep_curve(k_sweep_table(), tmp_path / "sweep"))
     assert not found, "k_sweep_curve: " + "; ".join(found)
+
+
+def test_depth_heatmaps_draw_a_shared_twin_once_and_state_k(monkeypatch):
+    """The fixed-size runs share one random-init twin: drawn once (it was drawn 20 times in the
+    default run), titled with how many models share it; the title states K."""
+    ds = make_coupling(MANY)
+    twin = ds["depth_mis"].sel(init="random").isel(model=0)
+    ds["depth_mis"].loc[dict(init="random")] = twin.broadcast_like(
+        ds["depth_mis"].sel(init="random")
+    ).transpose(*ds["depth_mis"].sel(init="random").dims)
+    found = {}
+
+    def keep(fig, path):
+        found["images"] = sum(len(ax.images) for ax in fig.axes)
+        found["titles"] = [ax.get_title() for ax in fig.axes]
+        found["suptitle"] = fig._suptitle.get_text() if fig._suptitle else ""
+        plt.close(fig)
+        return []
+
+    monkeypatch.setattr(figures.heatmaps, "save", keep)
+    figures.depth_heatmaps(core.select(ds["depth_mis"], **SEL), "unused")
+    assert found["images"] == len(MANY) + 1, found
+    assert sum("shared by 5 models" in t for t in found["titles"]) == 1, found["titles"]
+    assert "K = 10" in found["suptitle"], found["suptitle"]
