@@ -779,3 +779,11 @@ def test_depth_heatmaps_draw_a_shared_twin_once_and_state_k(monkeypatch):
     assert found["images"] == len(MANY) + 1, found
     assert sum("shared by 5 models" in t for t in found["titles"]) == 1, found["titles"]
     assert "K = 10" in found["suptitle"], found["suptitle"]
+
+
+def test_axis_labels_print_symbols_in_mathtext_not_underscores():
+    """Every axis label of a known column, and the heatmaps' colour bar, print their symbols in
+    mathtext: no literal underscore outside $...$ ("U_l", "m_K" once printed as typed)."""
+    texts = [common.label(column) for column in common.LABELS] + [common.MIS_LABEL]
+    plain = [re.sub(r"\$[^$]*\$", "", text) for text in texts]
+    assert not [t for t, p in zip(texts, plain) if "_" in p], texts

@@ -25,7 +25,25 @@ matplotlib.use("Agg")
 
 DPI = 150
 MIN_N_FIT = 3
-MIS_LABEL = "mis-coupling m_K (lower = more coupled)"
+# Plain-text symbols of the registry's labels (its NetCDF long names too) as matplotlib mathtext,
+# so that a figure prints m with subscript K, not "m_K".
+MATH = {
+    "‖U_lᵀU_l'‖²_F": r"$\|U_l^\top U_{l'}\|_F^2$",
+    "‖V_lᵀV_l'‖²_F": r"$\|V_l^\top V_{l'}\|_F^2$",
+    "l≠l'": r"$l \neq l'$",
+    "|l−l'|=1": r"$|l - l'| = 1$",
+    "m_K": r"$m_K$",
+}
+
+
+def math_label(text: str) -> str:
+    """``text`` with the plain symbols of ``MATH`` in mathtext."""
+    for plain, math in MATH.items():
+        text = text.replace(plain, math)
+    return text
+
+
+MIS_LABEL = math_label("mis-coupling m_K (lower = more coupled)")
 STEP_LABEL = "training step (log scale; 0 = initialization)"
 LABELS = {
     **{m.summary: m.label for m in measures_registry.MEASURES if m.summary},
@@ -122,7 +140,8 @@ def label(column: str, width: int = 30) -> str:
     ``width`` characters puts its parenthesis on a second line, so it fits beside its panel.
     """
     text = LABELS.get(column, column)
-    return text.replace(" (", "\n(", 1) if len(text) > width else text
+    text = text.replace(" (", "\n(", 1) if len(text) > width else text
+    return math_label(text)
 
 
 def no_data(ax: plt.Axes, text: str = "no data", y: float = 0.5) -> None:
