@@ -787,3 +787,24 @@ def test_axis_labels_print_symbols_in_mathtext_not_underscores():
     texts = [common.label(column) for column in common.LABELS] + [common.MIS_LABEL]
     plain = [re.sub(r"\$[^$]*\$", "", text) for text in texts]
     assert not [t for t, p in zip(texts, plain) if "_" in p], texts
+
+
+def test_hyperparameter_panels_show_only_estimated_correlations(registered, monkeypatch):
+    """The default run's panel of the fixed-size grid was mostly "n/a" (depth, width and size
+    are constant there): a subset without any r has no panel, and no bar is an "n/a"."""
+    titles, texts = [], []
+
+    def keep(fig, path):
+        titles.extend(ax.get_title() for ax in fig.axes)
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        plt.close(fig)
+        return []
+
+    monkeypatch.setattr(figure_crossmodel, "save", keep)
+    source, tables, options = registered["many"]["hyperparameter_correlations"]
+    corr = pd.read_csv(source)
+    empty = [s for s, rows in corr.groupby("subset") if rows["r"].isna().all()]
+    assert empty  # the case at hand: subsets without any estimate
+    figures.render("hyperparameter_correlations", source, "unused", tables=tables, **options)
+    assert titles and not any(title.startswith(tuple(empty)) for title in titles), titles
+    assert "n/a" not in texts

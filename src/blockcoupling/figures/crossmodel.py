@@ -216,25 +216,32 @@ def populated(table: pd.DataFrame) -> list[str]:
 def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Path]:
     """Bars of r (with CI error bars) per predictor, hue = method, one panel per subset.
 
-    `corr`: a `stats.correlations` table. Missing r (n too small) is marked "n/a"; a subset
-    with no models has no panel.
+    `corr`: a `stats.correlations` table. A panel shows only the predictors with an r in its
+    subset (a predictor constant there, e.g. depth within a training grid, has none: it is
+    named under the panel instead of drawn as "n/a"); a subset with no models, or with no r at
+    all, has no panel.
     """
-    subsets = populated(corr)
-    predictors = list(dict.fromkeys(corr["predictor"]))
+    estimated = corr[pd.to_numeric(corr["r"], errors="coerce").notna()]
+    subsets = [s for s in populated(corr) if s in set(estimated["subset"])] or populated(corr)[:1]
     methods = list(dict.fromkeys(corr["method"]))
     width = 0.8 / max(len(methods), 1)
     colors = sns.color_palette(n_colors=max(len(methods), 1))
+    shown = {
+        subset: list(dict.fromkeys(estimated.loc[estimated["subset"] == subset, "predictor"]))
+        for subset in subsets
+    }
     with style():
         fig, axes = plt.subplots(
             1,
             max(len(subsets), 1),
-            figsize=(max(0.9 * len(predictors), 2.4) * len(subsets) + 2, 4),  # titles fit
+            figsize=(sum(max(0.9 * len(p), 2.4) for p in shown.values()) + 2, 4),  # titles fit
             sharey=True,
             squeeze=False,
             layout="constrained",
         )
         for ax, subset in zip(axes[0], subsets):
             part = corr[corr["subset"] == subset].set_index(["predictor", "method"])
+            predictors = shown[subset]
             for i, method in enumerate(methods):
                 rows = part.reindex([(p, method) for p in predictors])
                 pos = np.arange(len(predictors)) - 0.4 + width * (i + 0.5)
@@ -243,8 +250,6 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
                 ax.bar(
                     pos, np.nan_to_num(r), width, yerr=err, capsize=3, color=colors[i], label=method
                 )
-                for p in pos[np.isnan(r)]:
-                    ax.text(p, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
             n = int(part["n"].max()) if len(part) else 0
             ax.axhline(0, color="0.3", lw=0.8)
             ax.set_xticks(
@@ -253,7 +258,13 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
                 rotation=30,
                 ha="right",
             )
+            if not predictors:
+                no_data(ax, f"no correlation: n ≤ {n} models")
+            left = [p for p in dict.fromkeys(part.index.get_level_values(0)) if p not in predictors]
             ax.set(title=f"{subset} models (n ≤ {n})", ylim=(-1.05, 1.05))
+            if left:
+                names = ", ".join(SHORT_LABELS.get(p, p) for p in left)
+                ax.set_xlabel(f"no r (constant or too few):\n{names}", fontsize="x-small")
         target = str(corr["target"].iloc[0]) if len(corr) else "score"
         axes[0, 0].set_ylabel(f"correlation with {target} (r, 95% CI)")
         handles, labels = axes[0, 0].get_legend_handles_labels()
