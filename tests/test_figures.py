@@ -193,6 +193,23 @@ def make_claims() -> pd.DataFrame:
     return claims.claims_table(ANALYSES, primary)
 
 
+def calibration_frame(table: pd.DataFrame, ks=(4, 50)) -> pd.DataFrame:
+    """A stats.calibration table from a model table: each model trained and as its twin (a
+    lower coupling, the same chance levels) at each K, with an effective rank."""
+    frames = [
+        table.drop(columns=["init"], errors="ignore").assign(
+            k=k,
+            init=init,
+            coupling=table["coupling"] - shift,
+            effective_rank=np.linspace(3.0, 30.0, len(table)) + 10 * shift,
+            n_prompts=PROMPTS,
+        )
+        for k in ks
+        for init, shift in (("trained", 0.0), ("random", 0.1))
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
 def assert_written(paths: list[Path]) -> None:
     """PNG and PDF exist side by side, are non-empty, and the PNG decodes to a plausible image."""
     png, pdf = paths
@@ -510,6 +527,7 @@ def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, 
         "vit_models.csv": vit_table,
         "vit_coupling_vs_accuracy.csv": vit.vit_coupling_accuracy(vit_table),
         "claims.csv": make_claims(),
+        "calibration.csv": calibration_frame(table),
     }
     for name, frame in frames.items():
         core.write_table(frame, folder / name)

@@ -5,7 +5,7 @@ PNG (dpi 150) and a PDF side by side, byte-reproducible, and returns their paths
 (NaN) are dropped per panel. Estimates, intervals and p values in titles are read from the
 statistics tables, never computed here. Modules: `common` (style, saving, labels, the coupling
 measures and their null levels, statistics text), `crossmodel`, `heatmaps`, `trajectories`,
-`checkpoints`, `vit`.
+`checkpoints`, `vit`, `calibration`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from blockcoupling.figures.calibration import calibration
 from blockcoupling.figures.checkpoints import (
     coupling_vs_step,
     coupling_vs_validation_loss,
@@ -42,6 +43,7 @@ from blockcoupling.stats.selection import Selection
 
 __all__ = [
     "FIGURES",
+    "calibration",
     "coupling_vs_score",
     "coupling_vs_step",
     "coupling_vs_validation_loss",

@@ -49,6 +49,7 @@ FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
         (),
     ),
     "k_sweep_curve": ("cross-model", "results/stats/k_sweep.csv", (), ()),
+    "calibration": ("cross-model", "results/stats/calibration.csv", (), ()),
     "coupling_vs_step": (
         "training emergence",
         "results/stats/checkpoint_table.csv",
@@ -101,6 +102,7 @@ DOCS: dict[str, tuple[str, str]] = {
     "pca_trajectories": ("the trajectories' top principal components", "figs:pca"),
     "singular_value_spectra": ("the block Jacobians' spectra", "fig:svalues_trained"),
     "k_sweep_curve": ("the correlation with the score against K", "fig:alignment_vary_k"),
+    "calibration": ("raw coupling beside its chance level, excess, rank", "no figure"),
     "coupling_vs_step": ("coupling over the checkpoints trained here", "Figure 1b"),
     "depth_heatmaps_over_training": ("m_K heatmaps at three checkpoints", "Figures 1c-e"),
     "trajectory_metrics_vs_step": ("LSS and expodistance over training", "figs:lss-training"),
