@@ -49,7 +49,7 @@ SLURM_PROFILE = workflow.is_main_process and (
 )
 partition_nodes = functools.cache(read_nodes)
 if SLURM_PROFILE and not SLURM.status:  # jobs (sbatch passes the environment): a CANCELLED line
-    os.environ[ENV + "STATUS"] = SLURM.status_command() or "sacct"  # advises what answers here
+    os.environ[f"{ENV}STATUS"] = SLURM.status_command() or "sacct"  # advises what answers here
 try:  # shards sized to the partition's time limit, the same on the main process and the nodes
     PLAN = shard_plan(PLAN, SLURM, partition_nodes, SLURM_PROFILE, os.environ)
 except cost.TooLong as error:
@@ -227,6 +227,12 @@ def extract_resources(rule):
         device=model_device,
         vjp_chunk=PLAN.measure.chunk_size or 0,
     )
+
+
+def models_of(repo, revision):
+    """The config keys of the models that read a hub revision ("models.a, models.b")."""
+    consumers = HUB_REVISIONS[(repo, revision)].consumers
+    return ", ".join(sorted({f"models.{model}" for model, _ in consumers}))
 
 
 def checkpoint_folder(path):

@@ -78,12 +78,6 @@ if HUB.ahead and workflow.is_main_process:
     )
 
 
-def models_of(repo, revision):
-    """The config keys of the models that read a hub revision ("models.a, models.b")."""
-    consumers = HUB_REVISIONS[(repo, revision)].consumers
-    return ", ".join(sorted({f"models.{model}" for model, _ in consumers}))
-
-
 rule fetch:
     """Fetch every kept hub model revision and prompt dataset into the hub cache."""
     input:
