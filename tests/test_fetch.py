@@ -323,7 +323,7 @@ def test_an_emptied_or_deleted_revision_stops_the_workflow_in_one_line(
         f"fetch_model: models.neox: cannot reach the hub at {server.endpoint} to fetch {MODEL} "
         "at revision main"
     ), deleted.stderr[-3000:]
-    assert errors[0].endswith(f"blockcoupling fetch {MODEL} main cache/models/{MODEL}/main")
+    assert errors[0].endswith(f"blockcoupling fetch {MODEL} main {folder}")
     assert (
         "Traceback" not in deleted.stderr
         and "ConnectError:" not in deleted.stderr.split("cannot reach")[0]
