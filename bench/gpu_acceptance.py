@@ -402,9 +402,7 @@ def measured_rates(results: dict[str, Any], shape: dict[str, int], device: str) 
     """``cost.Rates`` from the steps' results, under the cost model's own counts; what a step
     did not measure keeps ``cost.GPU``'s value."""
     d, layers, k = shape["d"], shape["layers"], PAPER.k_max
-    p = cost.Shape(layers, d, 0, 2).block_params  # at least 12 d^2
-    block = _block_params(shape)
-    p = max(p, block)
+    p = cost.Shape(layers, d, _block_params(shape) * layers, 2).block_params
     rates = asdict(cost.GPU)
     depth = results.get("depth-wise", {}).get("split", {})
     full = results.get("full spectra", {}).get("split", {})
@@ -504,7 +502,9 @@ def load_options(kind: str, device: str) -> LoadOptions:
 
 def float32_twin(model: nn.Module) -> nn.Module:
     """A float32 ``LlamaForCausalLM`` carrying ``model``'s weights, bitsandbytes layers
-    dequantized (by bitsandbytes itself), on ``model``'s first device."""
+    dequantized as the engine's compute copy holds them (``capture.compute_block``: transformers'
+    ``dequantize_bnb_weight``), on ``model``'s first device: what is checked independently is
+    the Jacobian, by autograd inside the twin's full forward."""
     import transformers
 
     from blockcoupling.jacobians.capture import compute_block
