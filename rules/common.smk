@@ -12,7 +12,6 @@ from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.figure_registry import doc as figure_doc
 from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
-from blockcoupling.vit.config import science_extract as vit_science_extract
 from blockcoupling.runtime import isa
 from blockcoupling.pipeline import cost
 from blockcoupling.lm.models import is_local_gguf
@@ -170,7 +169,7 @@ def device_of(model):
     (BLOCKCOUPLING_SLURM_GPU=none)."""
     if SLURM.gpu == "none" and on_slurm():
         return "cpu"
-    return PLAN.vit_device if model == "vit" else PLAN.device(model)
+    return PLAN.vit.device if model == "vit" else PLAN.device(model)
 
 
 def vit_device(wildcards=None):

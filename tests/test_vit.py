@@ -26,8 +26,9 @@ from blockcoupling.jacobians.options import PromptText
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.plan import Plan
+from blockcoupling.pipeline.vit_plan import ViTPlan, grid_label
 from blockcoupling.vit import data as vision_data
-from blockcoupling.vit.config import ViTPlan, ViTRunConfig, grid_label, learning_rate
+from blockcoupling.vit.config import ViTRunConfig, learning_rate
 from blockcoupling.vit.model import VisionTransformer, build_vit, drop_path, load_vit
 from blockcoupling.vit.train import train_vit
 
@@ -93,17 +94,17 @@ def test_shipped_configs_enable_the_sweep(name: str) -> None:
     assert plan.vit is not None
     targets = plan.targets()
     assert "results/vit/combined.nc" in targets and "results/stats/vit_models.csv" in targets
-    sd, wd, seed = plan.vit.points[-1]
-    assert f"results/vit/extract/sd{sd}/wd{wd}/seed{seed}/depth.nc" in targets
-    assert plan.vit.run(sd, wd, seed).drop_path_rate == plan.vit.sd[sd]
+    rate, decay, seed = plan.vit.points[-1]
+    assert f"results/vit/extract/sd{rate}/wd{decay}/seed{seed}/depth.nc" in targets
+    assert plan.vit.run(rate, decay, seed).drop_path_rate == plan.vit.drop_path_rate[rate]
 
 
 def test_default_grid_is_5_rates_by_4_seeds_at_one_decay_with_k_an_eighth_of_d() -> None:
     vit = _checked(_config("config.yaml")).vit
-    assert len(vit.sd) >= 5 and len(vit.wd) == 1 and len(vit.seeds) >= 4
+    assert len(vit.drop_path_rate) >= 5 and len(vit.weight_decay) == 1 and len(vit.seeds) >= 4
     assert vit.k / vit.base["embed_dim"] <= 1 / 8
     paper = _checked(_config("config/paper.yaml")).vit
-    assert (len(paper.sd), len(paper.wd)) == (8, 8)
+    assert (len(paper.drop_path_rate), len(paper.weight_decay)) == (8, 8)
     run = paper.run(*paper.points[0])
     assert (run.dataset, run.embed_dim, run.depth, run.num_heads, run.patch_size) == (
         "cifar10",

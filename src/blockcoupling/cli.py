@@ -251,7 +251,7 @@ def check_slurm(plan: Any) -> str:
             return "; Slurm: sinfo did not answer, nothing checked"
     except slurm.SlurmError:  # no such partition: check_plan names the setting
         pass
-    threads = min(plan.config["extract"]["threads"], settings.max_threads() or sys.maxsize)
+    threads = min(plan.threads("extract"), settings.max_threads() or sys.maxsize)
     slurm.check_plan(plan, settings, threads)
     return "; Slurm: every job fits a node of its partition"
 
@@ -270,8 +270,8 @@ def check_config_file(
         for name, e in plan.models.items()
     )
     vit = (
-        f"; ViT sweep: {len(plan.vit.points)} ViTs on {plan.vit.section['dataset']} "
-        f"({len(plan.vit.sd)} rates x {len(plan.vit.wd)} weight decays x "
+        f"; ViT sweep: {len(plan.vit.points)} ViTs on {plan.vit.base['dataset']} "
+        f"({len(plan.vit.drop_path_rate)} rates x {len(plan.vit.weight_decay)} weight decays x "
         f"{len(plan.vit.seeds)} seeds)"
         if plan.vit
         else ""
@@ -357,7 +357,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         frame.to_csv(args.csv, index=False)
     header = (
         f"{args.configfile}: {len(plan.models)} models, {plan.n_prompts} prompts, "
-        f"max_tokens {plan.config['extract'].get('max_tokens')} (null counts as "
+        f"max_tokens {plan.measure.max_tokens} (null counts as "
         f"{cost.DEFAULT_TOKENS})"
     )
     download, peak, revisions = cost.hub_volume(plan)
@@ -449,11 +449,12 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
     """
     from blockcoupling.lm import hub
     from blockcoupling.lm.hub_names import check_fetch_folder
+    from blockcoupling.pipeline.hub_settings import HubSettings
 
     hub.go_online()  # before check_fetch_folder imports huggingface_hub
     cache, kind, _ = check_fetch_folder(folder, repo, revision)
     manifest = hub.fetch_model(repo, revision, folder)
-    target = hub.HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
+    target = HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
     hub.write_manifest(manifest, target)
     size = manifest["bytes"] / 1e9
     return f"{repo}@{revision}: {len(manifest['files'])} files, {size:.2f} GB in {folder}"

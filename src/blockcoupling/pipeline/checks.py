@@ -14,9 +14,10 @@ from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.entries import ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
+from blockcoupling.pipeline.hub_settings import HubSettings
 from blockcoupling.pipeline.plan import Plan
+from blockcoupling.pipeline.vit_plan import ViTPlan
 from blockcoupling.stats.selection import Selection
-from blockcoupling.vit.config import ViTPlan
 
 
 def resource_path(path: str, basedir: str | Path) -> str:
@@ -239,23 +240,24 @@ def check_config(
     )
     _check_primary(stats.get("primary", {}), stats.get("power_file"))
     n_prompts = _prompt_count(config, prompt_files)
-    plan = Plan(config, models, prompt_files, selection, None, n_prompts)
-    _check_score(config["evaluate"], plan.cross_model)
+    cross_model = {n: e for n, e in models.items() if not e.is_checkpoint_suite}
+    _check_score(config["evaluate"], cross_model)
     token_model = config["figures"].get("token_model")
-    cross = list(plan.cross_model)
+    cross = list(cross_model)
     if token_model is not None and token_model not in cross:
         raise ConfigError(
             f"figures.token_model {token_model!r} is not a cross-model model "
             f"({', '.join(cross) or 'none'})"
         )
     with_tokens = [name for name in cross if models[name].token_families]
-    if token_model is not None and plan.token_families and token_model not in with_tokens:
+    token_families = bool(measure.token_layers) and measure.token_prompts > 0
+    if token_model is not None and token_families and token_model not in with_tokens:
         raise ConfigError(
             f"figures.token_model {token_model!r} has token_families: false (its token heatmaps "
             f"are never extracted); name one of {', '.join(with_tokens) or 'none'} or set "
             f"models.{token_model}.token_families: true"
         )
-    if token_model is None and plan.token_families and with_tokens:
+    if token_model is None and token_families and with_tokens:
         token_model = with_tokens[0]
     plan = Plan(
         config,
@@ -267,6 +269,7 @@ def check_config(
         _vit_plan(config, selection),
         measure,
         metric,
+        HubSettings.from_section(config["hub"]),
     )
     _check_lock(plan)
     if check_memory:
@@ -368,7 +371,7 @@ def k_warnings(plan: Plan) -> list[str]:
         if d_model:
             widths[name] = int(d_model)
     lines = []
-    for k in plan.config["metrics"]["ks"]:
+    for k in plan.metric.ks:
         over = sorted(name for name, d in widths.items() if k > K_OVER_D_LIMIT * d)
         if over:
             d = min(widths[name] for name in over)
@@ -378,8 +381,8 @@ def k_warnings(plan: Plan) -> list[str]:
                 f"prefer K <= {int(K_OVER_D_LIMIT * d)} for them (stats.k is {plan.selection.k})"
             )
     if plan.vit is not None:
-        d = int(plan.vit.section["model"]["embed_dim"])
-        for k in plan.vit.section["ks"]:
+        d = int(plan.vit.base["embed_dim"])
+        for k in plan.vit.ks:
             if k > K_OVER_D_LIMIT * d:
                 lines.append(
                     f"vit.ks: K={k} is more than d/8 of the ViTs (embed_dim={d}: K/d={k / d:.2f}); "

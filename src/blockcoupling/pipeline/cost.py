@@ -296,9 +296,7 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
             )
         )
         if name in plan.evaluated(plan.models):
-            tokens = (
-                plan.config["evaluate"].get("heldout_chars", 20000) / 3.5 + plan.n_prompts * 200
-            )
+            tokens = plan.heldout_chars / 3.5 + plan.n_prompts * 200
             cost = evaluate_cost(shape, tokens, rates)
             seconds = sum(cost["seconds"].values()) + rates.overhead
             scored = len(entry.scored_steps)
@@ -350,9 +348,7 @@ def hub_volume(plan: Any) -> tuple[float, float, int]:
             checkpoints += count
             largest = max(largest, size)
             kept += size * count
-    data = (
-        VIT_DATA_BYTES if plan.vit is not None and plan.vit.section["dataset"] == "cifar10" else 0
-    )
+    data = VIT_DATA_BYTES if plan.vit is not None and plan.vit.base["dataset"] == "cifar10" else 0
     peak = total - kept + (kept if bound is None else min(bound, checkpoints) * largest) + data
     return total + data, peak, revisions
 
@@ -507,8 +503,8 @@ def vit_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     """
     if plan.vit is None:
         return []
-    section, run = plan.vit.section, plan.vit.base  # base: model and recipe, defaults filled
-    on_gpu = runs_on_gpu(str(section.get("device", "cpu")))
+    run = plan.vit.base  # base: model and recipe, defaults filled
+    on_gpu = runs_on_gpu(plan.vit.device)
     rates = gpu if on_gpu else cpu
     d, depth = run["embed_dim"], run["depth"]
     tokens = (run["img_size"] // run["patch_size"]) ** 2 + 1
@@ -516,7 +512,7 @@ def vit_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     images = DATASET_IMAGES.get(run["dataset"], 60000) * (1 - run["test_fraction"])
     train = 6.0 * shape.params * tokens * images * run["epochs"] / rates.matmul + rates.overhead
     options = replace(plan.vit.measure, max_tokens=tokens)
-    extract = extract_cost(shape, options, section["extract"]["images"], rates)
+    extract = extract_cost(shape, options, plan.vit.images, rates)
     seconds = sum(extract["seconds"].values()) + rates.overhead
     n = len(plan.vit.points)
     return [

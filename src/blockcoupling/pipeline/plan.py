@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import MeasureConfig, runs_on_gpu
 from blockcoupling.lm.hub import (
-    HubSettings,
     Revision,
     hub_revisions,
     incomplete,
@@ -17,8 +16,9 @@ from blockcoupling.lm.hub import (
     revision_of,
 )
 from blockcoupling.pipeline.entries import ModelEntry, train_config
+from blockcoupling.pipeline.hub_settings import HubSettings
+from blockcoupling.pipeline.vit_plan import ViTPlan, vit_folder
 from blockcoupling.stats.selection import Bootstrap, Selection
-from blockcoupling.vit.config import ViTPlan
 
 if TYPE_CHECKING:  # the metrics module loads xarray: the DAG needs only the checked object
     from blockcoupling.coupling.metrics import MetricConfig
@@ -55,27 +55,25 @@ CLAIMS_OUTPUTS = ("analyses.csv", "claims.csv", "claims.md")
 
 @dataclass(frozen=True)
 class Plan:
-    """What the rules read: the checked config, resolved."""
+    """What the rules read: the checked config, resolved (``checks.check_config`` builds it
+    once; every derived value is a field set there or computed from fields).
+    """
 
     config: dict[str, Any]
     models: dict[str, ModelEntry]
     prompt_files: dict[str, str]  # prompt set -> resolved local file ('' for hub sets)
     selection: Selection  # k, reading, variant, norm of statistics and figures
     token_model: str | None  # the model of the per-model figures
-    n_prompts: int = 0  # prompts of the extraction set (hub sets: the most they can hold)
-    vit: ViTPlan | None = None  # the ViT sweep, when enabled
-    measure: MeasureConfig = field(default_factory=MeasureConfig)  # the checked extract section
-    metric: MetricConfig | None = None  # the checked metrics section
+    n_prompts: int  # prompts of the extraction set (hub sets: the most they can hold)
+    vit: ViTPlan | None  # the ViT sweep, when enabled
+    measure: MeasureConfig  # the checked extract section
+    metric: MetricConfig  # the checked metrics section
+    hub: HubSettings  # the checked hub section (``max_revisions: all`` -> None: all ahead)
     # model -> prompts per shard sized to its Slurm partition's time limit (cost.fit_shards);
     # it replaces the configured prompts_per_shard where set
     shard_sizes: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ what the rules read
-    @property
-    def hub(self) -> HubSettings:
-        """The checked ``hub:`` section (``max_revisions: all`` -> None: every revision ahead)."""
-        return HubSettings.from_config(self.config)
-
     @cached_property
     def hub_revisions(self) -> dict[tuple[str, str], Revision]:
         """Every hub revision the models read: (repo, revision) -> its Revision."""
@@ -123,11 +121,6 @@ class Plan:
         """The seed of every random-init twin (``random_init.seed``)."""
         return int(self.config["random_init"]["seed"])
 
-    @property
-    def vit_device(self) -> str:
-        """The ViT sweep's device (``vit.device``)."""
-        return str(self.config["vit"]["device"])
-
     def threads(self, section: str) -> int:
         """Threads of the jobs of ``section`` (extract: extraction and evaluation; train; vit)."""
         return int(self.config[section]["threads"])
@@ -135,7 +128,9 @@ class Plan:
     @property
     def vit_metric(self) -> MetricConfig:
         """The metrics section at the ViT sweep's K list (``vit.ks``)."""
-        return self.metric.at_ks(tuple(self.config["vit"]["ks"]))
+        if self.vit is None:
+            raise ValueError("vit_metric: the ViT sweep is off (vit.enabled: false)")
+        return self.metric.at_ks(self.vit.ks)
 
     @property
     def score(self) -> str:
@@ -306,7 +301,7 @@ class Plan:
     @property
     def calibration_ks(self) -> list[int]:
         """The Ks of the calibration table: the statistics' K and the largest of metrics.ks."""
-        return sorted({int(self.selection.k), max(self.config["metrics"]["ks"])})
+        return sorted({int(self.selection.k), max(self.metric.ks)})
 
     @property
     def vit_selection(self) -> Selection:
@@ -333,8 +328,7 @@ class Plan:
     @property
     def token_families(self) -> bool:
         """Whether any token family is extracted."""
-        extract = self.config["extract"]
-        return bool(extract["token_layers"]) and extract["token_prompts"] > 0
+        return bool(self.measure.token_layers) and self.measure.token_prompts > 0
 
     def evaluated(self, entries: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
         """The entries the evaluate rule scores: not the checkpoints of runs trained here (their
@@ -429,7 +423,7 @@ class Plan:
             return []
         out = [self.vit.data_file]
         for point in self.vit.points:
-            train, extract = self.vit.folder("train", *point), self.vit.folder("extract", *point)
+            train, extract = vit_folder("train", *point), vit_folder("extract", *point)
             out += [f"{train}/model.safetensors", f"{train}/history.csv"]
             out += [f"{extract}/{kind}.nc" for kind in EXTRACTED]
         out.append("results/vit/combined.nc")

@@ -494,7 +494,7 @@ def job_needs(plan: Any, rule: str, model: str, threads: int) -> tuple[str, Need
 
     if model == "vit":
         name, resources = f"vit ({rule})", {}
-        on_gpu = runs_on_gpu(str(plan.config["vit"]["device"]))
+        on_gpu = runs_on_gpu(plan.vit.device)
     else:
         name, resources = f"models.{model} ({rule})", plan.models[model].resources
         on_gpu = plan.on_gpu(model)
