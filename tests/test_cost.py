@@ -148,7 +148,7 @@ def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
     other_bytes = sum(weights[e.name] for e in others)
     assert download == pytest.approx(suite_bytes + other_bytes + cost.VIT_DATA_BYTES)
     largest = max(weights[e.name] for e in suites)
-    default = plan.config["hub"]["max_revisions"]  # the schema's bound
+    default = plan.hub.max_revisions  # the schema's bound
     assert peak == pytest.approx(other_bytes + default * largest + cost.VIT_DATA_BYTES)
     config["hub"] = {"max_revisions": 2}
     plan = check_config(config, REPO, check_memory=False)

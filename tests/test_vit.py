@@ -26,7 +26,7 @@ from blockcoupling.jacobians.options import PromptText
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.plan import Plan
-from blockcoupling.pipeline.vit_plan import ViTPlan, grid_label
+from blockcoupling.pipeline.vit_plan import grid_label
 from blockcoupling.vit import data as vision_data
 from blockcoupling.vit.config import ViTRunConfig, learning_rate
 from blockcoupling.vit.model import VisionTransformer, build_vit, drop_path, load_vit
@@ -139,7 +139,7 @@ def test_bad_vit_configs_stop_with_one_line(change, message: str) -> None:
 
 def test_plan_measure_config_and_disabled_sweep() -> None:
     config = _config("config.yaml")
-    plan = ViTPlan.from_config(_checked(config).config["vit"])
+    plan = _checked(config).vit
     assert plan.measure == MeasureConfig(
         k_max=16, depth_token=0, token_layers=(-1,), token_prompts=1
     )

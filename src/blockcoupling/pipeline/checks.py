@@ -17,7 +17,7 @@ from blockcoupling.pipeline.grids import expand_grids
 from blockcoupling.pipeline.hub_settings import HubSettings
 from blockcoupling.pipeline.plan import Plan
 from blockcoupling.pipeline.vit_plan import ViTPlan
-from blockcoupling.stats.selection import Selection
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 
 def resource_path(path: str, basedir: str | Path) -> str:
@@ -259,17 +259,36 @@ def check_config(
         )
     if token_model is None and token_families and with_tokens:
         token_model = with_tokens[0]
+    prompts, evaluate = config["prompts"], config["evaluate"]
+    grids = config["train"].get("grids") or {}
     plan = Plan(
-        config,
-        models,
-        prompt_files,
-        selection,
-        token_model or (cross[0] if cross else None),
-        n_prompts,
-        _vit_plan(config, selection),
-        measure,
-        metric,
-        HubSettings.from_section(config["hub"]),
+        models=models,
+        prompt_files=prompt_files,
+        selection=selection,
+        token_model=token_model or (cross[0] if cross else None),
+        n_prompts=n_prompts,
+        vit=_vit_plan(config, selection),
+        measure=measure,
+        metric=metric,
+        hub=HubSettings.from_section(config["hub"]),
+        extract=dict(extract),
+        job_threads={key: int(config[key]["threads"]) for key in ("extract", "train", "vit")},
+        twin_seed=int(config["random_init"]["seed"]),
+        train_runs=dict(runs),
+        grid_families=sorted({grid.get("family") or name for name, grid in grids.items()}),
+        prompt_set=str(extract["prompt_set"]),
+        prompt_sets=dict(sets),
+        prompt_revisions=dict(prompts["revisions"]),
+        prompt_sampling=(int(prompts["n_per_source"]), int(prompts["seed"])),
+        passage_chars=int(prompts["passage_chars"]),
+        evaluate=bool(evaluate["enabled"]),
+        score=str(evaluate["score"]),
+        heldout_chars=int(evaluate["heldout_chars"]),
+        context_length=evaluate["context_length"],
+        bootstrap=Bootstrap(n_boot=int(stats["n_boot"]), seed=int(stats["seed"])),
+        primary=dict(stats["primary"]),
+        peak_step=stats["peak_step"],
+        power_file=str(stats["power_file"]),
     )
     _check_lock(plan)
     if check_memory:
