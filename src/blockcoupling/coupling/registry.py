@@ -16,7 +16,6 @@ own.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -163,18 +162,6 @@ MEASURES: tuple[Measure, ...] = (
         caption="overlap of the right singular subspaces",
         key="overlap_v",
         dims=("prompt", "layer", "layer_ref", "k"),
-    ),
-    Measure(
-        "top1_cos_u",
-        lambda s: s.ucorner.sel(k=1, drop=True) ** 0.5,
-        lambda s: math.exp(math.lgamma(s.d / 2) - math.lgamma((s.d + 1) / 2)) / math.sqrt(math.pi),
-        "E|cos| of unrelated unit vectors in d dimensions",
-        "fraction in [0, 1] (1 = the same top left singular vector)",
-        "|u_{i,1}^T u_{j,1}|, |cos| of the top-1 left singular vectors",
-        summary="top1_cos_u",
-        summary_chance="top1_cos_u_null",
-        summary_description="mean |cos| of the top-1 left singular vectors over l != l'",
-        dims=("prompt", "layer", "layer_ref"),
     ),
 )
 RAW = "mis"  # the authors' measure, whose summary is raw coupling
