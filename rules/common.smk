@@ -13,7 +13,7 @@ from blockcoupling.pipeline.figure_registry import doc as figure_doc
 from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
 from blockcoupling.runtime import isa
-from blockcoupling.pipeline import cost
+from blockcoupling.pipeline import hub_volume, slurm_sizing
 from blockcoupling.lm.models import is_local_gguf
 from blockcoupling.pipeline.job_requests import (
     TRAIN_MEM_MB,
@@ -51,7 +51,7 @@ if SLURM_PROFILE and not SLURM.status:  # jobs (sbatch passes the environment): 
     os.environ[f"{ENV}STATUS"] = SLURM.status_command() or "sacct"  # advises what answers here
 try:  # shards sized to the partition's time limit, the same on the main process and the nodes
     PLAN = shard_plan(PLAN, SLURM, partition_nodes, SLURM_PROFILE, os.environ)
-except cost.TooLong as error:
+except slurm_sizing.TooLong as error:
     sys.exit(f"slurm: {error}")
 
 
@@ -206,7 +206,7 @@ def check_slurm_jobs():
     threads = min(PLAN.threads("extract"), workflow.resource_settings.max_threads or sys.maxsize)
     try:
         JOBS.check(threads)
-    except (SlurmError, cost.TooLong) as error:
+    except (SlurmError, slurm_sizing.TooLong) as error:
         sys.exit(f"slurm: {error}")
 
 

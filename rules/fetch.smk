@@ -69,11 +69,11 @@ if HUB.lock_file:
 
 
 if HUB.ahead and workflow.is_main_process:
-    download, peak, count = cost.hub_volume(PLAN)
+    download, peak, count = hub_volume.hub_volume(PLAN)
     print(
         f"hub: max_revisions: all: the fetch target fetches every revision ahead ({count} model "
-        f"revisions and the datasets, ~{cost.size_text(download)} to keep in {HUB.cache_dir}, at "
-        f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter; blockcoupling plan), none is deleted",
+        f"revisions and the datasets, ~{hub_volume.size_text(download)} to keep in {HUB.cache_dir}, at "
+        f"{hub_volume.HUB_BYTES_PER_PARAM} bytes/parameter; blockcoupling plan), none is deleted",
         file=sys.stderr,
     )
 

@@ -291,7 +291,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     """The cost table of a config's extract/evaluate jobs, and whether every GPU job fits."""
     from dataclasses import replace
 
-    from blockcoupling.pipeline import cost
+    from blockcoupling.pipeline import cost, hub_volume, plan_table, slurm_sizing
 
     if args.gpu_tflops is not None and not 0 < args.gpu_tflops < float("inf"):
         raise ValueError(
@@ -329,7 +329,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         )
     if args.time_limit:
         where = f"of --time-limit {args.time_limit}"
-        plan = cost.sized_plan(
+        plan = slurm_sizing.sized_plan(
             plan, lambda model: (where, limit), lambda m: gpu if plan.on_gpu(m) else cost.CPU
         )
     rows = cost.plan_costs(plan, gpu=gpu)
@@ -345,7 +345,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
                     "device": "gpu" if r.on_gpu else "cpu",
                     "hours": r.seconds / 3600,
                     "hours_per_job": r.job_seconds / 3600,
-                    "runtime_min": cost.runtime_minutes(r.job_seconds, 1, limit),
+                    "runtime_min": slurm_sizing.runtime_minutes(r.job_seconds, 1, limit),
                     "peak_gb": r.peak_bytes / cost.GB,
                     "gpu_mem_gb": r.declared_gb,
                     "output_gb": r.output_bytes / cost.GB,
@@ -360,15 +360,15 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         f"max_tokens {plan.measure.max_tokens} (null counts as "
         f"{cost.DEFAULT_TOKENS})"
     )
-    download, peak, revisions = cost.hub_volume(plan)
+    download, peak, revisions = hub_volume.hub_volume(plan)
     bound = plan.hub.max_revisions
     hub = (
         f"hub: {download / cost.GB:,.0f} GB to download ({revisions} model revisions at "
-        f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
+        f"{hub_volume.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
         f"(hub.max_revisions={bound if bound is not None else 'all'}"
         + ("; every revision fetched ahead)" if bound is None else ")")
     )
-    table = cost.plan_table(rows, gpu=gpu, limit=limit)
+    table = plan_table.plan_table(rows, gpu=gpu, limit=limit)
     return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)
 
 

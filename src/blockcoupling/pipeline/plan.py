@@ -87,8 +87,8 @@ class Plan:
     primary: dict[str, Any]  # ``stats.primary``: test id -> declared effect and source
     peak_step: int | None  # the emergence design's declared peak step (``stats.peak_step``)
     power_file: str  # the pilot power table of the primary tests (``stats.power_file``)
-    # model -> prompts per shard sized to its Slurm partition's time limit (cost.fit_shards);
-    # it replaces the configured prompts_per_shard where set
+    # model -> prompts per shard sized to its Slurm partition's time limit
+    # (slurm_sizing.fit_shards); it replaces the configured prompts_per_shard where set
     shard_sizes: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ what the rules read
