@@ -21,14 +21,8 @@ from blockcoupling.pipeline.job_requests import (
     JobRequests,
     shard_plan,
 )
-from blockcoupling.pipeline.slurm import (
-    ENV,
-    SlurmError,
-    SlurmSettings,
-    job_group,
-    read_nodes,
-    slurm_requested,
-)
+from blockcoupling.pipeline.slurm import ENV, SlurmSettings, job_group, slurm_requested
+from blockcoupling.pipeline.slurm_nodes import SlurmError, read_nodes
 
 try:
     PLAN = check_config(config, workflow.basedir)

@@ -21,7 +21,7 @@ from blockcoupling.lm import content, hub, lockfile
 from blockcoupling.lm.hub_names import HubNameError, check_fetch_folder
 from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.errors import ConfigError
-from blockcoupling.pipeline.slurm import minutes
+from blockcoupling.pipeline.slurm_nodes import minutes
 
 MODEL = "tiny-org/neox"
 

@@ -13,7 +13,8 @@ from blockcoupling.pipeline import slurm_sizing
 from blockcoupling.pipeline.checks import check_config, validate_config
 from blockcoupling.pipeline.job_requests import DEFAULT_RUNTIME, JobRequests, shard_plan
 from blockcoupling.pipeline.plan import Plan
-from blockcoupling.pipeline.slurm import SlurmSettings, parse_sinfo
+from blockcoupling.pipeline.slurm import SlurmSettings
+from blockcoupling.pipeline.slurm_nodes import parse_sinfo
 
 
 def smoke_plan(monkeypatch: pytest.MonkeyPatch) -> Plan:

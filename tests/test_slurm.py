@@ -13,19 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, fake_slurm
 
-from blockcoupling.pipeline import slurm
-from blockcoupling.pipeline.slurm import (
-    ENV,
-    JOB_GROUPS,
-    Needs,
-    Nodes,
-    SlurmError,
-    SlurmSettings,
-    gpus_in,
-    job_request,
-    minutes,
-    parse_sinfo,
-)
+from blockcoupling.pipeline import slurm, slurm_nodes
+from blockcoupling.pipeline.slurm import ENV, JOB_GROUPS, SlurmSettings
+from blockcoupling.pipeline.slurm_fit import Needs, partition_request
+from blockcoupling.pipeline.slurm_nodes import Nodes, SlurmError, gpus_in, minutes, parse_sinfo
 
 # sinfo -h -N -o "%P|%c|%m|%G|%l" of a cluster with a default CPU partition and a GPU partition
 # (the first line is what the CI's single-node cluster printed).
@@ -43,7 +34,7 @@ def settings(**env: str) -> SlurmSettings:
 
 
 def request(needs: Needs, defaults=(8000, 720), **env: str):
-    return job_request("models.m (extract)", needs, defaults, settings(**env), NODES.get)
+    return partition_request("models.m (extract)", needs, defaults, settings(**env), NODES.get)
 
 
 def test_settings_default_to_the_clusters_defaults() -> None:
@@ -164,7 +155,7 @@ def test_needs_no_node_meets_stop_with_one_line(needs: Needs, env: dict, message
 
 
 def test_without_sinfo_nothing_is_capped_or_checked() -> None:
-    job = job_request(
+    job = partition_request(
         "m", Needs(threads=999, mem_mb=10**7, gpu_mem_gb=240), (1, 1), settings(), lambda p: None
     )
     assert (job.mem_mb, job.runtime, job.gpus) == (10**7, 1, 3)
@@ -232,7 +223,7 @@ def test_a_controller_that_does_not_answer_is_said_in_one_line(
 ) -> None:
     fake_slurm(tmp_path, scontrol_sleep=5)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.setattr(slurm, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(slurm_nodes, "TIMEOUT_S", 0.5)
     assert settings().status_command() is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the Slurm controller does not answer" in err[0]

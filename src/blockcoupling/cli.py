@@ -240,19 +240,19 @@ def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool =
 
 
 def check_slurm(plan: Any) -> str:
-    """The Slurm checks of the slurm profile (``slurm.check_plan`` against sinfo's nodes, the
+    """The Slurm checks of the slurm profile (``slurm_fit.check_plan`` against sinfo's nodes, the
     ``BLOCKCOUPLING_SLURM_*`` settings); raises ``SlurmError`` naming the setting.
     """
-    from blockcoupling.pipeline import slurm
+    from blockcoupling.pipeline import slurm, slurm_fit, slurm_nodes
 
     settings = slurm.SlurmSettings.from_env()
     try:
-        if slurm.read_nodes(settings.partition) is None:
+        if slurm_nodes.read_nodes(settings.partition) is None:
             return "; Slurm: sinfo did not answer, nothing checked"
-    except slurm.SlurmError:  # no such partition: check_plan names the setting
+    except slurm_nodes.SlurmError:  # no such partition: check_plan names the setting
         pass
     threads = min(plan.threads("extract"), settings.max_threads() or sys.maxsize)
-    slurm.check_plan(plan, settings, threads)
+    slurm_fit.check_plan(plan, settings, threads)
     return "; Slurm: every job fits a node of its partition"
 
 
@@ -303,7 +303,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         raise ValueError(f"--csv {args.csv}: {what}; name a CSV file, e.g. --csv plan.csv")
     limit = None
     if args.time_limit:
-        from blockcoupling.pipeline.slurm import minutes
+        from blockcoupling.pipeline.slurm_nodes import minutes
 
         try:
             limit = minutes(args.time_limit)

@@ -1,7 +1,7 @@
 """What each job of a Plan asks Slurm for, and the checks before the first job: the rules'
 Slurm glue (``rules/common.smk`` builds one ``JobRequests`` and hands its functions to the
 rules). Memory and runtime come from the planner (``cost``), capped at the partition
-(``slurm.job_request``); a local run asks for nothing that matters.
+(``slurm_fit.partition_request``); a local run asks for nothing that matters.
 """
 
 from __future__ import annotations
@@ -15,16 +15,9 @@ from typing import Any
 
 from blockcoupling.pipeline import cost, slurm_sizing
 from blockcoupling.pipeline.plan import Plan
-from blockcoupling.pipeline.slurm import (
-    GROUPED_JOB_MEM_MB,
-    Nodes,
-    Request,
-    SlurmError,
-    SlurmSettings,
-    check_plan,
-    job_needs,
-    job_request,
-)
+from blockcoupling.pipeline.slurm import GROUPED_JOB_MEM_MB, SlurmSettings
+from blockcoupling.pipeline.slurm_fit import Request, check_plan, job_needs, partition_request
+from blockcoupling.pipeline.slurm_nodes import Nodes, SlurmError
 
 # Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none and the
 # planner cannot tell (no n_layers/d_model in its metadata).
@@ -93,7 +86,7 @@ def shard_plan(
 class JobRequests:
     """The Slurm requests of a plan's jobs. ``on_slurm``: whether jobs go to Slurm now (asked of
     the workflow's executor; Slurm is asked nothing otherwise); ``nodes_of``: a partition's
-    nodes (``slurm.read_nodes``, cached by the caller).
+    nodes (``slurm_nodes.read_nodes``, cached by the caller).
     """
 
     plan: Plan
@@ -149,7 +142,7 @@ class JobRequests:
         nodes_of = self.nodes_of if with_nodes else lambda partition: None
         limit = self.partition_limit(model)[1] if with_nodes else None
         defaults = self.defaults(rule, model, attempt, part, limit)
-        request = job_request(name, needs, defaults, self.settings, nodes_of)
+        request = partition_request(name, needs, defaults, self.settings, nodes_of)
         if request.asked_runtime:  # a default without a planned time: capped, and said (once)
             print(
                 f"slurm: {name} (attempt {attempt}) has no planned runtime (no n_layers/d_model "
