@@ -76,7 +76,8 @@ from blockcoupling.jacobians.extract import (  # noqa: E402
     measure_inputs,
 )
 from blockcoupling.jacobians.token_jacobian import token_jacobian  # noqa: E402
-from blockcoupling.lm.models import LoadOptions, ModelSource, load_model  # noqa: E402
+from blockcoupling.lm.models import LoadOptions, load_model  # noqa: E402
+from blockcoupling.lm.sources import ModelSource  # noqa: E402
 from blockcoupling.pipeline import cost  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

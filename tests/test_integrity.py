@@ -527,7 +527,8 @@ def test_docs_and_claims_name_a_folder_a_missing_file_and_non_utf8_text(
 def test_a_converted_gguf_follows_the_umask(tmp_path: Path) -> None:
     import os
 
-    from blockcoupling.lm.models import convert_gguf, parse_source
+    from blockcoupling.lm.models import convert_gguf
+    from blockcoupling.lm.sources import parse_source
     from blockcoupling_tinygguf import assemble
 
     gguf = assemble(tmp_path / "a.gguf")

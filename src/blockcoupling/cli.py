@@ -397,7 +397,8 @@ def measure_source(args: argparse.Namespace) -> str:
     from blockcoupling.coupling.finite import require_rank
     from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
     from blockcoupling.jacobians.extract import MeasureConfig, measure
-    from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin, parse_source
+    from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin
+    from blockcoupling.lm.sources import parse_source
     from blockcoupling.runtime.device import resolve_device
 
     if args.threads:

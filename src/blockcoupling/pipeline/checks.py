@@ -46,7 +46,7 @@ def _check_source(name: str, entry: ModelEntry) -> None:
     """A local source's package or path exists; a hub source's id and the revision of every
     step are ones the hub accepts (they become folders of the hub cache).
     """
-    from blockcoupling.lm.models import ModelSourceError, check_local_source, parse_source
+    from blockcoupling.lm.sources import ModelSourceError, check_local_source, parse_source
 
     if entry.is_trained_here:
         return
