@@ -5,7 +5,9 @@ import os
 import re
 import sys
 
-from blockcoupling.pipeline.checks import check_config, science_params
+from blockcoupling.jacobians.options import science_params
+from blockcoupling.pipeline.checks import check_config
+from blockcoupling.pipeline.rule_names import rule_suffix
 from blockcoupling.pipeline.code_hash import code_hash
 from blockcoupling.pipeline.entries import RANDOM
 from blockcoupling.pipeline.errors import ConfigError

@@ -18,10 +18,10 @@ from snakemake.utils import validate
 from blockcoupling import cli
 from blockcoupling.coupling.metrics import MetricConfig
 from blockcoupling.files import io
-from blockcoupling.jacobians.options import MeasureConfig
+from blockcoupling.jacobians.options import MeasureConfig, science_params
 from blockcoupling.lm.schedule import TrainConfig
 from blockcoupling.lm.train import work_dir
-from blockcoupling.pipeline.checks import check_config, science_params
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.code_hash import code_hash, script_modules
 from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import Plan

@@ -9,13 +9,14 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.jacobians.options import RUN_ONLY_KEYS, MeasureConfig
+from blockcoupling.jacobians.options import MeasureConfig
 from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.entries import ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
 from blockcoupling.pipeline.hub_settings import HubSettings
 from blockcoupling.pipeline.plan import Plan
+from blockcoupling.pipeline.rule_names import rule_suffix
 from blockcoupling.pipeline.vit_plan import ViTPlan
 from blockcoupling.stats.selection import Bootstrap, Selection
 
@@ -107,11 +108,6 @@ def _check_name_lengths(kind: str, names: list[str], table: str | None) -> None:
                 f"become file names (at most 255 bytes with their suffixes); use at most "
                 f"{NAME_MAX}"
             )
-
-
-def rule_suffix(name: str) -> str:
-    """A model or run name as part of a rule name."""
-    return name.replace("-", "_").replace(".", "_")
 
 
 def _choice(section: str, key: str, value: Any, allowed: list[Any], source: str) -> Any:
@@ -499,8 +495,3 @@ def _check_package(package: str, what: str) -> None:
         raise ConfigError(
             f"package {package!r} ({what}) is not installed: pip install --no-deps {package}"
         )
-
-
-def science_params(section: dict[str, Any]) -> dict[str, Any]:
-    """The ``extract`` keys that change results (rule params re-run jobs when they change)."""
-    return {key: value for key, value in section.items() if key not in RUN_ONLY_KEYS}
