@@ -18,8 +18,9 @@ from blockcoupling import cli
 from blockcoupling.coupling.metrics import MetricConfig
 from blockcoupling.lm.hub_names import HubNameError, check_repo_id, check_revision, contained
 from blockcoupling.lm.sources import ModelSourceError, parse_source, resolve
-from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.schema_check import validate_config
 
 
 @pytest.fixture(autouse=True)

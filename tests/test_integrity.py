@@ -19,8 +19,9 @@ from blockcoupling import cli
 from blockcoupling.files import manifest, run_record
 from blockcoupling.lm import content, hub, lockfile
 from blockcoupling.lm.hub_names import HubNameError, check_fetch_folder
-from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.schema_check import validate_config
 from blockcoupling.pipeline.slurm_nodes import minutes
 
 MODEL = "tiny-org/neox"

@@ -10,9 +10,10 @@ import yaml
 from conftest import REPO, SCHEMA
 
 from blockcoupling.pipeline import slurm_sizing
-from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.job_requests import DEFAULT_RUNTIME, JobRequests, shard_plan
 from blockcoupling.pipeline.plan import Plan
+from blockcoupling.pipeline.schema_check import validate_config
 from blockcoupling.pipeline.slurm import SlurmSettings
 from blockcoupling.pipeline.slurm_nodes import parse_sinfo
 

@@ -10,8 +10,9 @@ import yaml
 from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
-from blockcoupling.pipeline.checks import check_config, k_warnings
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.k_warnings import k_warnings
 
 
 def smoke(**changes: dict) -> dict:

@@ -326,8 +326,9 @@ def test_4bit_loading_gets_the_quantization_knob() -> None:
 def test_a_4bit_setting_without_4bit_loading_stops_the_config_check() -> None:
     import yaml
 
-    from blockcoupling.pipeline.checks import check_config, validate_config
+    from blockcoupling.pipeline.checks import check_config
     from blockcoupling.pipeline.errors import ConfigError
+    from blockcoupling.pipeline.schema_check import validate_config
 
     repo = Path(__file__).resolve().parents[1]
     config = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())

@@ -162,8 +162,9 @@ def test_every_documented_output_is_produced(done: Path, monkeypatch: pytest.Mon
     """Each output docs/datasets.md documents is a file of the minimal run (but those of the
     features it leaves off, each with its reason), and so is each target of its plan
     (``Plan.targets``, and the figures whose input is among them, as rules/figures.smk asks)."""
-    from blockcoupling.pipeline.checks import check_config, validate_config
+    from blockcoupling.pipeline.checks import check_config
     from blockcoupling.pipeline.figure_registry import FIGURES
+    from blockcoupling.pipeline.schema_check import validate_config
 
     made = [str(p.relative_to(done)) for p in (done / "results").rglob("*") if p.is_file()]
     documented = documented_outputs((REPO / "docs" / "datasets.md").read_text(encoding="utf-8"))

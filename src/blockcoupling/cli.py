@@ -223,7 +223,8 @@ def _workflow_dir(given: Path | None) -> Path:
 
 def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool = True) -> Any:
     """The workflow's ``Plan`` of a config file: schema defaults and every check applied."""
-    from blockcoupling.pipeline.checks import check_config, validate_config
+    from blockcoupling.pipeline.checks import check_config
+    from blockcoupling.pipeline.schema_check import validate_config
 
     folder = _workflow_dir(workflow_dir)
     try:
@@ -262,7 +263,7 @@ def check_config_file(
     """Validate a config file as the workflow does; return a one-paragraph summary and a line
     per warning (K above d/8).
     """
-    from blockcoupling.pipeline.checks import k_warnings
+    from blockcoupling.pipeline.k_warnings import k_warnings
 
     plan = load_plan(file, workflow_dir)
     jobs = sum(

@@ -118,40 +118,6 @@ def _choice(section: str, key: str, value: Any, allowed: list[Any], source: str)
     return chosen
 
 
-def validate_config(
-    config: dict[str, Any], schema: str | Path, overrides: dict[str, Any] | None = None
-) -> None:
-    """Snakemake's ``validate`` (which also fills the schema's defaults into ``config``); a
-    violation is a one-line ConfigError naming the key path and the problem, not the schema dump.
-    ``overrides``: the parsed ``--config`` values, whose nested string leaves first get the type
-    the schema asks for (``overrides.coerce_overrides``).
-    """
-    import yaml
-    from jsonschema.exceptions import ValidationError, best_match
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
-
-    from blockcoupling.pipeline.overrides import coerce_overrides
-
-    if overrides:
-        coerce_overrides(config, overrides, yaml.safe_load(Path(schema).read_text("utf-8")))
-    try:
-        validate(config, str(schema))
-    except WorkflowError as error:
-        cause = error.__cause__ or error.__context__
-        if not isinstance(cause, ValidationError):
-            raise ConfigError(str(error).splitlines()[0]) from None
-        if cause.context:  # oneOf/anyOf: the alternative that came closest, one whose type
-            # the value has (hub.max_revisions: 0 breaks the bound of the integer alternative,
-            # not the 'all' one)
-            typed = [e for e in cause.context if e.validator not in ("type", "const", "enum")]
-            cause = best_match(typed or cause.context)
-        key = ".".join(str(part) for part in cause.absolute_path) or "top level"
-        message = " ".join(cause.message.split())
-        message = message if len(message) <= 200 else message[:197] + "..."
-        raise ConfigError(f"{key}: {message} (see {Path(schema).name})") from None
-
-
 def check_config(
     config: dict[str, Any], basedir: str | Path = ".", check_memory: bool = True
 ) -> Plan:
@@ -313,7 +279,7 @@ def _check_lock(plan: Plan) -> None:
         raise ConfigError(f"hub.lock_file: {error}") from None
 
 
-def _model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, int | None]:
+def model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, int | None]:
     """``(n_layers, d_model)`` of a model as far as the config knows them: a trained run's
     from its ``train.runs`` entry, any other from its ``meta`` (None where not given).
     """
@@ -329,7 +295,7 @@ def _check_shape(
     """``extract.k_max`` and ``extract.token_layers`` fit the model's width and depth (where the
     config knows them), so that no extraction job fails on them after training.
     """
-    n_layers, d_model = _model_shape(entry, runs)
+    n_layers, d_model = model_shape(entry, runs)
     where = (
         f"train.runs.{entry.source['train']}" if entry.is_trained_here else f"models.{name}.meta"
     )
@@ -368,42 +334,6 @@ def _check_score(section: dict[str, Any], cross_model: dict[str, ModelEntry]) ->
             "evaluate.score=score reads the models' meta.score, which no cross-model model "
             f"has ({', '.join(cross_model)}); give meta.score or use evaluate.score: bits_per_byte"
         )
-
-
-K_OVER_D_LIMIT = 1 / 8  # above it the chance overlap K/d leaves little room below 1
-
-
-def k_warnings(plan: Plan) -> list[str]:
-    """One line per configured K (``metrics.ks``, ``vit.ks``) that exceeds d/8 of some model
-    (d from a trained run's config, a model's ``meta.d_model``, the ViT's ``embed_dim``): its
-    overlap's chance level K/d is then above 1/8 and an unrelated top-K subspace already
-    shares much of it. Warnings, not errors: the paper's K list (10, 30, 50) stays legal.
-    """
-    runs = plan.train_runs
-    widths: dict[str, int] = {}
-    for name, entry in plan.models.items():
-        d_model = _model_shape(entry, runs)[1]
-        if d_model:
-            widths[name] = int(d_model)
-    lines = []
-    for k in plan.metric.ks:
-        over = sorted(name for name, d in widths.items() if k > K_OVER_D_LIMIT * d)
-        if over:
-            d = min(widths[name] for name in over)
-            lines.append(
-                f"metrics.ks: K={k} is more than d/8 for {len(over)} model(s) (e.g. "
-                f"{over[0]!r}, d={d}: K/d={k / d:.2f}); their chance overlap K/d is high, "
-                f"prefer K <= {int(K_OVER_D_LIMIT * d)} for them (stats.k is {plan.selection.k})"
-            )
-    if plan.vit is not None:
-        d = int(plan.vit.base["embed_dim"])
-        for k in plan.vit.ks:
-            if k > K_OVER_D_LIMIT * d:
-                lines.append(
-                    f"vit.ks: K={k} is more than d/8 of the ViTs (embed_dim={d}: K/d={k / d:.2f}); "
-                    f"prefer K <= {int(K_OVER_D_LIMIT * d)} (vit.k is {plan.vit.k})"
-                )
-    return lines
 
 
 def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
