@@ -15,6 +15,7 @@ from blockcoupling.lm.hub import (
     predecessor,
     revision_of,
 )
+from blockcoupling.lm.prompts import SOURCES
 from blockcoupling.pipeline.entries import ModelEntry, train_config
 from blockcoupling.pipeline.hub_settings import HubSettings
 from blockcoupling.pipeline.vit_plan import ViTPlan, vit_folder
@@ -104,6 +105,41 @@ class Plan:
             return None
         revision = self.hub_revisions[where[:2]]
         return str(self.hub.folder(revision.repo, revision.revision, revision.checkpoint))
+
+    def hub_datasets(self) -> dict[str, tuple[str, str]]:
+        """Every hub prompt dataset fetched: repo -> (its dataset config, revision: the
+        ``prompts.revisions`` pin, else main).
+        """
+        return {
+            SOURCES[source]["hub"]: (SOURCES[source]["config"], revision)
+            for source, revision in self.prompt_hub_sources()
+        }
+
+    def fetches(self) -> list[tuple[str, str, str, str, str]]:
+        """(lock kind, repo, revision, folder, manifest) of every fetch: the prompt datasets,
+        then the model revisions (``lockfile.adopt_all`` and ``stale`` read them).
+        """
+        hub = self.hub
+        datasets = [
+            (
+                "dataset",
+                repo,
+                revision,
+                hub.dataset_folder(repo, revision),
+                hub.manifest("dataset", repo, revision),
+            )
+            for repo, (_, revision) in self.hub_datasets().items()
+        ]
+        return datasets + [
+            (
+                "model",
+                r.repo,
+                r.revision,
+                hub.folder(r.repo, r.revision, r.checkpoint),
+                hub.manifest("checkpoint" if r.checkpoint else "model", r.repo, r.revision),
+            )
+            for r in self.hub_revisions.values()
+        ]
 
     def unfetched(self) -> str | None:
         """One line for the first fetched revision folder that lacks files its manifest lists

@@ -140,6 +140,17 @@ def slurm_requested(argv: list[str], environ: Mapping[str, str]) -> bool:
     return False
 
 
+def slurm_profile(is_main_process: bool, argv: list[str], environ: Mapping[str, str]) -> bool:
+    """Whether this Snakemake process sends jobs to Slurm: the shipped profile says so
+    (``BLOCKCOUPLING_SLURM_PROFILE=1``, profiles/slurm/config.yaml), or a site's own profile or
+    ``--executor slurm`` does (``slurm_requested``), so that a dry run checks and shows what a
+    real run would ask; a job on its node (not the main process) does not.
+    """
+    return is_main_process and (
+        environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" or slurm_requested(argv, environ)
+    )
+
+
 @dataclass(frozen=True)
 class SlurmSettings:
     """The ``BLOCKCOUPLING_SLURM_*`` settings ('' : unset)."""
