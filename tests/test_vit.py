@@ -418,19 +418,6 @@ def test_grid_dataset_stacks_coupling_and_accuracy(vit64) -> None:
         grid_dataset({**parts, (0.4, 0.05, 0): (other, result["tokens"], history)}, metric)
 
 
-def test_the_dag_side_of_the_sweep_needs_no_torch() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; import blockcoupling.vit.config, blockcoupling.vit.data; "
-        "import blockcoupling.vit.results; "
-        "import blockcoupling.pipeline.checks; "
-        "assert 'torch' not in sys.modules"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
 def test_check_config_names_the_sweep() -> None:
     from blockcoupling.cli import check_config_file
 
