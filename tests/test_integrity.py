@@ -12,8 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import REPO, SCHEMA
-from test_hostile_round4 import save_tiny_folder
+from conftest import REPO, SCHEMA, save_tiny_folder
 
 from blockcoupling import cli
 from blockcoupling.files import manifest, run_record
