@@ -67,7 +67,6 @@ from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset  # noq
 from blockcoupling.jacobians import spectral  # noqa: E402
 from blockcoupling.jacobians.adapters import adapter_for, blocks_of  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
-from blockcoupling.jacobians.token_jacobian import token_jacobian  # noqa: E402
 from blockcoupling.jacobians.extract import (  # noqa: E402
     MeasureConfig,
     PromptText,
@@ -76,6 +75,7 @@ from blockcoupling.jacobians.extract import (  # noqa: E402
     matmul_precision,
     measure_inputs,
 )
+from blockcoupling.jacobians.token_jacobian import token_jacobian  # noqa: E402
 from blockcoupling.lm.models import LoadOptions, ModelSource, load_model  # noqa: E402
 from blockcoupling.pipeline import cost  # noqa: E402
 
@@ -360,7 +360,7 @@ def composition_profile(model: nn.Module, vocab: int, tokens: int, device: str) 
                 if path == "VJPs":
                     engine._composed = lambda layer, t: None
                 engine.diagonal(1, last)  # warm-up: the block's float32 copy, the token calls
-                result[f"{path}, {setting}"] = _seconds(lambda: engine.diagonal(1, last))
+                result[f"{path}, {setting}"] = _seconds(lambda e=engine, t=last: e.diagonal(1, t))
             del engine._composed  # the class's method again
             if setting == "plain":
                 continue
@@ -368,8 +368,12 @@ def composition_profile(model: nn.Module, vocab: int, tokens: int, device: str) 
             block, spec = engine._block(call.block), adapter_for(model).token_jacobian
             with torch.no_grad():
                 result["parts"] = {
-                    "token_jacobian": _seconds(lambda: token_jacobian(call, block, spec)),
-                    "guard's value": _seconds(lambda: engine._expected(1, last, torch.float32)),
+                    "token_jacobian": _seconds(
+                        lambda c=call, b=block, s=spec: token_jacobian(c, b, s)
+                    ),
+                    "guard's value": _seconds(
+                        lambda e=engine, t=last: e._expected(1, t, torch.float32)
+                    ),
                 }
             activities = [ProfilerActivity.CPU] + (
                 [ProfilerActivity.CUDA] if torch.cuda.is_available() else []

@@ -9,7 +9,6 @@ batch of d Jacobian-vector products of input token t1 gives ``J_{t1 t2}`` for ev
 from __future__ import annotations
 
 from collections import Counter
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
