@@ -498,8 +498,30 @@ def test_vit_sd_effect_has_seed_as_a_block_and_accuracy_a_within_rate_slope():
     assert effect["estimate"] == pytest.approx(beta[1]) and effect["n"] == 20
     assert effect["primary"] and "C(seed)" in effect["note"] and "df=15" in effect["note"]
     within = out.loc["vit_accuracy_within_rate"]
-    assert within["ci_low"] > 0 and "C(sd)" in within["note"]
+    assert "C(sd)" in within["note"] and "C(seed)" in within["note"]
     assert "not measured" in out.loc["vit_sd_effect_overlap_u", "note"]
+
+
+def test_vit_accuracy_within_rate_blocks_on_seed():
+    # seeds shift excess and accuracy in opposite directions; within a seed, accuracy rises
+    # 0.05 per unit excess: only a seed block recovers the within-seed slope
+    rng = np.random.default_rng(3)
+    runs = pd.DataFrame(
+        [dict(sd=sd, wd=0.05, seed=s) for sd in (0.0, 0.1, 0.2, 0.3, 0.4) for s in range(4)]
+    )
+    block = np.array([-1.0, -0.3, 0.4, 1.1])[runs["seed"]]
+    within = rng.normal(size=len(runs))
+    runs["coupling_excess"] = block + within
+    runs["coupling"] = runs["coupling_excess"] - 1
+    runs["test_accuracy"] = 0.8 - 0.05 * block + 0.05 * within + 0.001 * rng.normal(size=20)
+    row = vit.vit_analyses(runs).set_index("analysis").loc["vit_accuracy_within_rate"]
+    z = (runs["coupling_excess"] - runs["coupling_excess"].mean()) / runs["coupling_excess"].std()
+    dummies = [runs[c] == v for c in ("sd", "seed") for v in sorted(runs[c].unique())[1:]]
+    X = np.column_stack([np.ones(20), z, *dummies])
+    beta = np.linalg.lstsq(X, runs["test_accuracy"], rcond=None)[0]
+    assert row["estimate"] == pytest.approx(beta[1])
+    assert row["estimate"] == pytest.approx(0.05 * runs["coupling_excess"].std(), rel=0.05)
+    assert "C(seed)" in row["note"] and "df=11" in row["note"]
 
 
 def test_vit_rate_intervals_need_five_seeds():

@@ -133,9 +133,10 @@ CLAIMS = (
     Claim(
         "At a fixed rate, more coupled ViTs are more accurate",
         "vit_accuracy_within_rate",
-        "test accuracy per sd of coupling_excess, rate fixed effects",
+        "test accuracy per sd of coupling_excess, rate and seed fixed effects",
         +1,
-        "small ViTs; within-rate variation comes from seeds",
+        "small ViTs; a seed fixes init and data order at every rate, so it is a block: the "
+        "slope rests on the seed-by-rate variation",
     ),
     Claim(
         "Coupling correlates with the leaderboard score across pretrained models",
