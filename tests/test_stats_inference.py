@@ -459,6 +459,26 @@ def test_power_simulation_is_the_noncentral_t():
     assert np.isnan(table.loc["b", "power"])
 
 
+def test_power_of_a_cr1_test_counts_clusters_not_runs():
+    # a CR1 pilot: 20 runs in 10 configurations, t(9); the design's units are clusters (df G - 1)
+    se = 0.2
+    half = se * sps.t.ppf(0.975, 9)
+    note = "y ~ x; CR1 by group, t(9)"
+    pilot = pd.DataFrame(
+        [dict(analysis="a", estimate=0.1, ci_low=0.1 - half, ci_high=0.1 + half, n=20, note=note)]
+    )
+    row = power.pilot_power(pilot, {"a": {"effect": 0.5}}, {"a": 40}).set_index("analysis").loc["a"]
+    assert row["pilot_n"] == 10 and row["n"] == 40 and row["df"] == 39
+    crit = sps.t.ppf(1 - 0.05 / 2, 39)
+    exact = sps.nct.sf(crit, 39, 0.5 / (se * np.sqrt(10 / 40))) + sps.nct.cdf(
+        -crit, 39, 0.5 / (se * np.sqrt(10 / 40))
+    )
+    assert row["power"] == pytest.approx(exact, abs=0.012)
+    g = int(row["n_for_target"])  # the smallest number of clusters with 80%, at G - 1 df
+    assert power.simulated_power(0.5, se * np.sqrt(10 / g), g - 1, 0.05) >= 0.8
+    assert power.simulated_power(0.5, se * np.sqrt(10 / (g - 1)), g - 2, 0.05) < 0.8
+
+
 def test_split_half_peak_has_no_selection_bias_under_the_null():
     """Flat curves (pure noise): the argmax of all prompts' means is biased above the first
     step; the peak chosen on one half and measured on the other is not."""
