@@ -139,6 +139,30 @@ def test_holm_runs_over_the_declared_primaries_alone():
     assert np.isnan(got.loc["c", "p_holm"]) and not got.loc["c", "primary"]
 
 
+def test_a_primary_verdict_needs_cr1_and_the_wild_bootstrap_to_agree():
+    # a: CR1 p 0.001 but wild p 0.09 (they disagree); b: both small
+    rows = [
+        inference.analysis_row(n, "run", 10, "m", 1.0, 0.5, 1.5, p, p_wild=w)
+        for n, p, w in [
+            ("emergence_final_vs_init", 0.001, 0.09),
+            ("emergence_relaxation", 0.01, 0.005),
+        ]
+    ]
+    got = inference.combine_analyses(
+        [inference.analysis_table(rows)], ["emergence_final_vs_init", "emergence_relaxation"]
+    )
+    np.testing.assert_allclose(got["p_holm"], [0.09, 0.02])  # Holm over the larger p of each
+    table = claims.claims_table(got, ("emergence_final_vs_init", "emergence_relaxation"))
+    by = {c.analysis: row for c, (_, row) in zip(claims.CLAIMS, table.iterrows())}
+    a, b = by["emergence_final_vs_init"], by["emergence_relaxation"]
+    assert a["p"] == 0.001 and a["p_wild"] == 0.09
+    assert a["verdict"].startswith("inconclusive: the t test (p = 0.001) and the wild cluster")
+    assert b["verdict"] == "reproduced"
+    assert "| 0.001 | 0.09 | 0.09 |" in claims.claims_markdown(table, "abc")
+    explored = claims.verdict(pd.Series(dict(rows[0], primary=False)), +1)
+    assert explored == "exploratory: the paper's direction, p = 0.001, wild p = 0.09 unadjusted"
+
+
 SIGNIFICANT = dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.02)
 NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
 

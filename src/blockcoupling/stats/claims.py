@@ -5,12 +5,14 @@ Verdicts say no more than the evidence:
 
 - "not testable with this design": the analysis is absent or has no estimate;
 - a declared primary test (config ``stats.primary``): "reproduced" / "refuted" when its Holm p
-  is below ``ALPHA`` and its interval excludes 0 on the paper's side / the other; else
-  "inconclusive", saying why: "no effect of the declared size" (its 95% interval lies within
+  (of the larger of its CR1/t p and its wild cluster bootstrap p) is below ``ALPHA`` and its
+  interval excludes 0 on the paper's side / the other; else "inconclusive", saying why: the two
+  tests disagree about significance (the verdict waits for both), "no effect of the declared size" (its 95% interval lies within
   +-the declared effect: an equivalence bound), "underpowered" (its power at the declared
   effect, from a pilot, is below ``TARGET_POWER``), or powered but neither excluded;
 - an exploratory row: "exploratory:" with its direction (the paper's, the opposite, or none:
-  the interval holds 0) and its unadjusted p; never "reproduced" or "refuted".
+  the interval holds 0) and its unadjusted p (and the wild cluster bootstrap's, where there is
+  one); never "reproduced" or "refuted".
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ CLAIM_COLUMNS = (
     "unit",
     "n",
     "p",
+    "p_wild",
     "p_holm",
     "primary",
     "verdict",
@@ -168,10 +171,16 @@ def verdict(row: pd.Series | None, sign: int, effect: float = np.nan, power: flo
             return "exploratory: estimate only, no interval"
         side = "the paper's direction" if (row["estimate"] > 0) == (sign > 0) else "opposite"
         direction = "no direction (interval holds 0)" if low <= 0 <= high else side
-        return f"exploratory: {direction}, p = {p:.2g} unadjusted"
+        return f"exploratory: {direction}, p = {p:.2g}{_wild(row)} unadjusted"
     p = float(row["p_holm"])
     if bounded and np.isfinite(p) and p < ALPHA and not low <= 0 <= high:
         return "reproduced" if (low > 0) == (sign > 0) else "refuted"
+    if _disagree(row):
+        return (
+            f"inconclusive: the t test (p = {float(row['p']):.2g}) and the wild cluster bootstrap "
+            f"(p = {float(row['p_wild']):.2g}) disagree about significance; the larger p decides "
+            "(the verdict waits for both)"
+        )
     if bounded and np.isfinite(effect) and -effect < low and high < effect:
         return f"inconclusive: no effect of the declared size (interval within +-{effect:g})"
     if not np.isfinite(power):
@@ -179,6 +188,18 @@ def verdict(row: pd.Series | None, sign: int, effect: float = np.nan, power: flo
     if power < TARGET_POWER:
         return f"inconclusive: underpowered ({power:.2f} at the declared effect {effect:g})"
     return f"inconclusive: powered ({power:.2f}) for {effect:g}, which the interval holds"
+
+
+def _wild(row: pd.Series) -> str:
+    """``, wild p = ..`` when the row has a wild cluster bootstrap p, else empty."""
+    wild = float(row.get("p_wild", np.nan))
+    return f", wild p = {wild:.2g}" if np.isfinite(wild) else ""
+
+
+def _disagree(row: pd.Series) -> bool:
+    """Whether the row's t p and wild cluster bootstrap p fall on either side of ``ALPHA``."""
+    p, wild = float(row["p"]), float(row.get("p_wild", np.nan))
+    return bool(np.isfinite(p) and np.isfinite(wild) and (p < ALPHA) != (wild < ALPHA))
 
 
 def claims_table(
@@ -231,7 +252,7 @@ def claims_table(
             limits += f"; {flags[claim.analysis]}"
         values = {
             key: (row[key] if row is not None else np.nan)
-            for key in ("estimate", "ci_low", "ci_high", "unit", "n", "p", "p_holm")
+            for key in ("estimate", "ci_low", "ci_high", "unit", "n", "p", "p_wild", "p_holm")
         }
         if row is not None:
             row = row.copy()
@@ -263,12 +284,14 @@ def claims_markdown(claims: pd.DataFrame, commit: str) -> str:
     """
     lines = [
         f"Claims of the paper and their verdicts from the run at commit `{commit}` "
-        "(`results/stats/claims.csv`; p_holm: Holm over the declared primary tests; power: "
-        "at the declared effect and Holm's first threshold, from a pilot run before this one).",
+        "(`results/stats/claims.csv`; p: the CR1 or t test's; p_wild: the wild cluster "
+        "bootstrap's; p_holm: Holm over the declared primary tests of the larger of the two; "
+        "power: at the declared effect and Holm's first threshold, from a pilot run before this "
+        "one).",
         "",
-        "| claim | measure | estimate [95% CI] | unit (n) | p | p_holm | primary | effect "
+        "| claim | measure | estimate [95% CI] | unit (n) | p | p_wild | p_holm | primary | effect "
         "| power | verdict | limits |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, row in claims.iterrows():
         cells = [
@@ -277,6 +300,7 @@ def claims_markdown(claims: pd.DataFrame, commit: str) -> str:
             _interval(row),
             _unit(row),
             _number(row["p"]),
+            _number(row["p_wild"]),
             _number(row["p_holm"]),
             "yes" if row["primary"] else "no",
             _number(row["effect"]),
@@ -311,7 +335,7 @@ def claim_quote(row: pd.Series) -> str:
         return f"claim ({kind}): {row['verdict']}"
     numbers = ", ".join(
         f"{name} = {_number(float(row[key]))}"
-        for name, key in (("p", "p"), ("Holm p", "p_holm"))
+        for name, key in (("p", "p"), ("wild p", "p_wild"), ("Holm p", "p_holm"))
         if np.isfinite(float(row[key]))
     )
     unit = _unit(row)

@@ -3,7 +3,8 @@ run-level one-sample tests, and the analysis table every family writes.
 
 Every analysis row has the columns of ``ANALYSIS_COLUMNS``: ``analysis`` (the hypothesis id),
 ``estimate`` and its ``ci_low``/``ci_high``, the ``unit`` of replication and their number ``n``,
-``p``, ``p_holm`` (Holm over the declared primary hypotheses only), ``primary`` (declared in config
+``p``, ``p_holm`` (Holm over the declared primary hypotheses only, of each one's larger p of
+``p`` and ``p_wild``: a verdict only where both tests agree), ``primary`` (declared in config
 ``stats.primary``), the ``method``, a ``note`` (why a value is missing, the design's limits) and
 ``p_wild``: a second method's p for tests on few clusters, the wild cluster bootstrap
 (``wild_cluster_p``) beside CR1 t(G-1).
@@ -79,7 +80,7 @@ def analysis_table(rows: Sequence[dict], primary: Sequence[str] = ()) -> pd.Data
 
 def combine_analyses(frames: Sequence[pd.DataFrame], primary: Sequence[str]) -> pd.DataFrame:
     """Every family's analysis rows in one table: ``primary`` = the row's analysis is declared,
-    ``p_holm`` = Holm over the declared rows' finite p values (other rows: NaN, exploratory).
+    ``p_holm`` = Holm over the declared rows' ``deciding_p`` (other rows: NaN, exploratory).
     """
     frames = [f for f in frames if len(f)]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -89,7 +90,17 @@ def combine_analyses(frames: Sequence[pd.DataFrame], primary: Sequence[str]) -> 
     frame["primary"] = frame["analysis"].isin(list(primary))
     frame["p_holm"] = np.nan
     chosen = frame["primary"].to_numpy()
-    frame.loc[chosen, "p_holm"] = holm(frame.loc[chosen, "p"].astype(float))
+    frame.loc[chosen, "p_holm"] = holm(deciding_p(frame.loc[chosen]))
+    return frame
+
+
+def deciding_p(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, the larger of ``p`` (CR1 or t) and ``p_wild`` (the wild cluster bootstrap; NaN:
+    only ``p``): where the two disagree about significance the larger decides. NaN without ``p``.
+    """
+    p = rows["p"].to_numpy(dtype=float)
+    wild = rows["p_wild"].to_numpy(dtype=float)
+    return np.where(np.isfinite(wild) & np.isfinite(p), np.fmax(p, wild), p)
     return frame
 
 
