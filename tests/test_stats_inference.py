@@ -163,6 +163,20 @@ def test_a_primary_verdict_needs_cr1_and_the_wild_bootstrap_to_agree():
     assert explored == "exploratory: the paper's direction, p = 0.001, wild p = 0.09 unadjusted"
 
 
+def test_refuted_only_at_the_papers_scale():
+    # emergence_relaxation: the paper's claim is about Pythia 6.9B/12B over 143k steps
+    rows = [inference.analysis_row("emergence_relaxation", "run", 6, "t", -0.1, -0.15, -0.05, 1e-4)]
+    analyses = inference.combine_analyses(
+        [inference.analysis_table(rows)], ["emergence_relaxation"]
+    )
+    table = claims.claims_table(analyses, ("emergence_relaxation",))
+    got = table.loc[table["claim"] == claims.claim_of("emergence_relaxation"), "verdict"].iloc[0]
+    assert got.startswith("not reproduced in this design: the opposite direction")
+    assert "Pythia 6.9B and 12B over 143k steps" in got and "refuted" not in got
+    assert claims.verdict(analyses.iloc[0], +1) == "refuted"  # a design at the paper's scale
+    assert all(c.scale for c in claims.CLAIMS if c.analysis.startswith(("emergence", "vit")))
+
+
 SIGNIFICANT = dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.02)
 NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
 

@@ -9,7 +9,9 @@ Verdicts say no more than the evidence:
   interval excludes 0 on the paper's side / the other; else "inconclusive", saying why: the two
   tests disagree about significance (the verdict waits for both), "no effect of the declared size" (its 95% interval lies within
   +-the declared effect: an equivalence bound), "underpowered" (its power at the declared
-  effect, from a pilot, is below ``TARGET_POWER``), or powered but neither excluded;
+  effect, from a pilot, is below ``TARGET_POWER``), or powered but neither excluded; "refuted"
+  only where the design tests the claim at the scale the paper made it (``Claim.scale`` empty),
+  else "not reproduced in this design", with the paper's scale and the design's;
 - an exploratory row: "exploratory:" with its direction (the paper's, the opposite, or none:
   the interval holds 0) and its unadjusted p (and the wild cluster bootstrap's, where there is
   one); never "reproduced" or "refuted".
@@ -47,13 +49,27 @@ START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the paper, the analysis id that tests it, and the sign it predicts."""
+    """A claim of the paper, the analysis id that tests it, the sign it predicts, and ``scale``:
+    the scale the paper made it at against this design's (empty: the design tests it there).
+    """
 
     text: str
     analysis: str
     measure: str
     sign: int
     limits: str
+    scale: str = ""
+
+
+LLMS = "the paper's: pretrained LLMs of 117M-70B parameters; here: small models trained here"
+PYTHIA = (
+    "the paper's: Pythia 6.9B and 12B over 143k steps; here: small models trained here (the "
+    "default's: 4 blocks, width 64, 1,000 steps)"
+)
+VIT = (
+    "the paper's: 64 ViTs of width 192 and depth 12 trained 500 epochs on CIFAR-10; here: config "
+    "vit (the default's: width 64, depth 6, 12 epochs on 8 x 8 digits)"
+)
 
 
 CLAIMS = (
@@ -63,6 +79,7 @@ CLAIMS = (
         "coupling_excess, trained - twin, on held-out prompts",
         +1,
         "the fixed-size runs; configurations as units",
+        LLMS,
     ),
     Claim(
         "More coupled models generalize better (held-out bits per byte)",
@@ -73,6 +90,7 @@ CLAIMS = (
         "one small architecture trained here; generalization varied by data fraction, weight "
         "decay and learning rate; runs clustered by configuration; unadjusted "
         "(fixed_size_excess_vs_bpb) the excess also tracks the spectrum's shape",
+        LLMS,
     ),
     Claim(
         "The same with the paper's raw coupling",
@@ -82,6 +100,7 @@ CLAIMS = (
         +1,
         "raw m_K has a chance level that moves with the spectrum; the excess is the calibrated "
         "measure",
+        LLMS,
     ),
     Claim(
         "More coupled models have a smaller generalization gap",
@@ -90,6 +109,7 @@ CLAIMS = (
         "effective rank",
         -1,
         "gap at each run's last step; same runs as above",
+        LLMS,
     ),
     Claim(
         "Coupling emerges with training: higher at the end than at initialization",
@@ -97,6 +117,7 @@ CLAIMS = (
         "coupling_excess, last checkpoint - step 0, paired per run",
         +1,
         "small runs trained here; runs that share an initialization averaged first",
+        PYTHIA,
     ),
     Claim(
         "Coupling increases persistently through training (no decline after its peak)",
@@ -104,6 +125,7 @@ CLAIMS = (
         "coupling_excess, last checkpoint - the declared peak step (stats.peak_step)",
         +1,
         "the peak step is declared from a pilot run before this one",
+        PYTHIA,
     ),
     Claim(
         "Coupling becomes more pronounced between adjacent layers with training (locality)",
@@ -111,6 +133,7 @@ CLAIMS = (
         "(adjacent - all-pairs coupling_excess), last checkpoint - step 0",
         +1,
         "4-block models: adjacent pairs are 3 of 6",
+        PYTHIA,
     ),
     Claim(
         "Coupling across tokens emerges with training: self family (J_tt vs J_t't')",
@@ -118,6 +141,7 @@ CLAIMS = (
         "token-pair excess (t != t'), trained - twin",
         +1,
         "one token layer of one prompt per model; the fixed-size runs share one twin",
+        LLMS,
     ),
     Claim(
         "Coupling across tokens emerges with training: context (fixed input, fixed output)",
@@ -125,6 +149,7 @@ CLAIMS = (
         "token-pair excess (t != t'), mean of fixed input and fixed output, trained - twin",
         +1,
         "one token layer of one prompt per model; the fixed-size runs share one twin",
+        LLMS,
     ),
     Claim(
         "Stochastic depth increases coupling (ViT)",
@@ -132,6 +157,7 @@ CLAIMS = (
         "coupling_excess per unit drop-path rate, seed as a block",
         +1,
         "small ViTs on a small image set; fixed weight decay",
+        VIT,
     ),
     Claim(
         "At a fixed rate, more coupled ViTs are more accurate",
@@ -140,6 +166,7 @@ CLAIMS = (
         +1,
         "small ViTs; a seed fixes init and data order at every rate, so it is a block: the "
         "slope rests on the seed-by-rate variation",
+        VIT,
     ),
     Claim(
         "Coupling correlates with the leaderboard score across pretrained models",
@@ -156,10 +183,17 @@ def claim_of(analysis: str) -> str:
     return next(claim.text for claim in CLAIMS if claim.analysis == analysis)
 
 
-def verdict(row: pd.Series | None, sign: int, effect: float = np.nan, power: float = np.nan) -> str:
+def verdict(
+    row: pd.Series | None,
+    sign: int,
+    effect: float = np.nan,
+    power: float = np.nan,
+    scale: str = "",
+) -> str:
     """The verdict of one analysis row for a claim predicting ``sign`` (+1 or -1); a primary
     row's ``effect`` (declared, the estimate's units) and ``power`` (at that effect) say why
-    an inconclusive test is inconclusive (module docstring).
+    an inconclusive test is inconclusive, ``scale`` why an opposite result refutes nothing
+    (``Claim.scale``; module docstring).
     """
     if row is None or not np.isfinite(row["estimate"]):
         return "not testable with this design"
@@ -174,7 +208,13 @@ def verdict(row: pd.Series | None, sign: int, effect: float = np.nan, power: flo
         return f"exploratory: {direction}, p = {p:.2g}{_wild(row)} unadjusted"
     p = float(row["p_holm"])
     if bounded and np.isfinite(p) and p < ALPHA and not low <= 0 <= high:
-        return "reproduced" if (low > 0) == (sign > 0) else "refuted"
+        if (low > 0) == (sign > 0):
+            return "reproduced"
+        return (
+            f"not reproduced in this design: the opposite direction, at another scale ({scale})"
+            if scale
+            else "refuted"
+        )
     if _disagree(row):
         return (
             f"inconclusive: the t test (p = {float(row['p']):.2g}) and the wild cluster bootstrap "
@@ -262,7 +302,7 @@ def claims_table(
             | values
             | dict(
                 primary=claim.analysis in names,
-                verdict=verdict(row, claim.sign, effect, powered),
+                verdict=verdict(row, claim.sign, effect, powered, claim.scale),
                 limits=limits if row is not None else f"{limits}; not run with this design",
                 effect=effect,
                 power=powered,
