@@ -11,7 +11,7 @@ from blockcoupling.stats import calibration, claims, core, inference
 
 def main(sm):
     frames = [pd.read_csv(path) for path in sm.input.tables]
-    analyses = inference.combine_analyses(frames, list(sm.params.primary))
+    analyses = inference.combine_analyses(frames, sm.params.primary)
     power = pd.read_csv(sm.input.power)
     frame = pd.read_csv(sm.input.calibration[0]) if sm.input.calibration else None
     suites = pd.read_csv(sm.input.checkpoints[0]) if sm.input.checkpoints else None

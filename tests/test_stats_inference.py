@@ -177,6 +177,45 @@ def test_refuted_only_at_the_papers_scale():
     assert all(c.scale for c in claims.CLAIMS if c.analysis.startswith(("emergence", "vit")))
 
 
+def test_no_effect_of_the_declared_size_only_from_a_declared_tost():
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    # vit_sd_effect's estimate and 95% t(15) interval: those of a sample of 16 (independent
+    # TOST: statsmodels' ttost_mean on that sample)
+    x = np.random.default_rng(5).normal(-0.011, 0.07, 16)
+    x = -0.011 + (x - x.mean()) * 0.0175 / (x.std(ddof=1) / 4)  # mean -0.011, se 0.0175
+    sample = DescrStatsW(x)
+    low, high = sample.tconfint_mean(0.05)
+    rows = [
+        inference.analysis_row(
+            "vit_sd_effect", "run", 20, "OLS", x.mean(), low, high, 0.54, note="sd; df=15"
+        ),
+        inference.analysis_row("emergence_final_vs_init", "run", 6, "t", 0.1, 0.08, 0.12, 0.004),
+    ]
+    declared = {
+        "vit_sd_effect": {"effect": 0.05, "source": "s", "equivalence": 0.05},
+        "emergence_final_vs_init": {"effect": 0.05, "source": "s"},
+    }
+    got = inference.combine_analyses([inference.analysis_table(rows)], declared)
+    got = got.set_index("analysis")
+    tost = got.loc["vit_sd_effect_equivalence"]
+    assert tost["p"] == pytest.approx(sample.ttost_mean(-0.05, 0.05)[0]) and tost["primary"]
+    ids = ["vit_sd_effect", "emergence_final_vs_init", "vit_sd_effect_equivalence"]
+    np.testing.assert_allclose(got.loc[ids, "p_holm"], core.holm([0.54, 0.004, tost["p"]]))
+    assert tost["p_holm"] < 0.05  # 0.021 x 2
+    table = claims.claims_table(got.reset_index(), declared)
+    row = table[table["claim"] == claims.claim_of("vit_sd_effect")].iloc[0]
+    assert row["verdict"].startswith(
+        "not reproduced in this design: no effect of the declared size (TOST"
+    )
+    assert "declared equivalence: TOST" in row["limits"]
+    # the same interval without a declared bound: no equivalence verdict
+    undeclared = {k: {"effect": 0.05, "source": "s"} for k in declared}
+    plain = claims.claims_table(got.drop(index=ids[2]).reset_index(), undeclared)
+    verdict = plain[plain["claim"] == claims.claim_of("vit_sd_effect")].iloc[0]["verdict"]
+    assert "no effect" not in verdict
+
+
 SIGNIFICANT = dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.02)
 NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
 
@@ -189,7 +228,7 @@ NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
         (SIGNIFICANT, True, -1, 0.1, 0.9, "refuted"),
         (SIGNIFICANT | dict(p_holm=0.08), True, 1, 0.1, 0.3, "inconclusive: underpowered (0.30"),
         (SIGNIFICANT | dict(p_holm=0.08), True, 1, 0.1, 0.9, "inconclusive: powered (0.90)"),
-        (NULL, True, 1, 0.1, 0.3, "inconclusive: no effect of the declared size"),
+        (NULL, True, 1, 0.1, 0.3, "inconclusive: underpowered"),  # no declared TOST
         (NULL, True, 1, 0.05, 0.3, "inconclusive: underpowered"),
         (NULL | dict(ci_low=np.nan, ci_high=np.nan), True, 1, 0.1, np.nan, "inconclusive: its"),
         # exploratory rows: a direction and an unadjusted p, never reproduced / refuted
@@ -233,7 +272,7 @@ def test_claims_table_carries_declared_effect_power_and_flags():
     by = {c.analysis: row for c, (_, row) in zip(claims.CLAIMS, table.iterrows())}
     final = by["emergence_final_vs_init"]
     assert final["primary"] and final["effect"] == 0.05 and final["power"] == 0.93
-    assert final["verdict"].startswith("inconclusive: no effect of the declared size")
+    assert final["verdict"].startswith("inconclusive: powered (0.93)")  # no declared TOST
     low = claims.claims_table(analyses, declared, power.assign(power=0.3, n_for_target=40))
     row = low[low["claim"] == final["claim"]].iloc[0]
     assert row["power"] == 0.3 and "80% needs 40 units" in row["limits"]

@@ -6,12 +6,14 @@ Verdicts say no more than the evidence:
 - "not testable with this design": the analysis is absent or has no estimate;
 - a declared primary test (config ``stats.primary``): "reproduced" / "refuted" when its Holm p
   (of the larger of its CR1/t p and its wild cluster bootstrap p) is below ``ALPHA`` and its
-  interval excludes 0 on the paper's side / the other; else "inconclusive", saying why: the two
-  tests disagree about significance (the verdict waits for both), "no effect of the declared size" (its 95% interval lies within
-  +-the declared effect: an equivalence bound), "underpowered" (its power at the declared
-  effect, from a pilot, is below ``TARGET_POWER``), or powered but neither excluded; "refuted"
-  only where the design tests the claim at the scale the paper made it (``Claim.scale`` empty),
-  else "not reproduced in this design", with the paper's scale and the design's;
+  interval excludes 0 on the paper's side / the other; "refuted" only where the design tests
+  the claim at the scale the paper made it (``Claim.scale`` empty), else "not reproduced in
+  this design", with the paper's scale and the design's. "No effect of the declared size" only
+  from a declared equivalence test (the entry's ``equivalence`` bound: its TOST row,
+  ``inference.tost_row``, Holm-adjusted with the other primaries). Else "inconclusive", saying
+  why: the two tests disagree about significance (the verdict waits for both), "underpowered"
+  (its power at the declared effect, from a pilot, is below ``TARGET_POWER``), or powered but
+  neither excluded;
 - an exploratory row: "exploratory:" with its direction (the paper's, the opposite, or none:
   the interval holds 0) and its unadjusted p (and the wild cluster bootstrap's, where there is
   one); never "reproduced" or "refuted".
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from blockcoupling.stats.inference import EQUIVALENCE
 
 CLAIM_COLUMNS = (
     "claim",
@@ -189,11 +193,12 @@ def verdict(
     effect: float = np.nan,
     power: float = np.nan,
     scale: str = "",
+    tost: pd.Series | None = None,
 ) -> str:
     """The verdict of one analysis row for a claim predicting ``sign`` (+1 or -1); a primary
     row's ``effect`` (declared, the estimate's units) and ``power`` (at that effect) say why
     an inconclusive test is inconclusive, ``scale`` why an opposite result refutes nothing
-    (``Claim.scale``; module docstring).
+    (``Claim.scale``), ``tost`` its declared equivalence test's row (module docstring).
     """
     if row is None or not np.isfinite(row["estimate"]):
         return "not testable with this design"
@@ -215,14 +220,18 @@ def verdict(
             if scale
             else "refuted"
         )
+    if tost is not None and float(tost["p_holm"]) < ALPHA:
+        where = " in this design" if scale else ""
+        return (
+            f"not reproduced{where}: no effect of the declared size ({tost['method']}, Holm p = "
+            f"{float(tost['p_holm']):.2g})" + (f", at another scale ({scale})" if scale else "")
+        )
     if _disagree(row):
         return (
             f"inconclusive: the t test (p = {float(row['p']):.2g}) and the wild cluster bootstrap "
             f"(p = {float(row['p_wild']):.2g}) disagree about significance; the larger p decides "
             "(the verdict waits for both)"
         )
-    if bounded and np.isfinite(effect) and -effect < low and high < effect:
-        return f"inconclusive: no effect of the declared size (interval within +-{effect:g})"
     if not np.isfinite(power):
         return "inconclusive: its power at the declared effect is unknown (no pilot value)"
     if power < TARGET_POWER:
@@ -272,6 +281,12 @@ def claims_table(
             effect = float(declared.get(claim.analysis, {}).get("effect", np.nan))
             source = declared.get(claim.analysis, {}).get("source")
             limits += f"; declared effect {effect:g} ({source})" if source else ""
+            tost = by_id.get(claim.analysis + EQUIVALENCE)
+            if tost is not None:
+                limits += (
+                    f"; declared equivalence: {tost['method']}, p = {_number(tost['p'])}, Holm p "
+                    f"= {_number(tost['p_holm'])} ({tost['note']})"
+                )
             pilot = powers.get(claim.analysis)
             usable = pilot is not None and np.isfinite(float(pilot["power"]))
             if usable and np.isclose(float(pilot["effect"]), effect):
@@ -302,7 +317,14 @@ def claims_table(
             | values
             | dict(
                 primary=claim.analysis in names,
-                verdict=verdict(row, claim.sign, effect, powered, claim.scale),
+                verdict=verdict(
+                    row,
+                    claim.sign,
+                    effect,
+                    powered,
+                    claim.scale,
+                    by_id.get(claim.analysis + EQUIVALENCE),
+                ),
                 limits=limits if row is not None else f"{limits}; not run with this design",
                 effect=effect,
                 power=powered,
