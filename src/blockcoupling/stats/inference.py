@@ -139,7 +139,6 @@ def deciding_p(rows: pd.DataFrame) -> np.ndarray:
     p = rows["p"].to_numpy(dtype=float)
     wild = rows["p_wild"].to_numpy(dtype=float)
     return np.where(np.isfinite(wild) & np.isfinite(p), np.fmax(p, wild), p)
-    return frame
 
 
 def cluster_slope(
