@@ -283,10 +283,13 @@ def claims_table(
             limits += f"; declared effect {effect:g} ({source})" if source else ""
             tost = by_id.get(claim.analysis + EQUIVALENCE)
             if tost is not None:
-                limits += (
-                    f"; declared equivalence: {tost['method']}, p = {_number(tost['p'])}, Holm p "
-                    f"= {_number(tost['p_holm'])} ({tost['note']})"
+                tested = np.isfinite(float(tost["p"]))
+                limits += f"; declared equivalence: {tost['method']}" + (
+                    f", p = {_number(tost['p'])}, Holm p = {_number(tost['p_holm'])}"
+                    if tested
+                    else ""
                 )
+                limits += f" ({tost['note']})"
             pilot = powers.get(claim.analysis)
             usable = pilot is not None and np.isfinite(float(pilot["power"]))
             if usable and np.isclose(float(pilot["effect"]), effect):
@@ -295,7 +298,8 @@ def claims_table(
                 if powered < TARGET_POWER:
                     need = pilot.get("n_for_target", np.nan)
                     limits += (
-                        f": 80% needs {int(need)} units, beyond this design's budget"
+                        f": 80% needs {int(need)} units (a CR1 test's: clusters), beyond "
+                        "this design's budget"
                         if np.isfinite(need)
                         else ": 80% needs more than 10 times the pilot's units"
                     )
