@@ -279,20 +279,17 @@ def timed_prompt(
         return result
 
     diagonal = JacobianEngine.diagonal
-    paths: Counter[str] = Counter()
+    engines: list[JacobianEngine] = []  # the prompt's engine, for its paths
 
     def watched(engine: JacobianEngine, layer: int, t: int) -> torch.Tensor:
         """The diagonal, and a line whenever it refused a single-token path."""
+        engines[:] = [engine]
         before = sum(engine.refusals.values())
         jac = diagonal(engine, layer, t)
         if sum(engine.refusals.values()) > before or engine.fallbacks:
             print(f"    block {layer}: fallbacks {engine.fallbacks}, {dict(engine.refusals)}")
         if engine.fallbacks:  # the full-sequence VJPs: not the path this prompt measures
             raise RuntimeError(f"block {layer} fell back to the full sequence: {engine.refusals}")
-        paths.update(
-            {"composed": engine.composed, "autograd": engine.not_composed,
-             "fallbacks": engine.fallbacks, **engine.refusals} if layer == len(engine.full) else {}
-        )  # fmt: skip
         return jac
 
     spectral.randomized_top_k = counted
@@ -317,7 +314,12 @@ def timed_prompt(
         "split": split,
         "top-K": dict(outcomes),
         "top-K host syncs": syncs.get("syncs"),
-        "paths": dict(paths),
+        "paths": {
+            "composed": engines[0].composed,
+            "autograd": engines[0].not_composed,
+            "fallbacks": engines[0].fallbacks,
+            **engines[0].refusals,
+        },
     }, data
 
 

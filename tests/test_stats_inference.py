@@ -163,6 +163,34 @@ def test_a_primary_verdict_needs_cr1_and_the_wild_bootstrap_to_agree():
     assert explored == "exploratory: the paper's direction, p = 0.001, wild p = 0.09 unadjusted"
 
 
+def test_the_tests_disagree_when_only_holm_over_the_larger_p_separates_them():
+    # the default's emergence rows: t p ~1e-4, wild p 2/64 (its floor with 6 runs): both below
+    # 0.05 unadjusted, but Holm over the larger p of four primaries is not
+    rows = [
+        inference.analysis_row(n, "run", 6, "m", 0.11, 0.086, 0.135, p, p_wild=0.03125)
+        for n, p in [
+            ("emergence_final_vs_init", 8.7e-5),
+            ("emergence_relaxation", 4.5e-4),
+            ("emergence_locality", 6.1e-5),
+            ("tokens_self", 1.4e-4),
+        ]
+    ]
+    primary = (
+        "emergence_final_vs_init",
+        "emergence_relaxation",
+        "emergence_locality",
+        "tokens_self",
+    )
+    got = inference.combine_analyses([inference.analysis_table(rows)], primary)
+    assert (got["p_holm"] >= 0.05).all()
+    table = claims.claims_table(got, primary)
+    verdict = table.loc[table["claim"] == claims.claim_of("emergence_final_vs_init"), "verdict"]
+    assert verdict.iloc[0].startswith(
+        "inconclusive: the t test (p = 8.7e-05) and the wild cluster bootstrap (p = 0.031) "
+        "disagree about significance (Holm p 0.00026 from the t tests, 0.12 from the larger p)"
+    ), verdict.iloc[0]
+
+
 def test_refuted_only_at_the_papers_scale():
     # emergence_relaxation: the paper's claim is about Pythia 6.9B/12B over 143k steps
     rows = [inference.analysis_row("emergence_relaxation", "run", 6, "t", -0.1, -0.15, -0.05, 1e-4)]

@@ -374,6 +374,7 @@ class JacobianEngine:
         if not (torch.isfinite(value.square().sum()) and torch.isfinite(jac).all()):
             # overflowing values (huge weights): the composition and autograd overflow in other
             # places, so the reference path decides, and names the layer as non-finite
+            self.refusals["composition: a non-finite value or Jacobian"] += 1
             return None
         return jac
 

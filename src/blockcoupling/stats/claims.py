@@ -11,9 +11,9 @@ Verdicts say no more than the evidence:
   this design", with the paper's scale and the design's. "No effect of the declared size" only
   from a declared equivalence test (the entry's ``equivalence`` bound: its TOST row,
   ``inference.tost_row``, Holm-adjusted with the other primaries). Else "inconclusive", saying
-  why: the two tests disagree about significance (the verdict waits for both), "underpowered"
-  (its power at the declared effect, from a pilot, is below ``TARGET_POWER``), or powered but
-  neither excluded;
+  why: the two tests disagree about significance after Holm (the verdict waits for both),
+  "underpowered" (its power at the declared effect, from a pilot, is below ``TARGET_POWER``),
+  or powered but neither excluded;
 - an exploratory row: "exploratory:" with its direction (the paper's, the opposite, or none:
   the interval holds 0) and its unadjusted p (and the wild cluster bootstrap's, where there is
   one); never "reproduced" or "refuted".
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from blockcoupling.stats.core import holm
 from blockcoupling.stats.inference import EQUIVALENCE
 
 CLAIM_COLUMNS = (
@@ -194,11 +195,14 @@ def verdict(
     power: float = np.nan,
     scale: str = "",
     tost: pd.Series | None = None,
+    t_holm: float = np.nan,
 ) -> str:
     """The verdict of one analysis row for a claim predicting ``sign`` (+1 or -1); a primary
     row's ``effect`` (declared, the estimate's units) and ``power`` (at that effect) say why
     an inconclusive test is inconclusive, ``scale`` why an opposite result refutes nothing
-    (``Claim.scale``), ``tost`` its declared equivalence test's row (module docstring).
+    (``Claim.scale``), ``tost`` its declared equivalence test's row, ``t_holm`` its Holm p from
+    the t tests' p alone (``claims_table``), to tell whether the two tests disagree at the
+    threshold the verdict uses (module docstring).
     """
     if row is None or not np.isfinite(row["estimate"]):
         return "not testable with this design"
@@ -226,10 +230,11 @@ def verdict(
             f"not reproduced{where}: no effect of the declared size ({tost['method']}, Holm p = "
             f"{float(tost['p_holm']):.2g})" + (f", at another scale ({scale})" if scale else "")
         )
-    if _disagree(row):
+    if _disagree(row, t_holm):
         return (
             f"inconclusive: the t test (p = {float(row['p']):.2g}) and the wild cluster bootstrap "
-            f"(p = {float(row['p_wild']):.2g}) disagree about significance; the larger p decides "
+            f"(p = {float(row['p_wild']):.2g}) disagree about significance (Holm p "
+            f"{t_holm:.2g} from the t tests, {p:.2g} from the larger p); the larger p decides "
             "(the verdict waits for both)"
         )
     if not np.isfinite(power):
@@ -245,10 +250,14 @@ def _wild(row: pd.Series) -> str:
     return f", wild p = {wild:.2g}" if np.isfinite(wild) else ""
 
 
-def _disagree(row: pd.Series) -> bool:
-    """Whether the row's t p and wild cluster bootstrap p fall on either side of ``ALPHA``."""
-    p, wild = float(row["p"]), float(row.get("p_wild", np.nan))
-    return bool(np.isfinite(p) and np.isfinite(wild) and (p < ALPHA) != (wild < ALPHA))
+def _disagree(row: pd.Series, t_holm: float) -> bool:
+    """Whether the row's t test and its wild cluster bootstrap fall on either side of ``ALPHA``
+    after Holm: ``t_holm`` (Holm over the t tests' p) against the row's ``p_holm`` (Holm over
+    each test's larger p). Both tests must be there.
+    """
+    wild, decided = float(row.get("p_wild", np.nan)), float(row["p_holm"])
+    usable = np.isfinite([float(row["p"]), wild, t_holm, decided]).all()
+    return bool(usable and (t_holm < ALPHA) != (decided < ALPHA))
 
 
 def claims_table(
@@ -270,6 +279,10 @@ def claims_table(
     if power is not None:
         powers = {str(r["analysis"]): r for _, r in power.iterrows()}
     by_id = {row["analysis"]: row for _, row in analyses.iterrows()}
+    t_holm = {}  # Holm over the t tests' p of the rows Holm runs over (combine_analyses)
+    if len(analyses):
+        held = analyses[analyses["analysis"].isin([*names, *(n + EQUIVALENCE for n in names)])]
+        t_holm = dict(zip(held["analysis"], holm(held["p"].astype(float))))
     rows = []
     for claim in CLAIMS:
         row = by_id.get(claim.analysis)
@@ -328,6 +341,7 @@ def claims_table(
                     powered,
                     claim.scale,
                     by_id.get(claim.analysis + EQUIVALENCE),
+                    t_holm.get(claim.analysis, np.nan),
                 ),
                 limits=limits if row is not None else f"{limits}; not run with this design",
                 effect=effect,
