@@ -2,7 +2,7 @@
 holds one) into the hub cache (local rules: online, where Snakemake runs); its manifest, and
 the commit fetched recorded in the lock file."""
 
-from blockcoupling.lm import hub, lockfile
+from blockcoupling.lm import hub, hub_cache, lockfile
 
 hub.go_online()  # before huggingface_hub is imported: compute jobs alone are offline
 
@@ -16,8 +16,8 @@ def main(sm):
         repo, revision, sm.output.folder, commit, lock, sm.resources.hub_keys
     )
     if sm.params.checkpoint:  # how many checkpoint revisions the cache held with this one in it
-        manifest["checkpoints_on_disk"] = hub.checkpoints_on_disk(sm.params.cache_dir)
-    hub.write_manifest(manifest, sm.output.manifest)
+        manifest["checkpoints_on_disk"] = hub_cache.checkpoints_on_disk(sm.params.cache_dir)
+    hub_cache.write_manifest(manifest, sm.output.manifest)
     if lock:
         lockfile.record(lock, "model", repo, revision, manifest["commit"], manifest["hashes"])
 

@@ -16,7 +16,7 @@ import yaml
 from conftest import REPO, snakemake
 from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_run
 
-from blockcoupling.lm import hub
+from blockcoupling.lm import hub, hub_cache, hub_revisions
 from blockcoupling.pipeline.entries import ModelEntry
 from blockcoupling.pipeline.hub_settings import HubSettings
 
@@ -55,7 +55,7 @@ def test_revisions_lanes_keep_at_most_the_bound_on_disk() -> None:
         "c": entry("c", {"hub": "o/c", "revision": "v1"}, ("final",)),
         "t": entry("t", {"train": "run"}, ("final",)),
     }
-    revisions = hub.hub_revisions(models)
+    revisions = hub_revisions.hub_revisions(models)
     kept = [(r.repo, r.revision) for r in revisions if not r.checkpoint]
     assert kept == [("o/a", "main"), ("o/c", "v1")]
     main = next(r for r in revisions if r.revision == "main")
@@ -65,7 +65,7 @@ def test_revisions_lanes_keep_at_most_the_bound_on_disk() -> None:
     for bound in (1, 2, 3, 7, 9):
         # Simulate the scheduler: a fetch may start once its predecessor's jobs are done; jobs
         # finish in any order that respects that. On disk: fetched, jobs not yet done.
-        fetched: list[hub.Revision] = []
+        fetched: list[hub_revisions.Revision] = []
         done: set[int] = set()
         peak = 0
         pending = list(checkpoints)
@@ -73,7 +73,8 @@ def test_revisions_lanes_keep_at_most_the_bound_on_disk() -> None:
             ready = [
                 r
                 for r in pending
-                if (before := hub.predecessor(revisions, r, bound)) is None or id(before) in done
+                if (before := hub_revisions.predecessor(revisions, r, bound)) is None
+                or id(before) in done
             ]
             if ready:
                 fetched.append(ready[0])
@@ -90,7 +91,7 @@ def test_dataset_patterns_follow_the_card() -> None:
         "ARC-Challenge/validation-*",
     ]
     assert hub.dataset_patterns(ARC_CARD, "ARC-Easy") == ["ARC-Easy/test-*"]
-    with pytest.raises(hub.HubCacheError, match="no config 'other'"):
+    with pytest.raises(hub_cache.HubCacheError, match="no config 'other'"):
         hub.dataset_patterns(ARC_CARD, "other")
 
 
@@ -105,7 +106,7 @@ def test_a_missing_revision_fails_in_one_line_naming_it(tmp_path: Path) -> None:
         "twin_seed": 0,
         "fetched": str(tmp_path / "checkpoints" / MODEL / "step16"),
     }
-    with pytest.raises(hub.HubCacheError) as error:
+    with pytest.raises(hub_cache.HubCacheError) as error:
         load_for_job(spec)
     message = str(error.value)
     assert "\n" not in message
@@ -157,17 +158,17 @@ def test_a_revision_counts_as_fetched_when_its_manifest_files_are_there(
         done = blockcoupling("fetch", MODEL, "step16", str(folder), HF_ENDPOINT=server.endpoint)
     assert done.returncode == 0, done.stderr
     manifest = tmp_path / "cache" / "manifests" / "checkpoint" / MODEL / "step16.json"
-    assert hub.manifest_of(folder) == manifest
-    assert hub.missing_files(folder) == []
-    assert hub.require(folder, "models.neox-steps", MODEL, "step16") == folder
+    assert hub_cache.manifest_of(folder) == manifest
+    assert hub_cache.missing_files(folder) == []
+    assert hub_cache.require(folder, "models.neox-steps", MODEL, "step16") == folder
     # emptied as Snakemake leaves a directory output: only its timestamp file
     for path in folder.iterdir():
         path.unlink()
     (folder / ".snakemake_timestamp").touch()
     listed = sorted(json.loads(manifest.read_text())["files"])
-    assert hub.missing_files(folder) == listed
-    with pytest.raises(hub.HubCacheError) as error:
-        hub.require(folder, "models.neox-steps", MODEL, "step16")
+    assert hub_cache.missing_files(folder) == listed
+    with pytest.raises(hub_cache.HubCacheError) as error:
+        hub_cache.require(folder, "models.neox-steps", MODEL, "step16")
     message = str(error.value)
     assert "\n" not in message
     assert message.startswith(
@@ -194,19 +195,19 @@ def test_a_fetched_file_damaged_at_its_size_stops_the_job_naming_it(
     with LocalHub(hub_root) as server:
         done = blockcoupling("fetch", MODEL, "main", str(folder), HF_ENDPOINT=server.endpoint)
     assert done.returncode == 0, done.stderr
-    manifest = json.loads(hub.manifest_of(folder).read_text())
+    manifest = json.loads(hub_cache.manifest_of(folder).read_text())
     weights = folder / "model.safetensors"
     assert sorted(manifest["hashes"]) == sorted(manifest["files"])
     assert manifest["hashes"]["model.safetensors"] == (
         f"sha256:{hashlib.sha256(weights.read_bytes()).hexdigest()}"
     )
     assert manifest["hashes"]["config.json"].startswith("git-sha1:")
-    assert hub.damaged_files(folder) == []
+    assert hub_cache.damaged_files(folder) == []
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1  # one bit of the last weight: the size is the same
     weights.write_bytes(bytes(data))
-    assert hub.missing_files(folder) == []  # sizes alone cannot see it
-    assert hub.damaged_files(folder) == ["model.safetensors"]
+    assert hub_cache.missing_files(folder) == []  # sizes alone cannot see it
+    assert hub_cache.damaged_files(folder) == ["model.safetensors"]
     spec = {
         "name": "neox",
         "source": {"hub": MODEL},
@@ -215,7 +216,7 @@ def test_a_fetched_file_damaged_at_its_size_stops_the_job_naming_it(
         "twin_seed": 0,
         "fetched": str(folder),
     }
-    with pytest.raises(hub.HubCacheError) as error:
+    with pytest.raises(hub_cache.HubCacheError) as error:
         load_for_job(spec)
     message = str(error.value)
     assert "\n" not in message
@@ -239,7 +240,8 @@ def test_a_pinned_commit_the_hub_lacks_names_the_lock_file(hub_root: Path, tmp_p
         )
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        f"blockcoupling.lm.hub.HubCacheError: the hub at {server.endpoint} refused {MODEL} at "
+        "blockcoupling.lm.hub_cache.HubCacheError: "
+        f"the hub at {server.endpoint} refused {MODEL} at "
         f"commit {'f' * 40}, which {lock} pins for revision main ("
     ), done.stderr[-2000:]
     assert "delete its entry" in last
@@ -355,7 +357,7 @@ def test_fetch_ahead_then_the_run_needs_no_hub(hub_root: Path, tmp_path: Path) -
     print(f"fetch ahead: {said[0]} ({seconds:.1f} s)")
     cache = tmp_path / "cache"
     for step in ("step0", "step16"):
-        assert hub.missing_files(cache / "checkpoints" / MODEL / step) == []
+        assert hub_cache.missing_files(cache / "checkpoints" / MODEL / step) == []
     fetched = len(server.requests)
     # the hub is stopped: the checkpoint revisions' jobs run offline and keep them (the main
     # revision's job runs offline in test_the_workflow_fetches_then_runs_offline_within_...)
@@ -368,5 +370,5 @@ def test_fetch_ahead_then_the_run_needs_no_hub(hub_root: Path, tmp_path: Path) -
         assert "submitted with SLURM jobid" in run.stdout + run.stderr, run.stderr[-2000:]
     assert len(server.requests) == fetched
     for step in ("step0", "step16"):  # kept: nothing to fetch again
-        assert hub.missing_files(cache / "checkpoints" / MODEL / step) == []
-    assert hub.checkpoints_on_disk(cache) == 2
+        assert hub_cache.missing_files(cache / "checkpoints" / MODEL / step) == []
+    assert hub_cache.checkpoints_on_disk(cache) == 2

@@ -62,13 +62,13 @@ def test_every_load_passes_trust_remote_code_false(
 
 
 def test_an_emptied_fetched_folder_says_fetch_it_again(tmp_path: Path) -> None:
-    from blockcoupling.lm import hub, models
+    from blockcoupling.lm import hub_cache, models
 
     folder = tmp_path / "hub_cache" / "models" / "org" / "x" / "main"
     folder.mkdir(parents=True)
     (folder / "leftover.txt").write_text("")  # emptied of its model files
     spec = {"name": "x", "source": {"hub": "org/x"}, "fetched": str(folder)}
-    with pytest.raises(hub.HubCacheError, match="org/x.*no manifest.*fetch exactly it"):
+    with pytest.raises(hub_cache.HubCacheError, match="org/x.*no manifest.*fetch exactly it"):
         models.load_for_job(spec)
 
 

@@ -16,7 +16,7 @@ import yaml
 from conftest import snakemake
 from hub_server import ARC, CONFIG, LocalHub, build, commit_of
 
-from blockcoupling.lm import hub, lockfile
+from blockcoupling.lm import hub, hub_cache, lockfile
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +36,16 @@ def online_env(server: LocalHub, home: Path) -> dict[str, str]:
 
 FETCH = """
 import json, sys
-from blockcoupling.lm import hub
-from blockcoupling.lm import lockfile
-from blockcoupling.lm import prompts
+from blockcoupling.lm import hub, hub_cache
+from blockcoupling.lm import hub_cache, lockfile
+from blockcoupling.lm import hub_cache, prompts
 from blockcoupling.pipeline.hub_settings import HubSettings
 repo, cache, revision, lock = sys.argv[1:5]
 settings = HubSettings(cache_dir=cache)
 target = settings.dataset_folder(repo, revision)
 commit = lockfile.locked_commit(lock, "dataset", repo, revision)
 manifest = hub.fetch_dataset(repo, "ARC-Challenge", target, revision, commit)
-hub.write_manifest(manifest, settings.manifest("dataset", repo, revision))
+hub_cache.write_manifest(manifest, settings.manifest("dataset", repo, revision))
 texts = [p.text for p in prompts.load_hub_prompts("arc", 5, 0, target)]
 print(json.dumps({"commit": manifest["commit"], "revision": manifest["revision"], "texts": texts}))
 """
@@ -111,7 +111,7 @@ def test_the_card_api_gives_the_hand_parsers_file_list() -> None:
     ]
     card = "---\nconfigs:\n- config_name: default\n  data_files: data/*.parquet\n---\n"
     assert hub.dataset_patterns(card, None) == ["data/*.parquet"]
-    with pytest.raises(hub.HubCacheError, match="no config 'default'"):
+    with pytest.raises(hub_cache.HubCacheError, match="no config 'default'"):
         hub.dataset_patterns("# no front matter\n", None)
 
 

@@ -1,36 +1,26 @@
-"""The hub cache: model revisions and prompt datasets fetched once, where the network is (the
-login node), into plain folders of a shared cache that compute jobs read offline.
-
-Layout under ``cache_dir``: ``models/<repo>/<revision>`` (revisions kept), ``checkpoints/<repo>/
-<revision>`` (revision_template steps, deleted once their jobs are done), ``datasets/<repo>/
-<revision>``, and ``manifests/<kind>/<repo>/<revision>.json`` (what each fetch wrote; kept). The
-commit each fetch resolved goes into the lock file (``lockfile``, ``lock_file``), which later
-fetches follow.
+"""Fetching from the hub, where the network is (the login node): model revisions and prompt
+datasets into plain folders of the shared cache that compute jobs read offline
+(``hub_cache`` reads them back and checks them), each with its manifest; the commit each fetch
+resolved goes into the lock file (``lockfile``, ``lock_file``), which later fetches follow.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.files.io import write_text
 from blockcoupling.lm import content
+from blockcoupling.lm.hub_cache import HubCacheError, fetch_command
 from blockcoupling.lm.hub_names import check_fetch_folder
 
 # What loading a causal LM needs besides its weights: config, generation config, tokenizer
 # (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab/merges, sentencepiece).
 MODEL_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken")
 OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-
-
-class HubCacheError(OSError):
-    """A revision or dataset the job needs is not in the hub cache."""
 
 
 def go_online() -> None:
@@ -245,178 +235,3 @@ def fetch_dataset(
         if fault is None:
             raise
         raise fault from None
-
-
-def write_manifest(manifest: dict[str, Any], path: str | Path) -> None:
-    """Write a fetch's manifest as JSON, atomically."""
-    write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-
-
-def checkpoints_on_disk(cache_dir: str | Path) -> int:
-    """How many checkpoint revision folders the cache holds now."""
-    root = Path(cache_dir) / "checkpoints"
-    folders = {path.parent for path in root.rglob("config.json")}
-    return sum(1 for folder in folders if not folder.name.endswith(".partial"))
-
-
-KINDS = {"models": "model", "checkpoints": "checkpoint", "datasets": "dataset"}
-
-
-def manifest_of(folder: str | Path) -> Path | None:
-    """The manifest a fetch wrote for a folder of the cache (``HubSettings.folder``:
-    ``<kind>s/<repo>/<revision>``, ``dataset_folder``: ``datasets/<repo>/<revision>``), where
-    it exists;
-    None otherwise.
-    """
-    folder = Path(folder)
-    for top in list(folder.parents)[:3]:  # the repo id has one or two parts
-        kind = KINDS.get(top.name)
-        if kind is None:
-            continue
-        candidate = top.parent / "manifests" / kind / f"{folder.relative_to(top)}.json"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def missing_files(folder: str | Path) -> list[str] | None:
-    """The files a fetched folder's manifest lists that are missing or of another size ([]:
-    complete); None where there is no manifest or no folder.
-    """
-    manifest = manifest_of(folder)
-    if manifest is None or not Path(folder).is_dir():
-        return None
-    try:
-        files = json.loads(manifest.read_text("utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    missing = []
-    for name, size in sorted(files.items()):
-        path = Path(folder) / name
-        if not path.is_file() or path.stat().st_size != size:
-            missing.append(name)
-    return missing
-
-
-def damaged_files(folder: str | Path) -> list[str]:
-    """The files of a fetched folder whose bytes differ from the hashes its manifest recorded
-    at fetch time (the hub's own; a streaming hash of each); [] where it recorded none (a fetch
-    from before hashes were recorded).
-    """
-    manifest = manifest_of(folder)
-    if manifest is None:
-        return []
-    try:
-        hashes = json.loads(manifest.read_text("utf-8")).get("hashes") or {}
-    except (OSError, ValueError, AttributeError):
-        return []
-    return content.damaged(folder, hashes) if isinstance(hashes, dict) else []
-
-
-def fetch_command(folder: str | Path, repo: str, revision: str) -> str:
-    """The command that fetches exactly one revision into its folder (with its manifest)."""
-    return f"blockcoupling fetch {repo} {revision} {folder}"
-
-
-def incomplete(folder: str | Path, what: str, repo: str, revision: str) -> str | None:
-    """One line where ``folder`` (the fetched revision ``repo`` at ``revision``, ``what``: e.g.
-    the model) is missing or incomplete against its manifest, naming the command that fetches
-    exactly it; None where it is complete.
-    """
-    where = Path(folder)
-    missing = missing_files(where)
-    if missing == []:
-        return None
-    if not where.is_dir():
-        state = "is not in the hub cache"
-    elif missing is None:
-        state = "has no manifest in the hub cache (an interrupted or foreign fetch)"
-    else:
-        state = f"is incomplete in the hub cache ({len(missing)} files missing, e.g. {missing[0]})"
-    return (
-        f"{what}: revision {revision} of {repo} {state} ({where}); fetch exactly it where the "
-        f"network is (the login node): {fetch_command(where, repo, revision)}, and check that "
-        "hub.cache_dir is on a filesystem the nodes share"
-    )
-
-
-def require(folder: str | Path, what: str, repo: str = "", revision: str = "main") -> Path:
-    """The fetched folder of ``what`` (a revision or dataset): there, with every file its
-    manifest lists, each with the content hash it recorded; else one error naming it and the
-    fix (compute jobs are offline: they never download). ``repo``: the hub id, for the fetch
-    command ('': a dataset, fetched by the fetch target).
-    """
-    folder = Path(folder)
-    if repo:
-        line = incomplete(folder, what, repo, revision)
-        if line is not None:
-            raise HubCacheError(line)
-        fix = f"rm -r {folder}, then {fetch_command(folder, repo, revision)}"
-    elif missing_files(folder) != []:
-        raise HubCacheError(
-            f"{what} is not (completely) in the hub cache ({folder}); fetch it where the "
-            f"network is (snakemake --cores 1 fetch, on the login node) and check "
-            "hub.cache_dir is shared"
-        )
-    else:
-        fix = f"rm -r {folder}, then snakemake --cores 1 fetch"
-    damaged = damaged_files(folder)
-    if damaged:
-        raise HubCacheError(
-            f"{what}: {folder / damaged[0]} differs from the hash the hub gave it at fetch time "
-            f"({len(damaged)} such files; {manifest_of(folder)}): the file is damaged or was "
-            f"changed; fetch it again where the network is: {fix}"
-        )
-    return folder
-
-
-@dataclass(frozen=True)
-class Revision:
-    """One hub model revision the config names and the (model, step) jobs that read it;
-    ``checkpoint``: a revision_template step, deleted from the cache once those jobs are done.
-    """
-
-    repo: str
-    revision: str
-    checkpoint: bool
-    consumers: tuple[tuple[str, str], ...]
-
-
-def revision_of(entry: Any, step: str) -> tuple[str, str, bool] | None:
-    """``(repo, revision, checkpoint)`` a ModelEntry reads at a step, None when not from the
-    hub (``revision`` "main" when the source names none).
-    """
-    if entry.is_trained_here or "hub" not in entry.source:
-        return None
-    source = entry.source_at(step)
-    return str(source["hub"]), str(source.get("revision") or "main"), step.isdigit()
-
-
-def hub_revisions(models: dict[str, Any]) -> list[Revision]:
-    """Every hub revision of ``models`` (ModelEntry by name), in config order of models, then
-    steps; a revision read both as a checkpoint and as a fixed revision counts as a
-    checkpoint.
-    """
-    found: dict[tuple[str, str], tuple[bool, list[tuple[str, str]]]] = {}
-    for name, entry in models.items():
-        for step in entry.steps:
-            where = revision_of(entry, step)
-            if where is None:
-                continue
-            checkpoint, consumers = found.setdefault(where[:2], (where[2], []))
-            found[where[:2]] = (checkpoint or where[2], [*consumers, (name, step)])
-    return [
-        Revision(repo, revision, checkpoint, tuple(consumers))
-        for (repo, revision), (checkpoint, consumers) in found.items()
-    ]
-
-
-def predecessor(revisions: list[Revision], revision: Revision, bound: int) -> Revision | None:
-    """The checkpoint revision whose jobs must be done (and its folder deleted) before
-    ``revision`` is fetched: the one ``bound`` places earlier among the checkpoint revisions.
-    The checkpoints form ``bound`` lanes with one revision on disk each, so at most ``bound``
-    sit in the cache at once.
-    """
-    order = [r for r in revisions if r.checkpoint]
-    index = order.index(revision)
-    return order[index - bound] if index >= bound else None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from blockcoupling.files.io import write_text
-from blockcoupling.lm import corpus, hub
+from blockcoupling.lm import corpus, hub_cache
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ def load_hub_prompts(
     spec = SOURCES[source]
     where = spec["hub"]
     if folder is not None:
-        where = str(hub.require(folder, f"prompt source {source} (dataset {spec['hub']})"))
+        where = str(hub_cache.require(folder, f"prompt source {source} (dataset {spec['hub']})"))
     pinned = {"revision": revision} if folder is None and revision else {}
     table = datasets.load_dataset(where, spec["config"], split=spec["split"], **pinned)
     rows = np.sort(np.random.default_rng(seed).permutation(len(table))[:n])

@@ -7,14 +7,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import MeasureConfig, runs_on_gpu
-from blockcoupling.lm.hub import (
-    Revision,
-    hub_revisions,
-    incomplete,
-    missing_files,
-    predecessor,
-    revision_of,
-)
+from blockcoupling.lm.hub_cache import incomplete, missing_files
+from blockcoupling.lm.hub_revisions import Revision, hub_revisions, predecessor, revision_of
 from blockcoupling.lm.prompts import SOURCES
 from blockcoupling.pipeline.entries import ModelEntry, train_config
 from blockcoupling.pipeline.hub_settings import HubSettings
