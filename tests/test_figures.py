@@ -15,7 +15,7 @@ import xarray as xr
 from matplotlib.collections import PathCollection
 
 from blockcoupling import figures
-from blockcoupling.figures import common
+from blockcoupling.figures import common, quotes
 from blockcoupling.figures import crossmodel as figure_crossmodel
 from blockcoupling.stats import checkpoints, core, crossmodel
 from blockcoupling.stats.selection import Bootstrap, Selection
@@ -308,20 +308,20 @@ def test_titles_quote_the_statistics_table_old_and_new_columns():
         {"subset": ["all"], "predictor": ["coupling"], "method": ["pearson"], "r": [0.414]}
         | {"ci_low": [0.12], "ci_high": [0.7], "p": [0.0123], "p_holm": [0.05], "n": [20]}
     )
-    text = common.first_text(old, "Pearson r", dict(subset="all", predictor="coupling"))
+    text = quotes.first_text(old, "Pearson r", dict(subset="all", predictor="coupling"))
     assert text == "Pearson r +0.41 [+0.12, +0.70], p = 0.012, Holm p = 0.05, n = 20"
     new = pd.DataFrame(
         {"analysis": ["excess_vs_bpb"], "estimate": [-0.2], "ci_low": [-0.5], "ci_high": [0.1]}
         | {"unit": ["bpb per sd"], "n": [18], "p": [0.2], "p_holm": [0.4], "primary": [True]}
     )
-    text = common.first_text(new, "slope", dict(subset="all"), dict(analysis="excess_vs_bpb"))
+    text = quotes.first_text(new, "slope", dict(subset="all"), dict(analysis="excess_vs_bpb"))
     assert text == "slope -0.20 [-0.50, +0.10] bpb per sd, p = 0.2, Holm p = 0.4, n = 18; primary"
-    exploratory = common.stat_text(new.assign(primary=False).iloc[0], "slope")
+    exploratory = quotes.stat_text(new.assign(primary=False).iloc[0], "slope")
     assert exploratory.endswith("; exploratory")
-    assert common.first_text(None, "r", dict(subset="all")) == "r: no row in the statistics table"
-    undefined = common.stat_text(old.assign(r=np.nan, reason="constant x").iloc[0], "r")
+    assert quotes.first_text(None, "r", dict(subset="all")) == "r: no row in the statistics table"
+    undefined = quotes.stat_text(old.assign(r=np.nan, reason="constant x").iloc[0], "r")
     assert undefined == "r: constant x (n = 20)"
-    assert common.stat_text(old.assign(r=np.nan, reason="n=2 < 4").iloc[0], "r") == "r: n=2 < 4"
+    assert quotes.stat_text(old.assign(r=np.nan, reason="n=2 < 4").iloc[0], "r") == "r: n=2 < 4"
 
 
 def test_render_reads_the_tables_the_registry_names(tmp_path):

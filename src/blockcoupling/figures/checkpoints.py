@@ -23,8 +23,6 @@ from blockcoupling.figures.common import (
     STEP_LABEL,
     declutter,
     draw_panels,
-    exploratory_title,
-    first_row,
     label,
     long_form,
     measures,
@@ -36,6 +34,7 @@ from blockcoupling.figures.common import (
     style,
 )
 from blockcoupling.figures.heatmaps import heatmap_grid, matrix, require_dims
+from blockcoupling.figures.quotes import exploratory_title, first_row
 from blockcoupling.stats.core import select
 
 

@@ -1,13 +1,11 @@
-"""Shared figure pieces: the style, byte-reproducible saving, axis labels, the calibrated coupling
-measures with their null levels, and text read from the statistics tables (figures never compute
-a statistic themselves).
+"""Shared figure pieces: the style, byte-reproducible saving, axis labels, and the calibrated
+coupling measures with their null levels (the statistics a panel quotes: ``figures.quotes``).
 """
 
 from __future__ import annotations
 
-import textwrap
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,7 +17,6 @@ import seaborn as sns
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from blockcoupling.coupling import registry as measures_registry
-from blockcoupling.stats import claims as claims_table
 
 matplotlib.use("Agg")
 
@@ -227,128 +224,6 @@ def draw_panels(grid: sns.FacetGrid, panel: Callable[..., None], **options: obje
 
 
 # --------------------------------------------------------------------------- statistics text
-def stat_row(table: pd.DataFrame | None, **match: object) -> pd.Series | None:
-    """The first row of a statistics table whose columns equal ``match`` (None when the table
-    is absent, lacks one of the columns, or has no such row).
-    """
-    if table is None or not set(match) <= set(table.columns):
-        return None
-    rows = table
-    for key, value in match.items():
-        rows = rows[rows[key].astype(str) == str(value)]
-    return None if rows.empty else rows.iloc[0]
-
-
-def _value(row: pd.Series, *names: str) -> float:
-    """The first finite of ``row``'s columns ``names`` (NaN if none)."""
-    for name in names:
-        value = pd.to_numeric(row.get(name, np.nan), errors="coerce")
-        if np.isfinite(value):
-            return float(value)
-    return np.nan
-
-
-def stat_text(row: pd.Series | None, what: str) -> str:
-    """'what +0.41 [0.12, 0.70] unit, p = .., Holm p = .., n = ..; primary' from a statistics
-    row (columns estimate or r or coef, ci_low, ci_high, p, p_holm, n, unit, primary), or why
-    there is none.
-    """
-    if row is None:
-        return f"{what}: no row in the statistics table"
-    n = _value(row, "n")
-    n_text = f"n = {int(n)}" if np.isfinite(n) else "n unknown"
-    estimate = _value(row, "estimate", "r", "coef")
-    if not np.isfinite(estimate):
-        reason = row.get("reason", "") or row.get("note", "") or "not estimable"
-        return f"{what}: {reason}" + ("" if "n=" in str(reason) else f" ({n_text})")
-    unit = row.get("unit", "")
-    low, high, p = _value(row, "ci_low"), _value(row, "ci_high"), _value(row, "p")
-    bounds = f"[{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else ""
-    text = (
-        f"{what} {estimate:+.2f} {bounds or '(no interval)'}"
-        + (f" {unit}" if isinstance(unit, str) and unit else "")
-        + (f", p = {p:.2g}" if np.isfinite(p) else ", no p")
-    )
-    p_holm = _value(row, "p_holm")
-    text += (f", Holm p = {p_holm:.2g}" if np.isfinite(p_holm) else "") + f", {n_text}"
-    if "primary" in row.index:
-        text += "; primary" if str(row["primary"]).lower() == "true" else "; exploratory"
-    return text
-
-
-def first_row(table: pd.DataFrame | None, *matches: Mapping[str, object]) -> pd.Series | None:
-    """The row of the first of ``matches`` that ``table`` has (None if it has none)."""
-    for match in matches:
-        row = stat_row(table, **match)
-        if row is not None:
-            return row
-    return None
-
-
-def first_text(table: pd.DataFrame | None, what: str, *matches: Mapping[str, object]) -> str:
-    """``stat_text`` of the first of ``matches`` that ``table`` has a row for."""
-    return stat_text(first_row(table, *matches), what)
-
-
-def estimable(row: pd.Series | None) -> bool:
-    """Whether a statistics row has a finite estimate (a fit or trend may then be drawn)."""
-    return row is not None and bool(np.isfinite(_value(row, "estimate", "r", "coef")))
-
-
-def verdict(row: pd.Series) -> str:
-    """The row's verdict: its own ``verdict`` column, else from its numbers: 'above 0' / 'below
-    0' when the interval excludes 0 and p (Holm-adjusted where the row has it) < 0.05, else
-    'inconclusive'.
-    """
-    own = row.get("verdict", "")
-    if isinstance(own, str) and own:
-        return own
-    low, high = _value(row, "ci_low"), _value(row, "ci_high")
-    p = _value(row, "p_holm", "p")
-    if np.isfinite(p) and p < 0.05 and (low > 0 or high < 0):
-        return "above 0" if low > 0 else "below 0"
-    return "inconclusive"
-
-
-def stat_title(row: pd.Series | None, what: str) -> str:
-    """``stat_text`` on two lines (estimate and interval; p, n, role and verdict) so that a
-    panel title stays within its panel.
-    """
-    if row is not None and "r" in row.index and isinstance(row.get("unit"), str):
-        row = row.drop("unit")  # a correlation's unit column names its units of analysis
-    text = stat_text(row, what)
-    if not estimable(row):
-        return text.replace(": ", ":\n", 1)
-    cut = min(i for i in (text.find(", p = "), text.find(", no p"), len(text)) if i >= 0)
-    return f"{text[:cut]}\n{text[cut + 2 :]}; {verdict(row)}"
-
-
-def exploratory_title(row: pd.Series | None, what: str) -> str:
-    """``stat_title`` of a statistic no claim rests on, saying so: 'exploratory', its unadjusted
-    p, and no Holm p or verdict (those are the claims table's, over its declared tests).
-    """
-    if not estimable(row):
-        return stat_title(row, f"exploratory {what}")
-    assert row is not None
-    kept = row.drop([c for c in ("p_holm", "primary", "verdict") if c in row.index])
-    text = stat_title(kept, f"exploratory {what}")
-    text = text.rsplit("; ", 1)[0]  # the verdict stat_title reads from the numbers
-    return text.replace(", n = ", " (unadjusted), n = ", 1) if ", p = " in text else text
-
-
-def claim_title(claims: pd.DataFrame | None, claim: str, width: int = 52) -> str | None:
-    """The row of ``claim`` (its text in ``stats.claims.CLAIMS``) in a claims table, as a panel
-    quotes it (``stats.claims.claim_quote``: claims.md's digits), its lines wrapped at
-    ``width`` (never inside "p = 0.21": no-break spaces); None when the table is absent or has
-    no such row.
-    """
-    row = stat_row(claims, claim=claim)
-    if row is None:
-        return None
-    lines = claims_table.claim_quote(row).replace(" = ", "\u00a0=\u00a0").splitlines()
-    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in lines)
-
-
 def wrap_name(name: str, width: int = 16) -> str:
     """A long model name broken onto lines at its hyphens (each line at most ``width``
     characters where the name allows).

@@ -18,11 +18,7 @@ from blockcoupling.figures.common import (
     MEASURES,
     MIN_N_FIT,
     SHORT_LABELS,
-    claim_title,
     draw_panels,
-    estimable,
-    exploratory_title,
-    first_row,
     label,
     long_form,
     measures,
@@ -32,6 +28,7 @@ from blockcoupling.figures.common import (
     style,
     wrap_name,
 )
+from blockcoupling.figures.quotes import claim_title, estimable, exploratory_title, first_row
 from blockcoupling.stats.claims import claim_of
 
 OTHER = "other models"

@@ -15,19 +15,21 @@ from matplotlib.colors import Normalize
 
 from blockcoupling.figures.common import (
     MIN_N_FIT,
-    claim_title,
     draw_panels,
-    estimable,
-    exploratory_title,
-    first_row,
     label,
     long_form,
     measures,
     no_data,
     require_columns,
     save,
-    stat_title,
     style,
+)
+from blockcoupling.figures.quotes import (
+    claim_title,
+    estimable,
+    exploratory_title,
+    first_row,
+    stat_title,
 )
 from blockcoupling.stats.claims import claim_of
 
