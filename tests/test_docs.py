@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO
 
 DOCS = REPO / "docs"
@@ -183,3 +182,27 @@ def test_every_page_is_in_the_site_nav() -> None:
     listed = {page for entry in nav for page in entry.values()}
     pages = {p.name for p in DOCS.glob("*.md")}
     assert pages == listed, f"pages not in the nav: {pages - listed}; missing: {listed - pages}"
+
+
+def test_every_benchmark_record_is_cited() -> None:
+    """Each file of ``bench/runs/`` is named by the docs, the README, the code or another record
+    (a record's CSV or JSON beside its cited ``.md`` counts, and so do globs such as
+    ``name_*.json``): a record cited nowhere is either worth a line on its page or not kept."""
+    import fnmatch
+
+    runs = sorted((REPO / "bench" / "runs").iterdir())
+    sources = {p: p.read_text(encoding="utf-8") for p in NAME_PAGES}
+    sources |= {p: p.read_text(encoding="utf-8") for p in runs if p.suffix == ".md"}
+    sources |= {p: p.read_text(encoding="utf-8") for p in (REPO / "src").rglob("*.py")}
+
+    def cited(run: Path) -> bool:
+        corpus = "\n".join(text for path, text in sources.items() if path != run)
+        globs = re.findall(r"[\w.-]{3,}\*[\w.*-]*\.\w+", corpus)  # name_*.json, not *.md
+        return (
+            run.name in corpus
+            or (run.suffix != ".md" and f"{run.stem}.md" in corpus)
+            or any(fnmatch.fnmatch(run.name, pattern) for pattern in globs)
+        )
+
+    uncited = [run.name for run in runs if not cited(run)]
+    assert not uncited, f"records cited nowhere: {uncited}"
