@@ -1,7 +1,7 @@
 """The coupling metric's numpy formulas (science.md): m_K from exact sufficient statistics.
 
 Torch-free, so the analysis rules (metrics, combine, stats, figures) need no torch. The Jacobian
-side (``coupling.py``) computes the statistics these formulas read:
+side (``jacobians.statistics``) computes the statistics these formulas read:
 ``diag[a] = A[a, a]`` and ``corner[k-1] = sum_{a,b<k} A[a, b]^2`` of ``A_ij = P_j^T J_i Q_j``.
 - reading "authors" (default): ``m_K = || |A_ij| - S_{i,K} ||_F / norm(S_{i,K})``
 - reading "offdiag" (paper eq. 13-14): ``m_K = || A_ij - diag(A_ij) ||_F / norm(S_{i,K})``

@@ -158,8 +158,8 @@ def _summary_chance(entry: Measure, stats: PairStats) -> xr.DataArray:
 
 
 def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
-    """Every registered per-pair measure (``measures.MEASURES``) of the depth family, its null,
-    the effective rank of every Jacobian, and the per-prompt summaries over block pairs.
+    """Every registered per-pair measure (``coupling.registry.MEASURES``) of the depth family, its
+    null, the effective rank of every Jacobian, and the per-prompt summaries over block pairs.
 
     ``depth_mis`` is raw m_K; ``depth_null``/``depth_null_se (reading, norm, k, prompt, layer)``
     its spectrum-matched null for J^layer; ``depth_excess`` = null - m_K; ``depth_overlap_u/_v

@@ -6,12 +6,12 @@ stored sufficient statistics (a function of :class:`PairStats`), its no-effect l
 too), its unit, description, labels and whether the statistics tabulate it (docs/datasets.md
 holds the table ``docs_table`` makes of them: ``blockcoupling docs docs/datasets.md`` writes it,
 a test fails while it is stale). ``metrics`` computes every registered measure for the
-depth-wise and token families and the summaries over block pairs; ``combine``, ``vit_results``,
-the statistics' tables (``stats.core.CALIBRATED``, ``NULLS``), the designed tests' ids, the
-figures' rows and labels, the report's captions and the NetCDF long names all read this table.
-Adding a measure: one entry here (its functions included), its test against an independent
-computation, the docs table rewritten by the command above, and a figure only if it needs its
-own.
+depth-wise and token families and the summaries over block pairs; ``files.combine``,
+``vit.results``, the statistics' tables (``stats.core.CALIBRATED``, ``NULLS``), the designed
+tests' ids, the figures' rows and labels, the report's captions and the NetCDF long names all
+read this table. Adding a measure: one entry here (its functions included), its test against an
+independent computation, the docs table rewritten by the command above, and a figure only if it
+needs its own.
 """
 
 from __future__ import annotations

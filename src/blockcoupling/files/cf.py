@@ -5,8 +5,8 @@ for dimensionless quantities, counts, indices and labels: every quantity here is
 file a ``Conventions`` attribute, so that xarray's plotting and CF tools read them. Names are
 looked up exactly (``VARIABLES``), then as ``<family>_<statistic>`` of a Jacobian family
 (``depth``, ``self``, ``fixed_in``, ``fixed_out``) with the statistic from ``FAMILY_STATISTICS``
-or the measure registry (``measures.MEASURES``). ``io.write_netcdf`` calls it on every file; a
-variable none of them names stops the write, naming it (add it to the table).
+or the measure registry (``coupling.registry.MEASURES``). ``files.io.write_netcdf`` calls it on
+every file; a variable none of them names stops the write, naming it (add it to the table).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ VARIABLES: dict[str, str | tuple[str, str]] = {
     "sv_sum4": "sum of fourth powers of singular values over the full spectrum",
     "u": "top-K left singular vectors of J^l_tt",
     "v": "top-K right singular vectors of J^l_tt",
-    # metrics (metrics.coupling_dataset)
+    # metrics (coupling.metrics.coupling_dataset)
     "depth_null": "spectrum-matched null of m_K of J^layer (Haar-random bases, Monte Carlo)",
     "depth_null_se": "Monte Carlo standard error of depth_null",
     "effective_rank": "effective rank of J^layer: (sum s^2)^2 / sum s^4",
@@ -80,7 +80,7 @@ VARIABLES: dict[str, str | tuple[str, str]] = {
     "bits_per_byte": "negative log-likelihood of the held-out text in bits per byte",
     "mc_accuracy": "multiple-choice accuracy by summed log-likelihood (fraction)",
     "mc_accuracy_norm": "multiple-choice accuracy by byte-normalised log-likelihood (fraction)",
-    # ViT sweep (vit_results.grid_dataset)
+    # ViT sweep (vit.results.grid_dataset)
     "sd": "stochastic-depth (drop-path) rate",
     "wd": "AdamW weight decay",
     "image": "test image id",

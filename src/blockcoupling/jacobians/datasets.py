@@ -1,6 +1,6 @@
 """The xarray datasets that ``measure`` returns (docs/datasets.md), built from per-prompt results.
 
-Torch-free: extraction (``measure.py``) hands numpy arrays over in ``DepthResult`` and
+Torch-free: extraction (``jacobians.extract``) hands numpy arrays over in ``DepthResult`` and
 ``TokenResult``; every function here only lays them out with named dims and coords.
 """
 

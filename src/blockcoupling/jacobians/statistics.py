@@ -1,6 +1,6 @@
 """The coupling metric m_K on Jacobians (torch): the exact sufficient statistics, and m_K computed
 directly from two Jacobians (notebooks, tests). The numpy formulas that turn statistics into m_K
-live in ``formulas.py``.
+live in ``coupling.formulas``.
 
 ``A_ij = P_j^T J_i Q_j`` with ``(P, Q) = (U, V)`` ("ujv", default) or ``(V, U)`` ("vju"), top K.
 Extraction stores, per pair, ``diag[a] = A[a, a]`` and ``corner[k-1] = sum_{a,b<k} A[a, b]^2`` of

@@ -2,12 +2,14 @@
 
 Torch-free: the workflow calls ``check_fits`` when it builds the DAG (a job that cannot fit its
 declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`` prints
-``plan_table.plan_table``. Counts follow the extraction as written (``measure.py``):
+``pipeline.plan_table.plan_table``. Counts follow the extraction as written
+(``jacobians.extract``):
 
 - depth-wise, per prompt and block: d VJPs through the block on one token with the prefix KV
-  cache (``JacobianEngine.diagonal``), each ~3 forward passes of one token (``2 P`` FLOPs for a
-  block of P parameters, plus ``4 n d`` for attention over n tokens); one top-K (or dense) SVD
-  of the layer stack; the coupling statistics of every layer pair (``L^2 d^2 K`` per variant);
+  cache (``jacobians.engine.JacobianEngine.diagonal``), each ~3 forward passes of one token
+  (``2 P`` FLOPs for a block of P parameters, plus ``4 n d`` for attention over n tokens); one
+  top-K (or dense) SVD of the layer stack; the coupling statistics of every layer pair
+  (``L^2 d^2 K`` per variant);
 - token families, per token prompt and token block: d VJPs per output token on its prefix and
   d JVPs per input token on the whole prompt (``~9 d P n^2`` FLOPs in all), n(n+1) SVDs, and
   the statistics of every pair within a group (``~(4/3) n^3 d^2 K`` per layer pair and variant);

@@ -41,7 +41,7 @@ VIT_NOTE_HOLM = "p_holm: Holm-adjusted over the {n} per-rate tests of this metho
 def vit_coupling_values(
     combined: xr.Dataset, selection: Selection, variable: str = "coupling"
 ) -> xr.DataArray:
-    """``combined[variable]`` (a ``vit_results.grid_dataset``) at one K, reading, variant and
+    """``combined[variable]`` (a ``vit.results.grid_dataset``) at one K, reading, variant and
     norm: dims ``(sd, wd, seed, image)``.
     """
     if variable not in combined:

@@ -2,7 +2,7 @@
 
 Recipe: AdamW (betas 0.9/0.999, eps 1e-8; decay on weight matrices only, not on biases, norms,
 the class token or the position embedding), learning rate per update from
-``vit_config.learning_rate`` (linear warmup, cosine), label-smoothed cross-entropy on soft
+``vit.config.learning_rate`` (linear warmup, cosine), label-smoothed cross-entropy on soft
 targets, optional mixup (``lam ~ Beta(alpha, alpha)``, each batch mixed with itself reversed, as
 timm's ``Mixup``), optional random crops (zero padding) and horizontal flips.
 
