@@ -137,3 +137,45 @@ def test_cli_measure_json_and_out_equal_the_library_s_values(
     assert float(mean[2]) == pytest.approx(summary["mean"]["coupling_null"], abs=1e-4)
     assert float(mean[3]) == pytest.approx(summary["mean"]["coupling_excess"], abs=1e-4)
     assert "how to read:" in table
+
+
+def test_cli_power_writes_the_pilot_s_power_and_keeps_other_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``blockcoupling power``: the table written is the pilot's power at the declared effects
+    (the noncentral t, scipy's), the design's n taken from --n, and --only keeps the other rows.
+    """
+    import pandas as pd
+    from scipy import stats as sps
+
+    se = 0.1 / sps.t.ppf(0.975, 9)
+    rows = [
+        dict(analysis=a, estimate=0.1, ci_low=0.0, ci_high=0.2, n=10, note="x; t(9)")
+        for a in ("a", "b")
+    ]
+    pilot = tmp_path / "analyses.csv"
+    pd.DataFrame(rows).to_csv(pilot, index=False)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump({"stats": {"primary": {"a": {"effect": 0.1}, "b": {"effect": 0.2}}}})
+    )
+    out = tmp_path / "power.csv"
+    args = ["power", str(pilot), "--config", str(config), "--out", str(out)]
+    assert cli.main([*args, "--n", "b=20"]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    table = pd.read_csv(out).set_index("analysis")
+    alpha = 0.05 / 2  # Holm's first threshold over the two
+    for analysis, effect, n in (("a", 0.1, 10), ("b", 0.2, 20)):
+        df, scale = 9 + n - 10, se * np.sqrt(10 / n)
+        crit = sps.t.ppf(1 - alpha / 2, df)
+        exact = sps.nct.sf(crit, df, effect / scale) + sps.nct.cdf(-crit, df, effect / scale)
+        assert table.loc[analysis, "n"] == n
+        assert table.loc[analysis, "power"] == pytest.approx(exact, abs=0.012), analysis
+    pd.DataFrame([{**rows[0], "ci_high": 0.4}, rows[1]]).to_csv(pilot, index=False)
+    assert cli.main([*args, "--only", "a"]) == 0
+    again = pd.read_csv(out).set_index("analysis")
+    assert again.loc["a", "power"] < table.loc["a", "power"]  # a wider interval: less power
+    assert again.loc["b"].equals(table.loc["b"])  # kept as --n b=20 wrote it
+    capsys.readouterr()
+    assert cli.main([*args, "--n", "c=5"]) == 2
+    assert "--n c=5: give ID=N, a test of stats.primary" in capsys.readouterr().err

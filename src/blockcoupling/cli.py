@@ -6,6 +6,7 @@ blockcoupling plan --configfile FILE                     cost of its jobs (GPU-h
 blockcoupling verify results/                            every result against its recorded hash
 blockcoupling fetch REPO REVISION FOLDER                 one hub revision into the hub cache
 blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
+blockcoupling power PILOT/results/stats/analyses.csv       power of the primary tests (power.csv)
 blockcoupling docs docs/datasets.md                      the measure registry's table into the docs
 """
 
@@ -153,6 +154,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     claims.add_argument("results", type=Path, metavar="RESULTS", help="a run's results folder")
     claims.add_argument("--readme", type=Path, required=True, metavar="FILE", help="README")
+    power = commands.add_parser(
+        "power",
+        help="power of each declared primary test from a pilot run: writes resources/power.csv",
+        description=(
+            "Power of each primary test of a config (stats.primary) at its declared effect, "
+            "from a pilot run's analysis table, before the run that tests it; writes the "
+            "table the claims read (config stats.power_file). Each test is a t statistic whose "
+            "standard error comes from the pilot's interval, scaled to the design's n; power by "
+            "a seeded simulation of the noncentral t at Holm's first threshold "
+            "(blockcoupling.stats.power). Rows say the n that would reach 80%."
+        ),
+    )
+    power.add_argument(
+        "pilot", type=Path, metavar="ANALYSES", help="PILOT/results/stats/analyses.csv"
+    )
+    power.add_argument(
+        "--config", type=Path, default=Path("config.yaml"), help="the config declaring the tests"
+    )
+    power.add_argument(
+        "--n",
+        action="append",
+        default=[],
+        metavar="ID=N",
+        help="the design's independent units of test ID (clusters for a CR1 test), when other "
+        "than the pilot's",
+    )
+    power.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="recompute only this test's row; keep the others of --out (their own pilot's)",
+    )
+    power.add_argument("--out", type=Path, default=Path("resources/power.csv"), help="the table")
+    power.add_argument("--seed", type=int, default=0, help="seed of the simulation")
     docs = commands.add_parser(
         "docs",
         help="render the measure registry's table into the docs",
@@ -174,6 +210,34 @@ def render_claims(results: Path, readme: Path) -> str:
         raise ValueError(f"{source} not found: run the workflow's stats_claims rule first")
     _rewrite_block(readme, START, END, source.read_text(encoding="utf-8"))
     return f"{readme}: claims table from {source}"
+
+
+def power_table(args: argparse.Namespace) -> str:
+    """Write the power table of the config's primary tests from the pilot to ``--out``; return
+    it as text.
+    """
+    import pandas as pd
+
+    from blockcoupling.stats.power import keep_other_rows, pilot_power
+
+    try:
+        config = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ValueError(f"{args.config}: {str(error).splitlines()[0]}") from None
+    primary = ((config or {}).get("stats") or {}).get("primary")
+    if not isinstance(primary, dict) or not primary:
+        raise ValueError(f"{args.config}: no stats.primary tests declared; give --config FILE")
+    design = {}
+    for item in args.n:
+        key, _, value = item.partition("=")
+        if key not in primary or not value.isdigit() or int(value) < 2:
+            raise ValueError(f"--n {item}: give ID=N, a test of stats.primary and N >= 2 units")
+        design[key] = int(value)
+    table = pilot_power(pd.read_csv(args.pilot), primary, design, seed=args.seed)
+    if args.only:
+        table = keep_other_rows(table, pd.read_csv(args.out), args.only)
+    table.to_csv(args.out, index=False)
+    return table.to_string(index=False) + f"\nwrote {args.out}"
 
 
 def render_docs(file: Path) -> str:
@@ -549,6 +613,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(render_claims(args.results, args.readme))
         elif args.command == "docs":
             print(render_docs(args.file))
+        elif args.command == "power":
+            print(power_table(args))
         elif args.command == "plan":
             report, fits = plan_report(args)
             print(report)
