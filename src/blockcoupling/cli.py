@@ -170,7 +170,10 @@ def _parser() -> argparse.ArgumentParser:
         "pilot", type=Path, metavar="ANALYSES", help="PILOT/results/stats/analyses.csv"
     )
     power.add_argument(
-        "--config", type=Path, default=Path("config.yaml"), help="the config declaring the tests"
+        "--config",
+        type=Path,
+        default=Path("config.yaml"),
+        help="the config declaring the tests (default config.yaml)",
     )
     power.add_argument(
         "--n",
@@ -187,7 +190,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="recompute only this test's row; keep the others of --out (their own pilot's)",
     )
-    power.add_argument("--out", type=Path, default=Path("resources/power.csv"), help="the table")
+    power.add_argument(
+        "--out",
+        type=Path,
+        default=Path("resources/power.csv"),
+        metavar="FILE.csv",
+        help="where to write the table (default resources/power.csv, config stats.power_file)",
+    )
     power.add_argument("--seed", type=int, default=0, help="seed of the simulation")
     docs = commands.add_parser(
         "docs",
