@@ -27,6 +27,7 @@ _WHERE = {
     "Selection": "blockcoupling.stats.selection",
     "prompt_table": "blockcoupling.stats.calibration",
     "calibration_table": "blockcoupling.stats.calibration",
+    "combine": "blockcoupling.files.combine",
     "read_netcdf": "blockcoupling.files.io",
     "write_netcdf": "blockcoupling.files.io",
     "verify": "blockcoupling.files.manifest",
