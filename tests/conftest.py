@@ -164,6 +164,7 @@ def smollm2_gguf(smollm2_folder: Path) -> dict:
 # unlisted files follow in collection order.
 LONGEST_FIRST = (  # seconds in the full suite (--durations=0, 2-vCPU AMD EPYC, at 705d2cc)
     "test_workflow.py",  # 172: a finished run, then its reruns
+    "test_tutorial.py",  # SmolLM2 and its twin on 3 prompts: 4 CPU-minutes (timed under load)
     "test_token_jacobian_real.py",  # 86: SmolLM2 and Gemma-3, every block
     "test_fetch.py",  # 67
     "test_vit_workflow.py",  # 39

@@ -20,6 +20,7 @@ LAYERS = (
     ("lm", "vit"),  # language models (sources, hub, prompts, training); the ViT sweep: apart
     ("pipeline",),  # the workflow's side (the figure registry is plain data here)
     ("figures",),
+    ("api",),  # loading a model from the command line's source forms (the flat API's)
     ("cli",),
 )
 

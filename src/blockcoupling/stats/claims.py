@@ -269,9 +269,10 @@ def claims_table(
     """One row per ``CLAIMS`` entry from the combined analysis table (``CLAIM_COLUMNS``).
 
     ``primary``: the declared tests (config ``stats.primary``: id -> {effect, source}; a
-    declared test the design lacks stays marked primary); ``power``: ``bench/power.py``'s table
-    (analysis, effect, power), used where its effect is the declared one; ``flags``: analysis id
-    -> a warning added to its limits (e.g. a K above a model's effective rank).
+    declared test the design lacks stays marked primary); ``power``: the table ``blockcoupling
+    power`` writes (analysis, effect, power), used where its effect is the declared one;
+    ``flags``: analysis id -> a warning added to its limits (e.g. a K above a model's effective
+    rank).
     """
     declared = {k: dict(v) for k, v in primary.items()} if isinstance(primary, Mapping) else {}
     names = set(primary)
@@ -317,7 +318,7 @@ def claims_table(
                         else ": 80% needs more than 10 times the pilot's units"
                     )
             elif np.isfinite(effect):
-                limits += "; no pilot power at this effect (python bench/power.py)"
+                limits += "; no pilot power at this effect (blockcoupling power)"
         else:
             limits += "; exploratory (not a declared primary test)"
         if flags and claim.analysis in flags:

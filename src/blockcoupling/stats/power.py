@@ -13,7 +13,7 @@ e.g. seeds of one configuration, add no degree of freedom), else its rows (each 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -129,3 +129,22 @@ def pilot_power(
             )
         )
     return pd.DataFrame(rows, columns=list(POWER_COLUMNS))
+
+
+def keep_other_rows(fresh: pd.DataFrame, kept: pd.DataFrame, only: Sequence[str]) -> pd.DataFrame:
+    """``fresh``'s rows of the analyses ``only`` and, for every other analysis of ``fresh``,
+    its row of ``kept`` (an earlier power table: those tests keep their own pilot's power), in
+    ``fresh``'s order; a one-line ValueError names an analysis that cannot be.
+    """
+    unknown = sorted(set(only) - set(fresh["analysis"]))
+    if unknown:
+        raise ValueError(f"--only {unknown[0]}: not a declared primary test of the config")
+    old, new = kept.set_index("analysis"), fresh.set_index("analysis")
+    missing = [a for a in new.index if a not in only and a not in old.index]
+    if missing:
+        raise ValueError(
+            f"{missing[0]} has no row in the power table to keep: recompute it with --only "
+            f"{missing[0]}"
+        )
+    rows = [(new if a in only else old).loc[[a]] for a in new.index]
+    return pd.concat(rows).rename_axis("analysis").reset_index()[list(fresh.columns)]

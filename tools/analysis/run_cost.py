@@ -1,7 +1,7 @@
 """What a finished workflow run cost, per stage: jobs, CPU-minutes and job wall-minutes, summed
 from its per-rule benchmark files (``benchmarks/``), as a markdown table for the README.
 
-Usage: python bench/run_cost.py RUN_DIR [--elapsed SECONDS]
+Usage: python tools/analysis/run_cost.py RUN_DIR [--elapsed SECONDS]
 
 RUN_DIR is the folder the workflow ran in (it holds ``benchmarks/`` and ``results/``). Each job's
 last benchmark row gives its wall seconds (``s``) and CPU seconds (``cpu_time``: psutil's, of the

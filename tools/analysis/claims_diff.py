@@ -3,7 +3,7 @@
 estimate, p_holm and verdict of each run, so a README states a difference between runs from the
 runs' own tables, never typed.
 
-python bench/claims_diff.py REV_A REV_B [--label-a AMD] [--label-b Intel] > bench/runs/F.md
+python tools/analysis/claims_diff.py REV_A REV_B [--label-a AMD] [--label-b Intel] > bench/runs/F.md
 (REV_A, REV_B: git revisions, or files holding a README's claims block)
 """
 
@@ -48,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     (head_a, a), (head_b, b) = claims_rows(args.rev_a), claims_rows(args.rev_b)
     print(f"# Claims of two runs: {args.label_a} and {args.label_b}\n")
-    print(f"`python bench/claims_diff.py {args.rev_a} {args.rev_b}`\n")
+    print(f"`python tools/analysis/claims_diff.py {args.rev_a} {args.rev_b}`\n")
     print(f"- {args.label_a} (README at `{args.rev_a}`): {head_a.split('(')[0].strip()}")
     print(f"- {args.label_b} (README at `{args.rev_b}`): {head_b.split('(')[0].strip()}\n")
     cols = [f"{c} {label}" for c in COLUMNS for label in (args.label_a, args.label_b)]

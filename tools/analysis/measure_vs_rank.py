@@ -4,7 +4,7 @@ median effective rank, and against minus held-out bits per byte, across runs (Pe
 scipy's Fisher-z interval); and the share of runs whose median effective rank is below K. The
 columns are the fixed-size primary test's (``stats.fixed_size.run_table``: held-out prompts).
 
-    python bench/measure_vs_rank.py results/ [--out bench/runs/x.md]
+    python tools/analysis/measure_vs_rank.py results/ [--out bench/runs/x.md]
 
 A measure that correlates with log effective rank as strongly as it does with anything else
 measures the spectrum's shape (docs/science.md, "Which K").
@@ -21,7 +21,7 @@ import pandas as pd
 import xarray as xr
 from scipy import stats as sps
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from blockcoupling.stats import fixed_size  # noqa: E402
 from blockcoupling.stats.selection import Selection  # noqa: E402
 

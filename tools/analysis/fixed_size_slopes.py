@@ -1,7 +1,8 @@
 """The fixed-size slopes of minus bits per byte on each predictor, plain, adjusted for the design
 and adjusted for log effective rank, from a run's analysis table, as a Markdown table.
 
-    python bench/fixed_size_slopes.py results/stats/fixed_size.csv [--title TEXT] [--out F.md]
+    python tools/analysis/fixed_size_slopes.py results/stats/fixed_size.csv \
+        [--title TEXT] [--out F.md]
 
 (``results/stats/analyses.csv`` works too: its other rows are left out.) Held-out prompts only.
 """

