@@ -31,9 +31,16 @@ from blockcoupling.jacobians.datasets import (
     trajectory_dataset,
 )
 from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.gram import gram_top_k
 from blockcoupling.jacobians.options import MeasureConfig, PromptText
 from blockcoupling.jacobians.spectral import SVD, singular_values, svd, top_k
-from blockcoupling.jacobians.statistics import bases, basis_corners, cross_stats, spectrum_sums
+from blockcoupling.jacobians.statistics import (
+    bases,
+    basis_corners,
+    cross_stats,
+    pair_stats,
+    spectrum_sums,
+)
 from blockcoupling.runtime.progress import track
 
 __all__ = ["MeasureConfig", "PromptText", "as_prompts", "measure", "measure_inputs"]
@@ -178,19 +185,12 @@ def _depth(
             jac = one.new_empty((n_layers, *one.shape))
         jac[layer - 1] = one
         del one
-    if config.svd.uses_dense(jac.shape[-1], config.k_max):  # every singular value comes free
-        full = svd(jac)
-        top, values = full.top(config.k_max), full.s if spectrum else None
-        sums = spectrum_sums(jac, full.s)
-    else:
-        top = top_k(jac, config.k_max, config.svd)
-        values = singular_values(jac) if spectrum else None
-        sums = spectrum_sums(jac, values)
-    stats = [cross_stats(jac, *bases(top, variant)) for variant in config.variants]
+    top, values, sums = _spectra(jac, config, spectrum)
+    stats = pair_stats(jac, top, config.variants)
     result = DepthResult(
         _np(top.s).astype(np.float64),
-        np.stack([_np(d) for d, _ in stats]),
-        np.stack([_np(c) for _, c in stats]),
+        _np(stats[0]),
+        _np(stats[1]),
         spectrum=None if values is None else _np(values).astype(np.float64),
         ucorner=_np(basis_corners(top.u, top.u)),
         vcorner=_np(basis_corners(top.v, top.v)),
@@ -200,6 +200,26 @@ def _depth(
     if config.store_factors:
         result.u, result.v = _np(top.u), _np(top.v)
     return result
+
+
+def _spectra(
+    jac: torch.Tensor, config: MeasureConfig, spectrum: bool
+) -> tuple[SVD, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor]]:
+    """Top-``k_max`` factors of ``jac (layer, d, d)``, every singular value ``(layer, d)`` when
+    ``spectrum`` (else None), and ``sum s^2``, ``sum s^4`` of each full spectrum ``(layer,)``.
+    A prompt that asks for the spectrum takes the dense SVD unless ``topk`` was resolved (at
+    d = 576 one SVD costs less than the Gram path plus ``svdvals``).
+    """
+    method = config.svd.resolve(jac.shape[-1], config.k_max)
+    if method == "dense" or (spectrum and method == "gram"):  # every singular value comes free
+        full = svd(jac)
+        return full.top(config.k_max), full.s if spectrum else None, spectrum_sums(jac, full.s)
+    if method == "gram":
+        factors, sum2, sum4 = gram_top_k(jac, config.k_max)
+        return factors, None, (sum2, sum4)
+    top = top_k(jac, config.k_max, config.svd)
+    values = singular_values(jac) if spectrum else None
+    return top, values, spectrum_sums(jac, values)
 
 
 def _token_families(

@@ -46,12 +46,18 @@ def svd(jac: torch.Tensor) -> SVD:
 
 
 def top_k(jac: torch.Tensor, k: int, options: SVDOptions = SVDOptions()) -> SVD:
-    """The top-``k`` singular triplets of ``(..., m, n)`` matrices, dense or randomized as
-    ``options`` says; ``u (..., m, k)``, ``s (..., k)`` descending, ``v (..., n, k)``.
+    """The top-``k`` singular triplets of ``(..., m, n)`` matrices, dense, from the Gram matrix
+    or randomized as ``options.resolve`` says; ``u (..., m, k)``, ``s (..., k)`` descending,
+    ``v (..., n, k)``.
     """
     if k > min(jac.shape[-2:]):
         raise ValueError(f"K={k} exceeds the number of singular values {min(jac.shape[-2:])} (d)")
-    if options.uses_dense(min(jac.shape[-2:]), k):
+    method = options.resolve(min(jac.shape[-2:]), k)
+    if method == "gram":
+        from blockcoupling.jacobians.gram import gram_top_k  # gram imports this module
+
+        return gram_top_k(jac, k).factors
+    if method == "dense":
         return svd(jac).top(k)
     return randomized_top_k(jac, k, options)
 

@@ -10,6 +10,8 @@ reading, p and normalisation follows with no Jacobian (``formulas.mis_coupling_f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -39,6 +41,42 @@ def cross_stats(
         diags.append(d)
         corners.append(c)
     return torch.stack(diags, dim=1), torch.stack(corners, dim=1)
+
+
+STATS_CHUNK_BYTES = 256 << 20  # the products of one chunk of Jacobians in ``pair_stats``
+
+
+def pair_stats(
+    jacs: torch.Tensor, factors: SVD, variants: Sequence[str], chunk_bytes: int = STATS_CHUNK_BYTES
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cross_stats`` of every pair and variant at once, as a few large products.
+
+    ``jacs (m, d, d)``; ``factors`` top-K of ``m'`` references (``u, v (m', d, K)``). Returns
+    ``diag (variant, m, m', K)`` and ``corner (variant, m, m', K)`` of
+    ``A_ij = P_j^T J_i Q_j`` (float64). Per chunk of Jacobians: one product of the chunk with
+    every right basis of every variant side by side (``(c, d, d) x (d, variant m' K)``), then one
+    batched product with the left bases per variant and reference (``(K, d) x (d, c K)``); the
+    chunk's products stay under ``chunk_bytes`` (at least one Jacobian per chunk).
+    """
+    pairs = [bases(factors, variant) for variant in variants]
+    left = torch.stack([p for p, _ in pairs])  # (V, m', d, K)
+    right = torch.stack([q for _, q in pairs])
+    n_var, n_ref, d, k = right.shape
+    columns = right.permute(2, 0, 1, 3).reshape(d, n_var * n_ref * k)  # (d, V m' K)
+    per_jacobian = d * columns.shape[-1] * jacs.element_size()
+    step = max(1, chunk_bytes // per_jacobian)
+    diags, corners = [], []
+    for start in range(0, jacs.shape[0], step):
+        chunk = jacs[start : start + step]
+        c = chunk.shape[0]
+        x = (chunk @ columns).reshape(c, d, n_var, n_ref, k)  # J_i Q_j
+        x = x.permute(2, 3, 1, 0, 4).reshape(n_var, n_ref, d, c * k)
+        a = left.mT @ x  # (V, m', K, c K): P_j^T J_i Q_j
+        a = a.reshape(n_var, n_ref, k, c, k).permute(0, 3, 1, 2, 4)  # (V, c, m', K, K)
+        diag, corner = matrix_stats(a)
+        diags.append(diag)
+        corners.append(corner)
+    return torch.cat(diags, dim=1), torch.cat(corners, dim=1)
 
 
 def basis_corners(basis: torch.Tensor, basis_ref: torch.Tensor) -> torch.Tensor:
