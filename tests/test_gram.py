@@ -100,3 +100,14 @@ def test_pair_stats_equal_the_explicit_matrices_of_every_pair(chunk_bytes: int) 
                 torch.testing.assert_close(diag[v, i, j].cpu(), torch.diagonal(a))
                 expected = torch.stack([a[:k, :k].square().sum() for k in range(1, 7)])
                 torch.testing.assert_close(corner[v, i, j].cpu(), expected)
+
+
+def test_the_eigensolver_off_cpu_gives_the_lapack_top_eigenpairs() -> None:
+    """``top_eigh_torch`` (every eigenpair, the CUDA path) against the CPU's index-range LAPACK."""
+    jacs = torch.stack([with_spectrum(decaying(50, 1e-2), seed=s) for s in (7, 8)])
+    gram_matrix = jacs.mT @ jacs
+    values, vectors = gram.top_eigh_torch(gram_matrix.to(DEVICE), 12)
+    ref_values, ref_vectors = gram._top_eigh(gram_matrix, 12)
+    torch.testing.assert_close(values.cpu(), ref_values, rtol=1e-12, atol=0)
+    torch.testing.assert_close(aligned(vectors.cpu(), ref_vectors), ref_vectors, rtol=0, atol=1e-10)
+    assert (values[:, :-1] > values[:, 1:]).all()

@@ -75,10 +75,9 @@ def _top_eigh(gram: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     ``gram (B, n, n)``: LAPACK ``dsyevr`` over an index range on CPU, ``torch.linalg.eigh``
     elsewhere.
     """
-    n = gram.shape[-1]
     if gram.device.type != "cpu":
-        values, vectors = torch.linalg.eigh(gram)
-        return values[:, n - k :].flip(-1), vectors[:, :, n - k :].flip(-1)
+        return top_eigh_torch(gram, k)
+    n = gram.shape[-1]
     values = np.empty((gram.shape[0], k))
     vectors = np.empty((gram.shape[0], n, k))
     for i, matrix in enumerate(gram.numpy()):
@@ -86,3 +85,12 @@ def _top_eigh(gram: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
             matrix, subset_by_index=(n - k, n - 1), driver="evr", check_finite=False
         )
     return torch.from_numpy(values[:, ::-1].copy()), torch.from_numpy(vectors[:, :, ::-1].copy())
+
+
+def top_eigh_torch(gram: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_top_eigh`` by ``torch.linalg.eigh`` of the whole batch (every eigenpair), on any
+    device: the path off CPU.
+    """
+    n = gram.shape[-1]
+    values, vectors = torch.linalg.eigh(gram)
+    return values[:, n - k :].flip(-1), vectors[:, :, n - k :].flip(-1)
