@@ -268,8 +268,8 @@ def library_timers(phases: Phases) -> Iterator[None]:
     construction), ``JacobianEngine.diagonal`` (VJPs or the composition, incl. the KV-cache
     snapshot forward; nested in it, ``upcast``: the float32 copy of a half-precision or
     quantized block), the spectra (``top_k``, ``svd``, ``singular_values``, ``gram_top_k``; phase
-    ``svd``) and the pair statistics (``cross_stats``, ``pair_stats``, ``spectrum_sums``,
-    ``basis_corners``; phase ``stats``) as ``measure`` calls them.
+    ``svd``) and the pair statistics (``pair_stats``, ``spectrum_sums``, ``basis_corners``;
+    phase ``stats``) as ``measure`` calls them.
     Restores everything.
     """
     saved = [
@@ -279,13 +279,11 @@ def library_timers(phases: Phases) -> Iterator[None]:
         (measure_module, "svd", measure_module.svd),
         (measure_module, "singular_values", measure_module.singular_values),
         (measure_module, "gram_top_k", measure_module.gram_top_k),
-        (measure_module, "cross_stats", measure_module.cross_stats),
         (measure_module, "pair_stats", measure_module.pair_stats),
         (measure_module, "spectrum_sums", measure_module.spectrum_sums),
         (measure_module, "basis_corners", measure_module.basis_corners),
     ]
     phase_names = ("forward", "jacobians", "svd", "svd", "svd", "svd", "stats", "stats", "stats")
-    phase_names += ("stats",)
     for (owner, name, function), phase in zip(saved, phase_names):
         setattr(owner, name, phases.wrap(phase, function))
     upcast = engine_module.compute_block

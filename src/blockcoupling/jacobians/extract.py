@@ -35,9 +35,7 @@ from blockcoupling.jacobians.gram import gram_top_k
 from blockcoupling.jacobians.options import MeasureConfig, PromptText
 from blockcoupling.jacobians.spectral import SVD, singular_values, svd, top_k
 from blockcoupling.jacobians.statistics import (
-    bases,
     basis_corners,
-    cross_stats,
     pair_stats,
     spectrum_sums,
 )
@@ -276,10 +274,10 @@ def _token_families(
     }
     for layer, t in itertools.product(layers, range(n)):
         jac = engine.diagonal(layer, t)[None]
-        for layer_ref, (v, variant) in itertools.product(layers, enumerate(variants)):
-            d_, c_ = cross_stats(jac, *bases(stacked[layer_ref], variant))
+        for layer_ref in layers:
+            d_, c_ = pair_stats(jac, stacked[layer_ref], variants)  # (variant, 1, n, K)
             diag, corner = result.families["self"][(layer, layer_ref)]
-            diag[v, t], corner[v, t] = _np(d_[0]), _np(c_[0])
+            diag[:, t], corner[:, t] = _np(d_[:, 0]), _np(c_[:, 0])
     for layer, layer_ref in itertools.product(layers, layers):
         ucorner, vcorner = result.bases["self"][(layer, layer_ref)]
         ucorner[...] = _np(basis_corners(stacked[layer].u, stacked[layer_ref].u))
@@ -314,12 +312,10 @@ def _family_stats(
     """
     fixed, members = where
     tops = {layer: top_k(jac, config.k_max, config.svd) for layer, jac in jacs.items()}
-    for (layer, layer_ref), (v, variant) in itertools.product(
-        itertools.product(jacs, jacs), enumerate(config.variants)
-    ):
-        d_, c_ = cross_stats(jacs[layer], *bases(tops[layer_ref], variant))
+    for layer, layer_ref in itertools.product(jacs, jacs):
+        d_, c_ = pair_stats(jacs[layer], tops[layer_ref], config.variants)
         diag, corner = family[(layer, layer_ref)]
-        diag[v, fixed, members, members], corner[v, fixed, members, members] = _np(d_), _np(c_)
+        diag[:, fixed, members, members], corner[:, fixed, members, members] = _np(d_), _np(c_)
     return tops
 
 
