@@ -22,7 +22,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from blockcoupling.jacobians.spectral import SVD, svd
+from blockcoupling.jacobians.factors import SVD, svd
 
 __all__ = ["FLOOR", "GramTopK", "gram_sums", "gram_top_k"]
 
