@@ -58,7 +58,6 @@ include: "rules/vit.smk"
 include: "rules/figures.smk"
 
 
-apply_job_defaults()  # every rule's memory and runtime, whatever the profile
 check_params()  # every param is one Snakemake compares: a changed one re-runs its rule
 
 # The report's opening text (report/workflow.rst) names every measured model, and the captions

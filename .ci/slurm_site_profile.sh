@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # A site's own Slurm profile with the workflow, on a real one-node Slurm (.ci/slurm_cluster.sh):
-# a profile `site` in a temporary $HOME/.config/snakemake (executor slurm, an account, a QoS, the
-# partition as the plugin's own resource), no BLOCKCOUPLING_SLURM_* variable, runs the smoke
-# prompts job through sbatch, and the sbatch line carries the site's account and QoS with the
-# workflow's own memory and runtime (what --profile slurm asks: tests/test_slurm.py compares the
-# two profiles' requests job by job). Stops every daemon it started on exit.
+# a profile `site` in a temporary $HOME/.config/snakemake (executor slurm, an account, a QoS in
+# the plugin's own option, the partition as the plugin's own resource, a short default runtime
+# and memory), no BLOCKCOUPLING_SLURM_* variable, runs the smoke prompts job and one training
+# job through sbatch, and each sbatch line carries the site's account and QoS with the
+# workflow's own memory and runtime, not the site's defaults (what --profile slurm asks:
+# tests/test_slurm.py compares the two profiles' requests job by job). Stops every daemon it
+# started on exit.
 #   .ci/slurm_site_profile.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,19 +33,31 @@ slurm-init-seconds-before-status-checks: 2
 default-resources:
   slurm_account: "'siteacct'"
   slurm_partition: ci
+  runtime: 5
+  mem_mb: 1000
 PROFILE
 unset XDG_CONFIG_HOME BLOCKCOUPLING_SLURM_PARTITION BLOCKCOUPLING_SLURM_ACCOUNT
-target=results/prompts/default.jsonl
-say "the site profile from \$HOME/.config/snakemake/site, target $target"
+prompts=results/prompts/default.jsonl
+train=results/train/fixed_size-f0.5-s0/history.csv
+say "the site profile from \$HOME/.config/snakemake/site, targets $prompts $train"
 HOME=$home "$repo/.venv/bin/snakemake" --profile site --configfile config/smoke.yaml \
-    --directory "$work/run" --verbose "$target" > "$work/run.log" 2>&1 \
+    --directory "$work/run" --verbose "$prompts" "$train" > "$work/run.log" 2>&1 \
     || { tail -n 30 "$work/run.log"; fail "the run failed"; }
-line=$(grep -o "sbatch call: .*" "$work/run.log" | head -n 1)
-[ -n "$line" ] || { tail -n 30 "$work/run.log"; fail "no sbatch call in the log"; }
-echo "$line" | cut -c 1-400
-for part in "-A siteacct" "-p ci" "-t 60" "--mem 2000" "--qos=normal"; do
-    case "$line" in *"$part"*) ;; *) fail "the sbatch line lacks '$part'" ;; esac
-done
-[ -s "$work/run/$target" ] || fail "$target was not written"
+# each job's sbatch line: the site's account, partition and QoS, the workflow's runtime and memory
+check_line() {  # RULE PART...
+    local rule=$1 line
+    shift
+    line=$(grep -o "sbatch call: .*" "$work/run.log" | grep -- "rule_$rule" | head -n 1)
+    [ -n "$line" ] || { tail -n 30 "$work/run.log"; fail "no sbatch call of $rule in the log"; }
+    echo "$line" | cut -c 1-400
+    for part in "-A siteacct" "-p ci" "--qos=normal" "$@"; do
+        case "$line " in *" $part "*) ;; *) fail "the sbatch line of $rule lacks '$part'" ;; esac
+    done
+    case "$line" in *"-C "*) fail "the sbatch line of $rule has a constraint" ;; esac
+}
+check_line sample_prompts "-t 60" "--mem 2000"
+check_line train_fixed_size_f0_5_s0 "-t 60" "--mem 4000"
+[ -s "$work/run/$prompts" ] || fail "$prompts was not written"
+[ -s "$work/run/$train" ] || fail "$train was not written"
 grep -q "JobState=COMPLETED" "$work/jobcomp.log" || fail "no job COMPLETED in the jobcomp log"
-say "passed: the site's account and QoS with the workflow's memory and runtime"
+say "passed: the site's account and QoS with the workflow's memory and runtime (not its 5 min)"

@@ -65,11 +65,14 @@ import trained_like  # noqa: E402  (bench/: the trained-like Llama)
 
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset  # noqa: E402
 from blockcoupling.jacobians import spectral  # noqa: E402
-from blockcoupling.jacobians.adapters import blocks_of  # noqa: E402
+from blockcoupling.jacobians.adapters import adapter_for, blocks_of  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
+from blockcoupling.jacobians.token_jacobian import token_jacobian  # noqa: E402
 from blockcoupling.jacobians.extract import (  # noqa: E402
     MeasureConfig,
     PromptText,
+    eager_attention,
+    eval_mode,
     matmul_precision,
     measure_inputs,
 )
@@ -274,17 +277,36 @@ def timed_prompt(
         print(f"    top-K of {tuple(jac.shape)}: {dict(found_outcomes)}", flush=True)
         return result
 
+    diagonal = JacobianEngine.diagonal
+    paths: Counter[str] = Counter()
+
+    def watched(engine: JacobianEngine, layer: int, t: int) -> torch.Tensor:
+        """The diagonal, and a line whenever it refused a single-token path."""
+        before = sum(engine.refusals.values())
+        jac = diagonal(engine, layer, t)
+        if sum(engine.refusals.values()) > before or engine.fallbacks:
+            print(f"    block {layer}: fallbacks {engine.fallbacks}, {dict(engine.refusals)}")
+        if engine.fallbacks:  # the full-sequence VJPs: not the path this prompt measures
+            raise RuntimeError(f"block {layer} fell back to the full sequence: {engine.refusals}")
+        paths.update(
+            {"composed": engine.composed, "autograd": engine.not_composed,
+             "fallbacks": engine.fallbacks, **engine.refusals} if layer == len(engine.full) else {}
+        )  # fmt: skip
+        return jac
+
     spectral.randomized_top_k = counted
+    JacobianEngine.diagonal = watched
     sync()
     began = time.perf_counter()
     try:
-        with depth_speed.library_timers(phases):
+        with depth_speed.library_timers(phases), composition_setting():
             data = measure_inputs(
                 model, [{"input_ids": ids}], [PromptText("p", "text", "")], config, None, False
             )
         sync()
     finally:
         spectral.randomized_top_k = top_k
+        JacobianEngine.diagonal = diagonal
     total = time.perf_counter() - began
     split = {name: round(value, 3) for name, value in phases.seconds.items()}
     split["of which upcast"] = round(phases.nested.get("upcast", 0.0), 3)
@@ -294,7 +316,7 @@ def timed_prompt(
         "split": split,
         "top-K": dict(outcomes),
         "top-K host syncs": syncs.get("syncs"),
-        "composed": int(data["depth"].attrs.get("jtt_composed", 0)),
+        "paths": dict(paths),
     }, data
 
 
@@ -317,32 +339,74 @@ PROMPT_DATA: dict[str, Any] = {}  # the built model's depth-wise datasets, for t
 
 
 def composition_profile(model: nn.Module, vocab: int, tokens: int, device: str) -> dict:
-    """One block's depth-wise ``J_tt`` composed from the weights and by d one-token VJPs,
-    each timed after a warm-up, and the composition's five costliest device (or CPU) ops."""
+    """One block's depth-wise ``J_tt`` composed from the weights and by d one-token VJPs, each
+    timed after a warm-up, plainly and under ``measure``'s settings (eager attention, eval
+    mode); under the latter the composition's parts (``token_jacobian``, the guard's
+    full-sequence value) and its six costliest ops by device and by CPU time. When the
+    composition is over twice the VJPs' time under ``measure``'s settings, the later prompts
+    take the VJP path (``COMPOSE``) and the result says so."""
     from torch.profiler import ProfilerActivity, profile
 
-    engine = JacobianEngine(model, {"input_ids": prompt_ids(vocab, tokens, 1, device)}, 64)
-    last = engine.n_tokens - 1
     result: dict[str, Any] = {}
-    with matmul_precision(False):
-        for path in ("composed", "VJPs"):
-            if path == "VJPs":
-                engine._composed = lambda layer, t: None
-            engine.diagonal(1, last)  # warm-up: the block's float32 copy, the token calls
-            result[path] = _seconds(lambda: engine.diagonal(1, last))
-        del engine._composed  # the class's method again
-        activities = [ProfilerActivity.CPU] + (
-            [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
-        )
-        with profile(activities=activities) as prof:
-            engine.diagonal(1, last)
-            sync()
-    key = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:5]
-    result["costliest ops"] = {e.key: round(getattr(e, key) / 1e3, 1) for e in events}  # ms
+    for setting in ("plain", "as measure runs"):
+        with contextlib.ExitStack() as stack:
+            if setting != "plain":
+                stack.enter_context(eager_attention(model))
+                stack.enter_context(eval_mode(model))
+            stack.enter_context(matmul_precision(False))
+            engine = JacobianEngine(model, {"input_ids": prompt_ids(vocab, tokens, 1, device)}, 64)
+            last = engine.n_tokens - 1
+            for path in ("composed", "VJPs"):
+                if path == "VJPs":
+                    engine._composed = lambda layer, t: None
+                engine.diagonal(1, last)  # warm-up: the block's float32 copy, the token calls
+                result[f"{path}, {setting}"] = _seconds(lambda: engine.diagonal(1, last))
+            del engine._composed  # the class's method again
+            if setting == "plain":
+                continue
+            call = engine._token_calls_at(last)[0]
+            block, spec = engine._block(call.block), adapter_for(model).token_jacobian
+            with torch.no_grad():
+                result["parts"] = {
+                    "token_jacobian": _seconds(lambda: token_jacobian(call, block, spec)),
+                    "guard's value": _seconds(lambda: engine._expected(1, last, torch.float32)),
+                }
+            activities = [ProfilerActivity.CPU] + (
+                [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+            )
+            with profile(activities=activities, record_shapes=True) as prof:
+                engine.diagonal(1, last)
+                sync()
+    for key in ("self_device_time_total", "self_cpu_time_total"):
+        events = sorted(
+            prof.key_averages(group_by_input_shape=True), key=lambda e: getattr(e, key),
+            reverse=True,
+        )[:6]  # fmt: skip
+        result[f"costliest ops ({key}, ms)"] = {
+            f"{e.key} {e.input_shapes} x{e.count}": round(getattr(e, key) / 1e3, 1) for e in events
+        }
     result["paths"] = {"composed": engine.composed, "autograd": engine.not_composed,
                        "fallbacks": engine.fallbacks}  # fmt: skip
+    COMPOSE["on"] = result["composed, as measure runs"] <= 2 * result["VJPs, as measure runs"]
+    result["later prompts composed"] = COMPOSE["on"]
     return result
+
+
+COMPOSE = {"on": True}  # False: the prompts take the VJP path (the composition slower here)
+
+
+@contextlib.contextmanager
+def composition_setting() -> Iterator[None]:
+    """The prompts' diagonal Jacobians composed or by VJPs, as ``COMPOSE`` says."""
+    if COMPOSE["on"]:
+        yield
+        return
+    composed = JacobianEngine._composed
+    JacobianEngine._composed = lambda self, layer, t: None
+    try:
+        yield
+    finally:
+        JacobianEngine._composed = composed
 
 
 # ---------------------------------------------------------------- 4-5. the rates' pieces
@@ -402,9 +466,7 @@ def measured_rates(results: dict[str, Any], shape: dict[str, int], device: str) 
     """``cost.Rates`` from the steps' results, under the cost model's own counts; what a step
     did not measure keeps ``cost.GPU``'s value."""
     d, layers, k = shape["d"], shape["layers"], PAPER.k_max
-    p = cost.Shape(layers, d, 0, 2).block_params  # at least 12 d^2
-    block = _block_params(shape)
-    p = max(p, block)
+    p = cost.Shape(layers, d, _block_params(shape) * layers, 2).block_params
     rates = asdict(cost.GPU)
     depth = results.get("depth-wise", {}).get("split", {})
     full = results.get("full spectra", {}).get("split", {})
@@ -504,7 +566,9 @@ def load_options(kind: str, device: str) -> LoadOptions:
 
 def float32_twin(model: nn.Module) -> nn.Module:
     """A float32 ``LlamaForCausalLM`` carrying ``model``'s weights, bitsandbytes layers
-    dequantized (by bitsandbytes itself), on ``model``'s first device."""
+    dequantized as the engine's compute copy holds them (``capture.compute_block``: transformers'
+    ``dequantize_bnb_weight``), on ``model``'s first device: what is checked independently is
+    the Jacobian, by autograd inside the twin's full forward."""
     import transformers
 
     from blockcoupling.jacobians.capture import compute_block

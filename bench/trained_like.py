@@ -61,28 +61,6 @@ LLAMA3_8B = {  # Llama-3-8B's shape
 }
 
 
-def llama_config(
-    d: int,
-    layers: int,
-    heads: int,
-    kv_heads: int,
-    intermediate: int,
-    vocab: int,
-) -> transformers.LlamaConfig:
-    """A Llama config with eager attention (what the Jacobians need) and rope theta 500,000."""
-    return transformers.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=d,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=8192,
-        rope_theta=500000.0,
-        attn_implementation="eager",
-    )
-
-
 def trained_like_llama(
     d: int,
     layers: int,
@@ -95,11 +73,22 @@ def trained_like_llama(
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
 ) -> nn.Module:
-    """A seeded ``LlamaForCausalLM`` of the given shape built on ``device`` in ``dtype``, every
+    """A seeded ``LlamaForCausalLM`` of the given shape (rope theta 500,000, as Llama-3's)
+    built on ``device`` in ``dtype``, every
     block's linear weights with singular values ``~ (j + 1)^-alpha`` (``alpha`` 0: flat, as a
     random init's Marchenko-Pastur bulk is, roughly); eval mode.
     """
-    config = llama_config(d, layers, heads, kv_heads, intermediate, vocab)
+    config = transformers.LlamaConfig(  # eager attention (what the Jacobians need)
+        vocab_size=vocab,
+        hidden_size=d,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+        attn_implementation="eager",
+    )
     torch.manual_seed(seed)
     with torch.device(device):
         model = transformers.LlamaForCausalLM._from_config(config, dtype=dtype)

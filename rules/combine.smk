@@ -6,7 +6,7 @@ for _along, _folder in (("init", "results/combined"), ("step", "results/combined
     _rule = "combine_models" if _along == "init" else "combine_checkpoints"
 
     rule:
-        """Combine one metric's files across models or checkpoints."""
+        f"""Combine one metric's files across {'models' if _along == 'init' else 'checkpoints'}."""
         name:
             _rule
         input:
@@ -23,6 +23,8 @@ for _along, _folder in (("init", "results/combined"), ("step", "results/combined
             job_group(_rule)
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             parts=lambda wildcards, along=_along: [
                 [model, step, path]

@@ -9,14 +9,21 @@ from blockcoupling.pipeline.checks import check_config, science_params
 from blockcoupling.pipeline.code_hash import code_hash
 from blockcoupling.pipeline.entries import RANDOM
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.figure_registry import doc as figure_doc
 from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
 from blockcoupling.vit.config import science_extract as vit_science_extract
 from blockcoupling.runtime import isa
 from blockcoupling.pipeline import cost
 from blockcoupling.lm.models import is_local_gguf
-from blockcoupling.pipeline.job_requests import JobRequests, shard_plan
+from blockcoupling.pipeline.job_requests import (
+    TRAIN_MEM_MB,
+    TRAIN_RUNTIME,
+    JobRequests,
+    shard_plan,
+)
 from blockcoupling.pipeline.slurm import (
+    ENV,
     SlurmError,
     SlurmSettings,
     job_group,
@@ -41,6 +48,8 @@ SLURM_PROFILE = workflow.is_main_process and (
     os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" or slurm_requested(sys.argv, os.environ)
 )
 partition_nodes = functools.cache(read_nodes)
+if SLURM_PROFILE and not SLURM.status:  # jobs (sbatch passes the environment): a CANCELLED line
+    os.environ[f"{ENV}STATUS"] = SLURM.status_command() or "sacct"  # advises what answers here
 try:  # shards sized to the partition's time limit, the same on the main process and the nodes
     PLAN = shard_plan(PLAN, SLURM, partition_nodes, SLURM_PROFILE, os.environ)
 except cost.TooLong as error:
@@ -192,11 +201,6 @@ def check_params():
                 )
 
 
-def apply_job_defaults():
-    """Every rule's memory and runtime, whatever the profile (JobRequests.apply_defaults)."""
-    JOBS.apply_defaults(workflow.rules, workflow.resource_settings.default_resources)
-
-
 def check_slurm_jobs():
     """Stop before any job if a model's job cannot run on the Slurm partition it goes to (with
     the profile: when the DAG is built, dry runs too; with --executor slurm alone: on start)."""
@@ -223,6 +227,12 @@ def extract_resources(rule):
         device=model_device,
         vjp_chunk=PLAN.measure.chunk_size or 0,
     )
+
+
+def models_of(repo, revision):
+    """The config keys of the models that read a hub revision ("models.a, models.b")."""
+    consumers = HUB_REVISIONS[(repo, revision)].consumers
+    return ", ".join(sorted({f"models.{model}" for model, _ in consumers}))
 
 
 def checkpoint_folder(path):

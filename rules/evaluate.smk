@@ -10,6 +10,8 @@ rule heldout_text:
         "benchmarks/evaluate/heldout_text.tsv"
     conda:
         "../envs/torch.yaml"
+    resources:
+        **JOBS.own(),
     params:
         chars=PLAN.heldout_chars,
         code=script_hash("heldout_text"),

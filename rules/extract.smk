@@ -124,6 +124,8 @@ rule merge_shards:
         model=constraint(PLAN.sharded(True)),
     conda:
         "../envs/analysis.yaml"
+    resources:
+        **JOBS.own(),
     params:
         parts=lambda wildcards: PLAN.shard_parts(wildcards.model, wildcards.step),
         code=script_hash("merge_shards"),

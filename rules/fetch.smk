@@ -101,6 +101,8 @@ rule fetch_model:
         revision=r"[^/]+",
     conda:
         "../envs/analysis.yaml"
+    resources:  # named in a hub-down line; a resource, so a cache fetched before stays
+        hub_keys=lambda wildcards: models_of(wildcards.repo, wildcards.revision),
     params:
         checkpoint=False,
         lock=HUB.lock_file,
@@ -123,6 +125,8 @@ rule fetch_checkpoint:
         revision=r"[^/]+",
     conda:
         "../envs/analysis.yaml"
+    resources:  # named in a hub-down line; a resource, so a cache fetched before stays
+        hub_keys=lambda wildcards: models_of(wildcards.repo, wildcards.revision),
     params:
         checkpoint=True,
         cache_dir=lambda wildcards: HUB.cache_dir,

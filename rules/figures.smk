@@ -13,7 +13,7 @@ for _figure, (_category, _source, _takes, _tables) in FIGURES.items():
     FIGURE_TARGETS.append(f"results/figures/{_figure}.png")
 
     rule:
-        """Draw one figure of the report (PNG and PDF, with its caption)."""
+        f"""{figure_doc(_figure)}"""
         name:
             f"figure_{_figure}"
         input:
@@ -34,6 +34,8 @@ for _figure, (_category, _source, _takes, _tables) in FIGURES.items():
             job_group(f"figure_{_figure}")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             figure=_figure,
             options={

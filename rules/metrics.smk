@@ -16,6 +16,8 @@ rule metrics:
         job_group("metrics")
     conda:
         "../envs/analysis.yaml"
+    resources:
+        **JOBS.own(),
     params:
         metrics=PLAN.metric,
         code=script_hash("metrics"),

@@ -11,6 +11,8 @@ rule assemble_model:
         "benchmarks/assemble_model/{model}.tsv"
     conda:
         "../envs/torch.yaml"
+    resources:
+        **JOBS.own(),
     params:
         package=lambda wildcards: PLAN.models[wildcards.model].source["package"],
         code=script_hash("assemble_model"),
@@ -34,6 +36,8 @@ rule convert_gguf:
         "benchmarks/convert_gguf/{model}.tsv"
     conda:
         "../envs/torch.yaml"
+    resources:
+        **JOBS.own(),
     params:
         source=lambda wildcards: gguf_source(wildcards.model),
         code=script_hash("convert_gguf"),

@@ -29,6 +29,8 @@ rule sample_prompts:
         "benchmarks/sample_prompts/{set}.tsv"
     conda:
         "../envs/analysis.yaml"
+    resources:
+        **JOBS.own(),
     params:
         hub=lambda wildcards: PLAN.prompt_hub(wildcards.set),
         revisions=lambda wildcards: {  # a changed pin re-runs the sampling

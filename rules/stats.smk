@@ -23,6 +23,8 @@ if PLAN.cross_model:
             job_group("stats")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             selection=PLAN.selection,
             runs=list(PLAN.train_runs),
@@ -52,6 +54,8 @@ if PLAN.cross_model:
             job_group("stats_summary")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             selection=PLAN.selection,
             bootstrap=PLAN.bootstrap,
@@ -82,6 +86,8 @@ if PLAN.checkpoint_models:
             job_group("stats_checkpoints")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             selection=PLAN.selection,
             runs=list(PLAN.train_runs),
@@ -107,6 +113,8 @@ if PLAN.checkpoint_models:
             job_group("stats_emergence")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             selection=PLAN.selection,
             runs=list(PLAN.train_runs),
@@ -141,6 +149,8 @@ if PLAN.analysis_tables():
             job_group("stats_claims")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             primary=PLAN.primary,
             k=PLAN.selection.k,

@@ -4,7 +4,7 @@
 for _run, _spec in PLAN.train_runs.items():
 
     rule:
-        """Train one GPT-NeoX language model of a grid on Shakespeare."""
+        f"""Train the GPT-NeoX run {_run} of a grid on Shakespeare."""
         name:
             f"train_{_run.replace('-', '_').replace('.', '_')}"
         output:
@@ -22,7 +22,7 @@ for _run, _spec in PLAN.train_runs.items():
             "../envs/torch.yaml"
         threads: PLAN.threads("train")
         resources:
-            mem_mb=4000,
+            **JOBS.own(TRAIN_MEM_MB, TRAIN_RUNTIME),
         params:
             math_threads=PLAN.threads("train"),  # the numbers follow it: a change re-runs
             spec=_spec,

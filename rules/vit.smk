@@ -102,6 +102,8 @@ if PLAN.vit:
             job_group("vit_combine")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             parts=PLAN.vit.parts(),  # each point with its files, by name
             metrics=PLAN.vit_metric,
@@ -123,6 +125,8 @@ if PLAN.vit:
             job_group("vit_stats")
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
         params:
             selection=PLAN.vit_selection,
             bootstrap=PLAN.bootstrap,

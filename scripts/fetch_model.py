@@ -12,7 +12,9 @@ from blockcoupling.runtime.runner import run_script  # noqa: E402
 def main(sm):
     repo, revision, lock = sm.wildcards.repo, sm.wildcards.revision, sm.params.lock
     commit = lockfile.locked_commit(lock, "model", repo, revision) if lock else None
-    manifest = hub.fetch_model(repo, revision, sm.output.folder, commit, lock)
+    manifest = hub.fetch_model(
+        repo, revision, sm.output.folder, commit, lock, sm.resources.hub_keys
+    )
     if sm.params.checkpoint:  # how many checkpoint revisions the cache held with this one in it
         manifest["checkpoints_on_disk"] = hub.checkpoints_on_disk(sm.params.cache_dir)
     hub.write_manifest(manifest, sm.output.manifest)

@@ -264,6 +264,27 @@ def test_an_unreachable_hub_is_one_line_naming_endpoint_repo_and_revision(
     assert "check this machine's network" in lines[0] and "HF_ENDPOINT" in lines[0]
 
 
+def test_a_hub_down_line_names_the_model_keys_and_the_fetch_command(tmp_path: Path) -> None:
+    """A fetch rule that cannot reach the hub (a deleted revision, the hub down) names the
+    config keys that need the revision and the command that fetches exactly it, as the
+    emptied-folder line does; `blockcoupling fetch` itself (no keys) keeps its short line."""
+    from blockcoupling.lm import hub
+
+    class TransportError(Exception):  # httpx's, by name (hub.UNREACHABLE)
+        pass
+
+    folder = tmp_path / "cache" / "models" / MODEL / "main"
+    error = TransportError("[Errno 111] Connection refused")
+    line = str(hub.hub_fault(error, MODEL, "main", None, "models.neox", folder))
+    assert line.startswith(f"models.neox: cannot reach the hub at {hub.endpoint()} to fetch ")
+    assert line.endswith(
+        f"or fetch exactly it where the network is: blockcoupling fetch {MODEL} main {folder}"
+    )
+    assert "\n" not in line
+    plain = str(hub.hub_fault(error, MODEL, "main"))
+    assert plain.startswith("cannot reach the hub") and "blockcoupling fetch" not in plain
+
+
 @pytest.mark.slow
 def test_an_emptied_or_deleted_revision_stops_the_workflow_in_one_line(
     hub_root: Path, tmp_path: Path
@@ -299,8 +320,10 @@ def test_an_emptied_or_deleted_revision_stops_the_workflow_in_one_line(
     assert deleted.returncode == 1
     errors = [line for line in deleted.stderr.splitlines() if "cannot reach the hub" in line]
     assert errors and errors[0].split(" ERROR ")[-1].startswith(
-        f"fetch_model: cannot reach the hub at {server.endpoint} to fetch {MODEL} at revision main"
+        f"fetch_model: models.neox: cannot reach the hub at {server.endpoint} to fetch {MODEL} "
+        "at revision main"
     ), deleted.stderr[-3000:]
+    assert errors[0].endswith(f"blockcoupling fetch {MODEL} main {folder}")
     assert (
         "Traceback" not in deleted.stderr
         and "ConnectError:" not in deleted.stderr.split("cannot reach")[0]

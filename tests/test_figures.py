@@ -163,6 +163,53 @@ def with_calibration(table: pd.DataFrame, k: int = 10) -> pd.DataFrame:
     )
 
 
+# The analyses a figure panel draws (figures.crossmodel.PANEL_CLAIMS, the ViT excess panels), as
+# the stats rules write them: a primary test with its Holm p, exploratory rows without one.
+ANALYSES = pd.DataFrame(
+    {
+        "analysis": [
+            "fixed_size_excess_vs_bpb_rank_adjusted",
+            "fixed_size_coupling_vs_bpb_rank_adjusted",
+            "vit_sd_effect",
+            "vit_accuracy_within_rate",
+        ],
+        "estimate": [0.2345, -0.0412, -0.01114, 0.5],
+        "ci_low": [-0.1234, -0.4, -0.0484, np.nan],
+        "ci_high": [0.5678, 0.31, 0.0262, np.nan],
+        "unit": ["runs", "runs", "seeds", "ViTs"],
+        "n": [10, 10, 4, 20],
+        "p": [0.2106, 0.81, 0.536, np.nan],
+        "p_holm": [0.6318, np.nan, 0.9, np.nan],
+        "note": ["", "", "", ""],
+    }
+)
+
+
+def make_claims() -> pd.DataFrame:
+    """A claims table (stats.claims.claims_table) of ``ANALYSES``, the first and third primary."""
+    from blockcoupling.stats import claims
+
+    primary = {name: {"effect": 0.5} for name in ANALYSES["analysis"].iloc[[0, 2]]}
+    return claims.claims_table(ANALYSES, primary)
+
+
+def calibration_frame(table: pd.DataFrame, ks=(4, 50)) -> pd.DataFrame:
+    """A stats.calibration table from a model table: each model trained and as its twin (a
+    lower coupling, the same chance levels) at each K, with an effective rank."""
+    frames = [
+        table.drop(columns=["init"], errors="ignore").assign(
+            k=k,
+            init=init,
+            coupling=table["coupling"] - shift,
+            effective_rank=np.linspace(3.0, 30.0, len(table)) + 10 * shift,
+            n_prompts=PROMPTS,
+        )
+        for k in ks
+        for init, shift in (("trained", 0.0), ("random", 0.1))
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
 def assert_written(paths: list[Path]) -> None:
     """PNG and PDF exist side by side, are non-empty, and the PNG decodes to a plausible image."""
     png, pdf = paths
@@ -281,7 +328,10 @@ def test_render_reads_the_tables_the_registry_names(tmp_path):
     summary, correlations = tmp_path / "summary.csv", tmp_path / "correlations.csv"
     table.to_csv(summary, index=False)
     crossmodel.correlations(table).to_csv(correlations, index=False)
-    assert figures.FIGURES["coupling_vs_score"][3] == ("results/stats/correlations.csv",)
+    assert figures.FIGURES["coupling_vs_score"][3] == (
+        "results/stats/correlations.csv",
+        "results/stats/claims.csv",
+    )
     assert_written(
         figures.render("coupling_vs_score", summary, tmp_path / "fig", tables=[correlations])
     )
@@ -381,6 +431,30 @@ def layout_problems(fig) -> list[str]:
     problems += [
         f"empty axes at {ax.get_position().bounds}" for ax in fig.axes if not _has_content(ax)
     ]
+    return problems + merged_ticks(fig, drawn)
+
+
+def merged_ticks(fig, drawn, gap: float = 3.0) -> list[str]:
+    """Neighbouring unrotated tick labels of one axis drawn less than ``gap`` pixels apart (a
+    space at dpi 150 is about 4): they read as one number ("8" and "10" as "810"). Rotated
+    labels (read along their slant) are left to the overlap check.
+    """
+    renderer = fig.canvas.get_renderer()
+    shown = set(drawn)
+    problems = []
+    for ax in fig.axes:
+        for axis, low, high in ((ax.xaxis, "x0", "x1"), (ax.yaxis, "y0", "y1")):
+            boxes = sorted(
+                (getattr(box, low), getattr(box, high), text.get_text())
+                for text in axis.get_ticklabels()
+                if text in shown and text.get_rotation() == 0
+                for box in [text.get_window_extent(renderer)]
+            )
+            problems += [
+                f"tick labels {a!r} and {b!r} run together"
+                for (_, end, a), (start, _, b) in zip(boxes, boxes[1:])
+                if start - end < gap
+            ]
     return problems
 
 
@@ -452,6 +526,8 @@ def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, 
         "vit_sd_trend.csv": vit.vit_sd_trend(vit_table),
         "vit_models.csv": vit_table,
         "vit_coupling_vs_accuracy.csv": vit.vit_coupling_accuracy(vit_table),
+        "claims.csv": make_claims(),
+        "calibration.csv": calibration_frame(table),
     }
     for name, frame in frames.items():
         core.write_table(frame, folder / name)
@@ -535,6 +611,60 @@ def test_the_layout_check_finds_overlaps_stray_texts_and_empty_panels():
     assert clean == []
 
 
+def _titles(figure: str, registered: dict, monkeypatch) -> list[str]:
+    """The axes titles of a registered figure ("many"), each on one line (wrapping undone)."""
+    found: list[str] = []
+
+    def keep(fig, path):
+        found.extend(" ".join(ax.get_title().split()) for ax in fig.axes)
+        plt.close(fig)
+        return []
+
+    for module in (figure_crossmodel, *(getattr(figures, m) for m in LAYOUT_MODULES)):
+        monkeypatch.setattr(module, "save", keep)
+    source, tables, options = registered["many"][figure]
+    figures.render(figure, source, "unused", tables=tables, **options)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("figure", "claimed"),
+    [
+        ("coupling_vs_score", [0, 1]),
+        ("vit_coupling_vs_sd", [2]),
+        ("vit_coupling_vs_accuracy", [3]),
+    ],
+)
+def test_panels_quote_their_claims_row_as_claims_md_prints_it(
+    figure, claimed, registered, monkeypatch
+):
+    """A panel that draws a claim prints that claim's row of claims.csv with claims.md's own
+    digits (estimate [interval], unit (n), p, Holm p, verdict); its other statistics say
+    "exploratory" and carry no verdict of their own. (coupling_vs_score once printed the
+    correlations table's Pearson row, Holm over its 6 tests: "below 0" beside an inconclusive
+    claim; vit_coupling_vs_sd p = 0.51 where the claims table said 0.536.)"""
+    from blockcoupling.stats import claims
+
+    table = make_claims()
+    markdown = claims.claims_markdown(table, "abc1234")
+    titles = _titles(figure, registered, monkeypatch)
+    for index in claimed:
+        claim = claims.claim_of(ANALYSES["analysis"].iloc[index])
+        row = next(line for line in markdown.splitlines() if line.startswith(f"| {claim} |"))
+        cells = [cell.strip() for cell in row.strip("| ").split(" | ")]
+        estimate, unit, p, p_holm, verdict = cells[2], cells[3], cells[4], cells[5], cells[9]
+        expected = [f"{estimate} {unit}", verdict.strip("*")]
+        expected += ([f"p = {p}"] if p else []) + ([f"Holm p = {p_holm}"] if p_holm else [])
+        quoting = [t for t in titles if f"{estimate} {unit}" in t]
+        assert len(quoting) == 1, (claim, expected, titles)
+        assert all(part in quoting[0] for part in expected), (expected, quoting[0])
+    others = [t for t in titles if t and "claim (" not in t]
+    assert others and all("exploratory" in t or "no row" in t or "no fit" in t for t in others), (
+        others
+    )
+    assert not any(t.endswith(("above 0", "below 0")) for t in others), others
+
+
 def test_every_caption_names_its_paper_figure():
     """Each registered figure's report caption opens with the paper figure it corresponds to
     (or says it has none)."""
@@ -592,3 +722,107 @@ def test_vit_accuracy_legends_clear_the_axis_labels(tmp_path, monkeypatch):
     within = pd.read_csv(data / "vit_coupling_vs_accuracy.csv")
     assert_written(figure_vit.vit_coupling_vs_accuracy(table, tmp_path / "acc.png", within=within))
     assert not found, "; ".join(found)
+
+
+# the default run's shapes (config.yaml): 20 fixed-size runs with long names beside 2 pretrained
+# models, and metrics.ks [4, 8, 10, 30, 50]
+DEFAULT_MODELS = [
+    f"fixed_size-f{f}-wd{w}-s{s}-final"
+    for f in (0.02, 0.06, 0.2, 1.0)
+    for w in (0.0, 1.0)
+    for s in (2, 3)
+] + [f"fixed_size-f0.06-lr{lr}-s{s}-final" for lr in (0.0007, 0.006) for s in (2, 3)]
+DEFAULT_MODELS += ["smollm2-135m", "gemma3-270m"]
+
+
+def k_sweep_table(ks=(4, 8, 10, 30, 50)) -> pd.DataFrame:
+    """A stats.k_sweep table of two subsets and two methods over ``ks``."""
+    rng = np.random.default_rng(5)
+    rows = [
+        dict(subset=subset, k=k, method=method, r=r, ci_low=r - 0.3, ci_high=r + 0.2, n=n)
+        for subset, n in (("all", 22), ("family:fixed_size", 20))
+        for method in ("pearson", "spearman")
+        for k in ks
+        for r in [float(rng.uniform(-0.6, 0.6))]
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_the_default_runs_shapes_lay_out_cleanly(tmp_path, monkeypatch):
+    """coupling_vs_score with the default's 22 models (at 4d19738 its legend title "model" sat
+    over the x label "(chance = K/d)") and k_sweep_curve at the default's K (its ticks 8 and 10
+    read "810"): no overlap and no tick labels that run together."""
+    found = []
+
+    def checked_save(fig, path):  # common.save, its layout checked where it was fixed
+        found.extend(layout_problems(fig))
+        return common.write(fig, path)
+
+    monkeypatch.setattr(figure_crossmodel, "save", checked_save)
+    families = ["fixed_size"] * 20 + ["SmolLM2", "Gemma-3"]
+    ds = make_coupling(DEFAULT_MODELS).assign_coords(family=("model", families))
+    table = with_calibration(
+        crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=20)))
+    )
+    correlations = crossmodel.correlations(
+        table,
+        predictors=("coupling", "coupling_excess", "overlap_u"),
+        subsets=crossmodel.table_subsets(table),
+    )
+    assert_written(figures.coupling_vs_score(table, tmp_path / "score", correlations=correlations))
+    assert not found, "coupling_vs_score: " + "; ".join(found)
+    assert_written(figures.k_sweep_curve(k_sweep_table(), tmp_path / "sweep"))
+    assert not found, "k_sweep_curve: " + "; ".join(found)
+
+
+def test_depth_heatmaps_draw_a_shared_twin_once_and_state_k(monkeypatch):
+    """The fixed-size runs share one random-init twin: drawn once (it was drawn 20 times in the
+    default run), titled with how many models share it; the title states K."""
+    ds = make_coupling(MANY)
+    twin = ds["depth_mis"].sel(init="random").isel(model=0)
+    ds["depth_mis"].loc[dict(init="random")] = twin.broadcast_like(
+        ds["depth_mis"].sel(init="random")
+    ).transpose(*ds["depth_mis"].sel(init="random").dims)
+    found = {}
+
+    def keep(fig, path):
+        found["images"] = sum(len(ax.images) for ax in fig.axes)
+        found["titles"] = [ax.get_title() for ax in fig.axes]
+        found["suptitle"] = fig._suptitle.get_text() if fig._suptitle else ""
+        plt.close(fig)
+        return []
+
+    monkeypatch.setattr(figures.heatmaps, "save", keep)
+    figures.depth_heatmaps(core.select(ds["depth_mis"], **SEL), "unused")
+    assert found["images"] == len(MANY) + 1, found
+    assert sum("shared by 5 models" in t for t in found["titles"]) == 1, found["titles"]
+    assert "K = 10" in found["suptitle"], found["suptitle"]
+
+
+def test_axis_labels_print_symbols_in_mathtext_not_underscores():
+    """Every axis label of a known column, and the heatmaps' colour bar, print their symbols in
+    mathtext: no literal underscore outside $...$ ("U_l", "m_K" once printed as typed)."""
+    texts = [common.label(column) for column in common.LABELS] + [common.MIS_LABEL]
+    plain = [re.sub(r"\$[^$]*\$", "", text) for text in texts]
+    assert not [t for t, p in zip(texts, plain) if "_" in p], texts
+
+
+def test_hyperparameter_panels_show_only_estimated_correlations(registered, monkeypatch):
+    """The default run's panel of the fixed-size grid was mostly "n/a" (depth, width and size
+    are constant there): a subset without any r has no panel, and no bar is an "n/a"."""
+    titles, texts = [], []
+
+    def keep(fig, path):
+        titles.extend(ax.get_title() for ax in fig.axes)
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        plt.close(fig)
+        return []
+
+    monkeypatch.setattr(figure_crossmodel, "save", keep)
+    source, tables, options = registered["many"]["hyperparameter_correlations"]
+    corr = pd.read_csv(source)
+    empty = [s for s, rows in corr.groupby("subset") if rows["r"].isna().all()]
+    assert empty  # the case at hand: subsets without any estimate
+    figures.render("hyperparameter_correlations", source, "unused", tables=tables, **options)
+    assert titles and not any(title.startswith(tuple(empty)) for title in titles), titles
+    assert "n/a" not in texts

@@ -256,6 +256,10 @@ def test_diagonal_falls_back_when_the_cached_call_disagrees() -> None:
     jac = engine.diagonal(2, 4)
     assert engine.fallbacks == 1
     assert torch.isfinite(jac).all()
+    assert set(engine.refusals) == {  # both single-token paths refused, each saying why
+        "composition: its value differs from the full pass",
+        "single-token call: its value differs from the full pass",
+    }
 
 
 def test_input_token_jacobians_equal_output_token_ones_and_the_fallback() -> None:

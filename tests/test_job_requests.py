@@ -42,7 +42,7 @@ def test_every_model_job_and_its_retry_fit_a_20_minute_partition(
             for attempt in (1, 2):
                 asked.append(jobs.request(rule, model, 1, True, attempt, first).runtime)
     assert asked and max(asked) <= 20
-    assert jobs.small_job_runtime(None, 1) == 20  # the 60-minute default, capped
+    assert jobs.own()["runtime"](None, 1) == 20  # the 60-minute default, capped
 
 
 def test_a_one_minute_partition_is_refused_in_one_line_naming_the_job(
@@ -62,7 +62,7 @@ def test_a_local_run_asks_slurm_nothing(monkeypatch: pytest.MonkeyPatch) -> None
     plan = smoke_plan(monkeypatch)
     jobs = JobRequests(plan, SlurmSettings.from_env({}), lambda: False, no_slurm)
     jobs.check(threads=1)
-    assert jobs.small_job_runtime(None, 1) == DEFAULT_RUNTIME
+    assert jobs.own()["runtime"](None, 1) == DEFAULT_RUNTIME
     assert jobs.resources("extract")["runtime"](_Wildcards(model=next(iter(plan.models))), 1, 1)
 
 
@@ -82,3 +82,13 @@ class _Wildcards(dict):
 
     def __getattr__(self, name: str) -> str:
         return self[name]
+
+
+def test_no_constraint_is_asked_without_a_gpu_constraint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin passes even an empty constraint (`-C ''`): the key is left out unless set."""
+    plan = smoke_plan(monkeypatch)
+    plain = JobRequests(plan, SlurmSettings.from_env({}), lambda: True, lambda _: None)
+    assert "constraint" not in plain.resources("extract")
+    env = {"BLOCKCOUPLING_SLURM_GPU_CONSTRAINT": "a100"}
+    constrained = JobRequests(plan, SlurmSettings.from_env(env), lambda: True, lambda _: None)
+    assert "constraint" in constrained.resources("extract")

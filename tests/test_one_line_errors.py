@@ -198,29 +198,59 @@ run_script(sm, main)
 """
 
 
-def test_a_cancelled_job_says_cancelled_in_one_line(tmp_path: Path) -> None:
+def cancel(log: Path, **env: str) -> str:
+    """Run RULE_CANCELLED as Slurm job 4242 logging to ``log``, send it SIGTERM once its main
+    runs (what scancel sends), and return its stderr (its exit status checked).
+    """
     import signal
     import time
 
-    log = tmp_path / "metrics.log"
+    def mains() -> int:  # main's "started" lines in the log
+        return log.read_text().count(" INFO started\n") if log.exists() else 0
+
+    before = mains()
     job = subprocess.Popen(
         [sys.executable, "-c", RULE_CANCELLED, str(log)],
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "SLURM_JOB_ID": "4242"},
+        env={**os.environ, "SLURM_JOB_ID": "4242", **env},
     )
     for _ in range(200):  # until main runs
-        if log.exists() and "started" in log.read_text():
+        if mains() > before:
             break
         time.sleep(0.05)
-    job.send_signal(signal.SIGTERM)  # what scancel sends
+    job.send_signal(signal.SIGTERM)
     _, err = job.communicate(timeout=30)
     assert job.returncode == 128 + signal.SIGTERM
+    return err
+
+
+def test_a_cancelled_job_says_cancelled_in_one_line(tmp_path: Path) -> None:
+    log = tmp_path / "metrics.log"
+    err = cancel(log, BLOCKCOUPLING_SLURM_STATUS="sacct")
     lines = [line for line in err.splitlines() if " ERROR " in line]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].endswith(
         "ERROR metrics: CANCELLED (SIGTERM to Slurm job 4242: scancel, preemption or its time "
-        "limit; `sacct -j JOB` or the Slurm log says which); its outputs are incomplete and "
+        "limit; `sacct -j 4242` or the Slurm log says which); its outputs are incomplete and "
         "not kept"
     )
     assert "CANCELLED" in log.read_text()  # the rule's log says it too
+
+
+def test_a_retry_keeps_the_cancelled_line_and_squeue_runs_get_no_sacct_advice(
+    tmp_path: Path,
+) -> None:
+    """A job CANCELLED then run again (Snakemake's retry, same log): the rule's log keeps the
+    first attempt's CANCELLED line (it once began afresh, so only the Slurm log had it); where
+    the run's status command is squeue (no accounting), the line advises scontrol, not sacct.
+    A run after a clean one starts its log afresh."""
+    log = tmp_path / "metrics.log"
+    first = cancel(log, BLOCKCOUPLING_SLURM_STATUS="squeue")
+    assert "sacct" not in first and "`scontrol show job 4242`" in first, first
+    cancel(log, BLOCKCOUPLING_SLURM_STATUS="squeue")
+    text = log.read_text()
+    assert text.count("CANCELLED") == 2 and text.count("started again") == 1, text
+    log.write_text("2026-11-27 07:00:00,000 INFO metrics: done\n")  # a clean run before
+    cancel(log)
+    assert log.read_text().count("CANCELLED") == 1

@@ -1,11 +1,15 @@
 """Every rule has a one-line docstring, so `snakemake --list-rules` reads like a table of
-contents."""
+contents: a rule written once per figure or per dimension says which one it is."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 from conftest import REPO
+
+from blockcoupling.pipeline.figure_registry import DOCS, FIGURES, doc
 
 
 def test_every_rule_opens_with_a_one_line_docstring() -> None:
@@ -18,7 +22,30 @@ def test_every_rule_opens_with_a_one_line_docstring() -> None:
                 continue
             rules += 1
             following = lines[number + 1].strip() if number + 1 < len(lines) else ""
-            if not re.fullmatch(r'"""[^"]{10,100}"""', following):
+            if not re.fullmatch(r'f?"""[^"]{10,100}"""', following):
                 bare.append(f"{path.name}:{number + 1}: {line.strip()}")
     assert rules >= 25, rules  # every rule definition was seen
     assert not bare, "rules without a one-line docstring: " + "; ".join(bare)
+
+
+def test_each_figure_rule_names_the_figure_it_draws() -> None:
+    """--list-rules of the smoke DAG: every rule's line is its own (15 figure rules once read
+    "Draw one figure of the report", both combine rules one line), and a figure rule's names
+    the paper figure its caption's first sentence names."""
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--list-rules", "--configfile", "config/smoke.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    listed = dict(re.findall(r"^(\w+) \((.*)\)$", done.stdout, re.M))
+    figures = {name: text for name, text in listed.items() if name.startswith("figure_")}
+    assert figures and len(set(listed.values())) == len(listed), listed
+    assert set(DOCS) == set(FIGURES)
+    for name, text in figures.items():
+        figure = name.removeprefix("figure_")
+        assert text == doc(figure)
+        caption = (REPO / "report" / f"{figure}.rst").read_text("utf-8").split(". ")[0]
+        paper = DOCS[figure][1].split(",")[0]
+        assert paper.split(":")[-1].split("/")[0] in caption, (name, paper, caption)

@@ -5,7 +5,7 @@ PNG (dpi 150) and a PDF side by side, byte-reproducible, and returns their paths
 (NaN) are dropped per panel. Estimates, intervals and p values in titles are read from the
 statistics tables, never computed here. Modules: `common` (style, saving, labels, the coupling
 measures and their null levels, statistics text), `crossmodel`, `heatmaps`, `trajectories`,
-`checkpoints`, `vit`.
+`checkpoints`, `vit`, `calibration`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from blockcoupling.figures.calibration import calibration
 from blockcoupling.figures.checkpoints import (
     coupling_vs_step,
     coupling_vs_validation_loss,
@@ -42,6 +43,7 @@ from blockcoupling.stats.selection import Selection
 
 __all__ = [
     "FIGURES",
+    "calibration",
     "coupling_vs_score",
     "coupling_vs_step",
     "coupling_vs_validation_loss",
@@ -82,13 +84,17 @@ def render(
 ) -> list[Path]:
     """Draw figure ``name`` of FIGURES from its input file ``source`` (CSV or NetCDF) at ``path``;
     ``selection`` (k, reading, variant, norm) and ``token_model`` as FIGURES says it takes;
-    ``tables``: the statistics tables (CSV) its titles read, those the run produced.
+    ``tables``: the statistics tables (CSV) its titles read, those the run produced (a
+    ``claims.csv`` as ``claims=``, the other as FIGURES' keyword for it).
     """
     if name not in FIGURES:
         raise ValueError(f"no figure named {name!r}; one of {', '.join(FIGURES)}")
     data = pd.read_csv(source) if str(source).endswith(".csv") else read_netcdf(source)
     at = dict(selection or {})
-    extra = {TABLE_KEYWORDS[name]: pd.read_csv(tables[0])} if tables else {}
+    extra = {
+        "claims" if Path(table).name == "claims.csv" else TABLE_KEYWORDS[name]: pd.read_csv(table)
+        for table in tables
+    }
     adapters = {
         "depth_heatmaps": lambda: depth_heatmaps(select(data["depth_mis"], **at), path),
         "depth_heatmaps_over_training": lambda: depth_heatmaps_over_training(

@@ -23,6 +23,7 @@ from blockcoupling.figures.common import (
     STEP_LABEL,
     declutter,
     draw_panels,
+    exploratory_title,
     first_row,
     label,
     long_form,
@@ -30,7 +31,6 @@ from blockcoupling.figures.common import (
     no_data,
     require_columns,
     save,
-    stat_title,
     step_axis,
     step_label,
     style,
@@ -212,7 +212,7 @@ def coupling_vs_validation_loss(
                 correlations,
                 dict(design="runs combined (t over runs)", predictor=measure, method="pearson"),
             )
-            ax.set_title(stat_title(row, "mean within-run r"), fontsize="small")
+            ax.set_title(exploratory_title(row, "mean within-run r"), fontsize="small")
             ax.set(xlabel=label("val_loss"), ylabel=label(measure))
         if models:
             handles = [

@@ -5,6 +5,7 @@ a statistic themselves).
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -18,12 +19,31 @@ import seaborn as sns
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from blockcoupling.coupling import registry as measures_registry
+from blockcoupling.stats import claims as claims_table
 
 matplotlib.use("Agg")
 
 DPI = 150
 MIN_N_FIT = 3
-MIS_LABEL = "mis-coupling m_K (lower = more coupled)"
+# Plain-text symbols of the registry's labels (its NetCDF long names too) as matplotlib mathtext,
+# so that a figure prints m with subscript K, not "m_K".
+MATH = {
+    "‖U_lᵀU_l'‖²_F": r"$\|U_l^\top U_{l'}\|_F^2$",
+    "‖V_lᵀV_l'‖²_F": r"$\|V_l^\top V_{l'}\|_F^2$",
+    "l≠l'": r"$l \neq l'$",
+    "|l−l'|=1": r"$|l - l'| = 1$",
+    "m_K": r"$m_K$",
+}
+
+
+def math_label(text: str) -> str:
+    """``text`` with the plain symbols of ``MATH`` in mathtext."""
+    for plain, math in MATH.items():
+        text = text.replace(plain, math)
+    return text
+
+
+MIS_LABEL = math_label("mis-coupling m_K (lower = more coupled)")
 STEP_LABEL = "training step (log scale; 0 = initialization)"
 LABELS = {
     **{m.summary: m.label for m in measures_registry.MEASURES if m.summary},
@@ -120,7 +140,8 @@ def label(column: str, width: int = 30) -> str:
     ``width`` characters puts its parenthesis on a second line, so it fits beside its panel.
     """
     text = LABELS.get(column, column)
-    return text.replace(" (", "\n(", 1) if len(text) > width else text
+    text = text.replace(" (", "\n(", 1) if len(text) > width else text
+    return math_label(text)
 
 
 def no_data(ax: plt.Axes, text: str = "no data", y: float = 0.5) -> None:
@@ -300,6 +321,32 @@ def stat_title(row: pd.Series | None, what: str) -> str:
         return text.replace(": ", ":\n", 1)
     cut = min(i for i in (text.find(", p = "), text.find(", no p"), len(text)) if i >= 0)
     return f"{text[:cut]}\n{text[cut + 2 :]}; {verdict(row)}"
+
+
+def exploratory_title(row: pd.Series | None, what: str) -> str:
+    """``stat_title`` of a statistic no claim rests on, saying so: 'exploratory', its unadjusted
+    p, and no Holm p or verdict (those are the claims table's, over its declared tests).
+    """
+    if not estimable(row):
+        return stat_title(row, f"exploratory {what}")
+    assert row is not None
+    kept = row.drop([c for c in ("p_holm", "primary", "verdict") if c in row.index])
+    text = stat_title(kept, f"exploratory {what}")
+    text = text.rsplit("; ", 1)[0]  # the verdict stat_title reads from the numbers
+    return text.replace(", n = ", " (unadjusted), n = ", 1) if ", p = " in text else text
+
+
+def claim_title(claims: pd.DataFrame | None, claim: str, width: int = 52) -> str | None:
+    """The row of ``claim`` (its text in ``stats.claims.CLAIMS``) in a claims table, as a panel
+    quotes it (``stats.claims.claim_quote``: claims.md's digits), its lines wrapped at
+    ``width`` (never inside "p = 0.21": no-break spaces); None when the table is absent or has
+    no such row.
+    """
+    row = stat_row(claims, claim=claim)
+    if row is None:
+        return None
+    lines = claims_table.claim_quote(row).replace(" = ", "\u00a0=\u00a0").splitlines()
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in lines)
 
 
 def wrap_name(name: str, width: int = 16) -> str:

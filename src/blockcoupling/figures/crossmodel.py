@@ -10,14 +10,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator
 
 from blockcoupling.figures.common import (
     MARKERS,
     MEASURES,
     MIN_N_FIT,
     SHORT_LABELS,
+    claim_title,
     draw_panels,
     estimable,
+    exploratory_title,
     first_row,
     label,
     long_form,
@@ -25,12 +29,17 @@ from blockcoupling.figures.common import (
     no_data,
     save,
     score_column_label,
-    stat_title,
     style,
     wrap_name,
 )
+from blockcoupling.stats.claims import claim_of
 
 OTHER = "other models"
+# (design, measure) -> the analysis whose claims row a panel of coupling_vs_score quotes
+PANEL_CLAIMS = {
+    ("fixed_size", "coupling_excess"): "fixed_size_excess_vs_bpb_rank_adjusted",
+    ("fixed_size", "coupling"): "fixed_size_coupling_vs_bpb_rank_adjusted",
+}
 
 
 def designs(table: pd.DataFrame, y: str = "score") -> list[tuple[str, pd.DataFrame]]:
@@ -64,17 +73,19 @@ def coupling_vs_score(
     path: str | Path,
     y: str = "score",
     correlations: pd.DataFrame | None = None,
+    claims: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Score vs each coupling measure (a seaborn FacetGrid; rows: raw m_K-based coupling,
     calibrated excess, overlap, as the table has them) per design (columns: a family of at
     least MIN_N_FIT models; the other models beside it, never pooled).
 
-    One marker per model (legend under each column, no text on the points); horizontal bars:
+    One marker per model (one legend under the grid, no text on the points); horizontal bars:
     the table's CI (``{measure}_low/_high``); light grey ``|`` behind each point: that model's
     chance level (``coupling_null``, ``overlap_null``), a dashed line at the excess's 0. A
     least-squares line only in a panel whose correlation ``correlations`` (a stats table) holds
-    for that design's subset; the title quotes it (estimate, interval, p, n, verdict), never
-    computed here.
+    for that design's subset; the title quotes it as exploratory (estimate, interval, p, n),
+    never computed here. A panel that draws a claim (``PANEL_CLAIMS``) quotes that claim's row
+    of ``claims`` (a claims table) above it: estimate, interval, p, Holm p and verdict.
     """
     shown = measures(table) or ["coupling"]
     groups = designs(table.dropna(subset=[y]) if y in table.columns else table, y)
@@ -95,32 +106,49 @@ def coupling_vs_score(
             aspect=1.35,
             despine=False,
         )
-        draw_panels(grid, _score_panel, y=y, correlations=correlations)
+        order = list(dict.fromkeys(long["model"]))  # one marker and colour per model, all designs
+        draw_panels(grid, _score_panel, y=y, correlations=correlations, order=order)
         for (measure, design), ax in grid.axes_dict.items():
             row = _correlation_row(correlations, design, measure)
             stat = (
                 "no fit: these models are not one design"
                 if design == OTHER
-                else stat_title(row, "Pearson r")
+                else exploratory_title(row, "Pearson r")
             )
+            analysis = PANEL_CLAIMS.get((design, measure))
+            quote = claim_title(claims, claim_of(analysis)) if analysis else None
+            stat = f"{quote}\n{stat}" if quote else stat
             ax.set_title(f"{design}\n{stat}" if measure == shown[0] else stat, fontsize="small")
             ax.set(xlabel=label(measure), ylabel="")
             ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
-        for c in range(len(groups)):
-            handles, labels = grid.axes[0, c].get_legend_handles_labels()
-            if handles:
-                grid.axes[-1, c].legend(
-                    handles,
-                    [wrap_name(name, 24) for name in labels],
-                    loc="upper center",
-                    bbox_to_anchor=(0.5, -0.5),
-                    ncol=2,
-                    fontsize="x-small",
-                    title="model",
-                    frameon=False,
-                )
+        _legend(grid)
         grid.figure.supylabel(score_column_label(table, y))
         return save(grid.figure, path)
+
+
+def _legend(grid: sns.FacetGrid) -> None:
+    """One legend of every model (each design's, in column order) and the grey chance mark,
+    under the whole grid: the constrained layout keeps it clear of the axis labels (a legend
+    under each column, placed in axes fractions, sat over them once the layout shrank the axes).
+    """
+    entries: dict[str, object] = {}
+    for ax in grid.axes[0]:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(name, handle)
+    if not entries:
+        return
+    chance = Line2D([], [], ls="", marker="|", color="0.6", ms=8, mew=1)
+    handles = [*entries.values(), chance]
+    labels = [wrap_name(name, 24) for name in entries] + ["chance level of the model's measure"]
+    grid.figure.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncol=min(4, len(handles)),
+        fontsize="x-small",
+        title="model",
+        frameon=False,
+    )
 
 
 def _correlation_row(
@@ -134,13 +162,20 @@ def _correlation_row(
 
 
 def _score_panel(
-    data: pd.DataFrame, y: str, correlations: pd.DataFrame | None, **_: object
+    data: pd.DataFrame,
+    y: str,
+    correlations: pd.DataFrame | None,
+    order: list[str],
+    **_: object,
 ) -> None:
-    """One panel of ``coupling_vs_score`` (one measure, one design), on the current axes."""
+    """One panel of ``coupling_vs_score`` (one measure, one design), on the current axes; each
+    model's marker and colour from its place in ``order`` (every design's models), so that the
+    one legend tells them apart.
+    """
     ax = plt.gca()
     measure, design = str(data["measure"].iloc[0]), str(data["design"].iloc[0])
     models = list(dict.fromkeys(data["model"]))
-    palette = sns.color_palette("tab20" if len(models) > 10 else "tab10", len(models))
+    palette = sns.color_palette("tab20" if len(order) > 10 else "tab10", min(len(order), 20))
     data = data.dropna(subset=["value", y])
     if data.empty:
         no_data(ax)
@@ -153,13 +188,13 @@ def _score_panel(
     if data["low"].notna().any():
         err = np.abs(np.vstack([data["value"] - data["low"], data["high"] - data["value"]]))
         ax.errorbar(data["value"], data[y], xerr=err, fmt="none", ecolor="0.55", lw=0.8, zorder=1)
-    for i, model in enumerate(models):
-        rows = data[data["model"] == model]
+    for model in models:
+        rows, i = data[data["model"] == model], order.index(model)
         ax.scatter(
             rows["value"],
             rows[y],
-            color=palette[i],
-            marker=MARKERS[i % len(MARKERS)],
+            color=palette[i % len(palette)],
+            marker=MARKERS[(i + i // len(palette)) % len(MARKERS)],  # past the colours: another
             edgecolor="0.2",
             lw=0.3,
             s=30,
@@ -181,25 +216,32 @@ def populated(table: pd.DataFrame) -> list[str]:
 def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Path]:
     """Bars of r (with CI error bars) per predictor, hue = method, one panel per subset.
 
-    `corr`: a `stats.correlations` table. Missing r (n too small) is marked "n/a"; a subset
-    with no models has no panel.
+    `corr`: a `stats.correlations` table. A panel shows only the predictors with an r in its
+    subset (a predictor constant there, e.g. depth within a training grid, has none: it is
+    named under the panel instead of drawn as "n/a"); a subset with no models, or with no r at
+    all, has no panel.
     """
-    subsets = populated(corr)
-    predictors = list(dict.fromkeys(corr["predictor"]))
+    estimated = corr[pd.to_numeric(corr["r"], errors="coerce").notna()]
+    subsets = [s for s in populated(corr) if s in set(estimated["subset"])] or populated(corr)[:1]
     methods = list(dict.fromkeys(corr["method"]))
     width = 0.8 / max(len(methods), 1)
     colors = sns.color_palette(n_colors=max(len(methods), 1))
+    shown = {
+        subset: list(dict.fromkeys(estimated.loc[estimated["subset"] == subset, "predictor"]))
+        for subset in subsets
+    }
     with style():
         fig, axes = plt.subplots(
             1,
             max(len(subsets), 1),
-            figsize=(max(0.9 * len(predictors), 2.4) * len(subsets) + 2, 4),  # titles fit
+            figsize=(sum(max(0.9 * len(p), 2.4) for p in shown.values()) + 2, 4),  # titles fit
             sharey=True,
             squeeze=False,
             layout="constrained",
         )
         for ax, subset in zip(axes[0], subsets):
             part = corr[corr["subset"] == subset].set_index(["predictor", "method"])
+            predictors = shown[subset]
             for i, method in enumerate(methods):
                 rows = part.reindex([(p, method) for p in predictors])
                 pos = np.arange(len(predictors)) - 0.4 + width * (i + 0.5)
@@ -208,8 +250,6 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
                 ax.bar(
                     pos, np.nan_to_num(r), width, yerr=err, capsize=3, color=colors[i], label=method
                 )
-                for p in pos[np.isnan(r)]:
-                    ax.text(p, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
             n = int(part["n"].max()) if len(part) else 0
             ax.axhline(0, color="0.3", lw=0.8)
             ax.set_xticks(
@@ -218,7 +258,13 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
                 rotation=30,
                 ha="right",
             )
+            if not predictors:
+                no_data(ax, f"no correlation: n ≤ {n} models")
+            left = [p for p in dict.fromkeys(part.index.get_level_values(0)) if p not in predictors]
             ax.set(title=f"{subset} models (n ≤ {n})", ylim=(-1.05, 1.05))
+            if left:
+                names = ", ".join(SHORT_LABELS.get(p, p) for p in left)
+                ax.set_xlabel(f"no r (constant or too few):\n{names}", fontsize="x-small")
         target = str(corr["target"].iloc[0]) if len(corr) else "score"
         axes[0, 0].set_ylabel(f"correlation with {target} (r, 95% CI)")
         handles, labels = axes[0, 0].get_legend_handles_labels()
@@ -256,11 +302,13 @@ def k_sweep_curve(sweep: pd.DataFrame, path: str | Path) -> list[Path]:
                 no_data(ax, f"no correlation: n ≤ {n} models\n(at least 4 needed)", y=0.75)
             ax.axhline(0, color="0.3", lw=0.8)
             ks = np.unique(part["k"].to_numpy(dtype=int))
+            ax.set_xscale("log")  # the paper's K (4, 8, 10, 30, 50) apart: 8 and 10 read as such
+            ax.xaxis.set_minor_locator(NullLocator())
             ax.set_xticks(ks, [str(k) for k in ks])
-            ax.set_xlim(ks.min() - 0.1 * np.ptp(ks) - 0.5, ks.max() + 0.1 * np.ptp(ks) + 0.5)
+            ax.set_xlim(ks.min() / 1.25, ks.max() * 1.25)
             ax.set(
                 title=f"{subset} models (n ≤ {n})",
-                xlabel="K (top singular vectors in m_K)",
+                xlabel="K (top singular vectors in $m_K$; log scale)",
                 ylim=(-1.05, 1.05),
             )
         axes[0, 0].set_ylabel("correlation of coupling with score (r, 95% CI)")

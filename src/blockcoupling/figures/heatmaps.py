@@ -99,24 +99,72 @@ def init_order(da: xr.DataArray) -> list[str]:
 
 
 def depth_heatmaps(depth_mis: xr.DataArray, path: str | Path, max_cols: int = 8) -> list[Path]:
-    """Layer x layer_ref m_K, mean over prompts; rows = init, cols = model, shared colour scale.
+    """Layer x layer_ref m_K, mean over prompts; rows = init, cols = model, shared colour scale;
+    the title states K (and the reading) where the selection left them as scalar coordinates.
 
     `depth_mis`: dims (model, init, prompt, layer, layer_ref), selected at one
     k/reading/variant/norm.
-    More than `max_cols` models wrap into further (trained, random) row blocks.
+    More than `max_cols` models wrap into further (trained, random) row blocks. A random-init
+    twin that several models share (the same matrix: a training grid's runs from one
+    initialization) is drawn once, titled with how many models share it.
     """
     require_dims(depth_mis, ("model", "init", "prompt", "layer", "layer_ref"))
     mean = depth_mis.mean("prompt", skipna=True)
     inits = init_order(mean)
     models = [str(m) for m in mean["model"].values]
-    chunks = [models[i : i + max_cols] for i in range(0, len(models), max_cols)]
-    panels = [
-        [(m, matrix(mean.sel(model=m, init=i), "layer", "layer_ref")) for m in chunk]
-        for chunk in chunks
+    frames = {
+        (m, i): matrix(mean.sel(model=m, init=i), "layer", "layer_ref")
+        for m in models
         for i in inits
-    ]
-    row_labels = [i for _ in chunks for i in inits]
-    return heatmap_grid(panels, row_labels, ("block l", "reference block l'"), MIS_LABEL, path)
+    }
+    shown = {(m, i): True for m in models for i in inits}
+    for i in inits:
+        if i == "trained":
+            continue
+        for a, model in enumerate(models):
+            if not shown[(model, i)]:
+                continue
+            same = [m for m in models[a + 1 :] if _equal(frames[(model, i)], frames[(m, i)])]
+            for m in same:
+                shown[(m, i)] = False
+            if same:
+                frames[(model, i)].attrs["shared"] = len(same) + 1
+    chunks = [models[i : i + max_cols] for i in range(0, len(models), max_cols)]
+    panels, row_labels = [], []
+    for chunk in chunks:
+        for i in inits:
+            row = [
+                (_panel_title(m, frames[(m, i)]), frames[(m, i)]) for m in chunk if shown[(m, i)]
+            ]
+            if row:
+                panels.append(row)
+                row_labels.append(i)
+    return heatmap_grid(
+        panels, row_labels, ("block l", "reference block l'"), MIS_LABEL, path, _selection(mean)
+    )
+
+
+def _equal(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Whether two heatmap frames hold the same matrix (NaN where the other has NaN)."""
+    return a.shape == b.shape and bool(
+        np.array_equal(a.to_numpy(dtype=float), b.to_numpy(dtype=float), equal_nan=True)
+    )
+
+
+def _panel_title(model: str, frame: pd.DataFrame) -> str:
+    """A panel's title: the model, and how many models share the matrix where several do."""
+    shared = frame.attrs.get("shared")
+    return f"{model} (shared by {shared} models)" if shared else model
+
+
+def _selection(da: xr.DataArray) -> str:
+    """'m_K at K = 4 (reading authors, norm p)' from the scalar coordinates a selection left."""
+    scalars = {name: da[name].item() for name in ("k", "reading", "norm") if name in da.coords}
+    scalars = {k: v for k, v in scalars.items() if da[k].ndim == 0}
+    if "k" not in scalars:
+        return ""
+    rest = ", ".join(f"{name} {scalars[name]}" for name in ("reading", "norm") if name in scalars)
+    return f"$m_K$ at K = {scalars['k']}" + (f" ({rest})" if rest else "")
 
 
 def require_dims(da: xr.DataArray, dims: Sequence[str]) -> None:

@@ -15,8 +15,10 @@ from matplotlib.colors import Normalize
 
 from blockcoupling.figures.common import (
     MIN_N_FIT,
+    claim_title,
     draw_panels,
     estimable,
+    exploratory_title,
     first_row,
     label,
     long_form,
@@ -27,6 +29,7 @@ from blockcoupling.figures.common import (
     stat_title,
     style,
 )
+from blockcoupling.stats.claims import claim_of
 
 SD_LABEL = "stochastic-depth rate (drop-path rate of the last block)"
 RATE_LABEL = "stochastic-depth rate"
@@ -52,8 +55,26 @@ def _measure_grid(
     )
 
 
+def _title(
+    row: pd.Series | None, what: str, claims: pd.DataFrame | None, analysis: str | None
+) -> str:
+    """A panel title: the claims row of ``analysis`` where ``claims`` has it (the panel of the
+    measure that claim rests on), else the statistics row as ``stat_title`` reads it, labelled
+    exploratory where it is not a declared primary test.
+    """
+    quote = claim_title(claims, claim_of(analysis)) if analysis else None
+    if quote:
+        return quote
+    if row is not None and str(row.get("primary", "")).lower() == "true":
+        return stat_title(row, what)
+    return exploratory_title(row, what)
+
+
 def vit_coupling_vs_sd(
-    by_rate: pd.DataFrame, path: str | Path, trend: pd.DataFrame | None = None
+    by_rate: pd.DataFrame,
+    path: str | Path,
+    trend: pd.DataFrame | None = None,
+    claims: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Each coupling measure (one panel each: raw, calibrated excess, overlap as the table has
     them) vs stochastic-depth rate (a tick at every rate): the mean over weight decays (black,
@@ -61,7 +82,8 @@ def vit_coupling_vs_sd(
     coloured line per weight decay; dashed grey: the chance level.
 
     `by_rate`: a `stats.vit_coupling_by_rate` table (wd = "all" for the pooled rows). Titles:
-    the sd slope from ``trend`` (a `stats.vit_sd_trend` table) with its verdict.
+    the excess panel quotes the claim's row of ``claims`` (vit_sd_effect, claims.md's digits);
+    the others the sd slope from ``trend`` (a `stats.vit_sd_trend` table), exploratory.
     """
     require_columns(by_rate, ["sd", "wd", "coupling"])
     data = by_rate.assign(wd=by_rate["wd"].astype(str)).sort_values("sd")
@@ -89,7 +111,8 @@ def vit_coupling_vs_sd(
         rates = np.unique(data["sd"].to_numpy(dtype=float))
         for measure, ax in grid.axes_dict.items():
             row = rows[measure]
-            ax.set_title(stat_title(row, "sd slope"), fontsize="small")
+            analysis = "vit_sd_effect" if measure == "coupling_excess" else None
+            ax.set_title(_title(row, "sd slope", claims, analysis), fontsize="small")
             ax.set_xticks(rates, [f"{r:g}" for r in rates])
             ax.set(xlabel="", ylabel=label(measure))
         grid.figure.supxlabel(SD_LABEL, fontsize="medium")
@@ -154,15 +177,19 @@ def _sd_panel(
 
 
 def vit_coupling_vs_accuracy(
-    table: pd.DataFrame, path: str | Path, within: pd.DataFrame | None = None
+    table: pd.DataFrame,
+    path: str | Path,
+    within: pd.DataFrame | None = None,
+    claims: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Test accuracy vs each coupling measure (one panel each), one point per ViT coloured by
     its stochastic-depth rate, with its CI (horizontal bars), grey ``|`` at its chance level,
     and a least-squares line for each rate whose correlation the table estimates (its r,
     interval and verdict in the legend).
 
-    `table`: a `stats.vit_model_table`. Titles: the pooled within-rate estimate from ``within``
-    (a `stats.vit_coupling_accuracy` table) with its verdict.
+    `table`: a `stats.vit_model_table`. Titles: the excess panel quotes the claim's row of
+    ``claims`` (vit_accuracy_within_rate, claims.md's digits); the others the pooled within-rate
+    estimate from ``within`` (a `stats.vit_coupling_accuracy` table), exploratory.
     """
     require_columns(table, ["sd", "coupling", "test_accuracy"])
     shown = measures(table) or ["coupling"]
@@ -178,14 +205,15 @@ def vit_coupling_vs_accuracy(
                 dict(sd="pooled", method="within_r", measure=measure),
                 *([dict(sd="pooled", method="within_r")] if measure == "coupling" else []),
             )
-            ax.set_title(stat_title(row, "within-rate r"), fontsize="small")
+            analysis = "vit_accuracy_within_rate" if measure == "coupling_excess" else None
+            ax.set_title(_title(row, "within-rate r", claims, analysis), fontsize="small")
             ax.set(xlabel=label(measure), ylabel="test accuracy")
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(
                     loc="upper center",
                     bbox_to_anchor=(0.5, -0.3),  # under the two-line x label
                     fontsize="x-small",
-                    title="least-squares line per rate",
+                    title="least-squares line per rate (exploratory r)",
                     frameon=False,
                 )
         bar = grid.figure.colorbar(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -183,3 +185,17 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
             f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
             "it may be truncated: delete it and run snakemake again to rebuild it"
         ) from None
+
+
+@contextmanager
+def exclusive(side: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the side file ``side`` while the block runs: jobs of one
+    run (also on Slurm nodes sharing the folder) that update one record take turns.
+    """
+    side.parent.mkdir(parents=True, exist_ok=True)
+    with open(side, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

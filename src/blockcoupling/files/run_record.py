@@ -10,14 +10,14 @@ written before the run record existed adopts the per-file records there.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
+
+from blockcoupling.files.io import exclusive
 
 NAME = ".run"  # in the manifest folder; no ".json" suffix, so never a per-file record
 
@@ -76,17 +76,6 @@ def write_file(path: Path, text: str) -> None:
         raise
 
 
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path``'s side file while the block runs."""
-    with open(path.with_name(f"{path.name}.flock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def update(
     manifest: Path,
     added: dict[str, str],
@@ -99,7 +88,7 @@ def update(
     """
     path = manifest / NAME
     manifest.mkdir(parents=True, exist_ok=True)
-    with _exclusive(path):
+    with exclusive(path.with_name(f"{path.name}.flock")):
         files = read(path)
         files = adopt() if files is None else files
         for folder in dropped:

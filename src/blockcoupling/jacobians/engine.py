@@ -8,6 +8,8 @@ batch of d Jacobian-vector products of input token t1 gives ``J_{t1 t2}`` for ev
 
 from __future__ import annotations
 
+from collections import Counter
+
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -243,7 +245,13 @@ class JacobianEngine:
         self.composed = 0  # diagonal Jacobians composed from the weights (token_jacobian)
         self.not_composed = 0  # diagonal Jacobians by autograd (no or a refused composition)
         self.loop_fallbacks = 0  # VJP/JVP batches torch.func refused: plain autograd loops
+        self.refusals: Counter[str] = Counter()  # why a single-token path was not taken
         self._compute_block: tuple[nn.Module | None, nn.Module | None] = (None, None)
+
+    def _refuse(self, path: str, error: Exception) -> None:
+        """Count why ``path`` was refused: the error's type and first line."""
+        line = (str(error).splitlines() or [""])[0][:200]
+        self.refusals[f"{path}: {type(error).__name__}: {line}"] += 1
 
     def _count_loop_fallback(self) -> None:
         self.loop_fallbacks += 1
@@ -331,7 +339,8 @@ class JacobianEngine:
         if t not in self._token_calls:
             try:
                 self._token_calls[t] = record_token_calls(self.model, self.inputs["input_ids"], t)
-            except (RuntimeError, ValueError, TypeError, AttributeError):
+            except (RuntimeError, ValueError, TypeError, AttributeError) as error:
+                self._refuse("recording the token calls", error)
                 self._token_calls[t] = None
         return self._token_calls[t]
 
@@ -357,9 +366,11 @@ class JacobianEngine:
             with torch.no_grad():
                 jac, value = token_jacobian(call, self._block(call.block), spec)
                 expected = self._expected(layer, t, value.dtype)
-        except (NotComposable, RuntimeError, ValueError, TypeError, AttributeError):
+        except (NotComposable, RuntimeError, ValueError, TypeError, AttributeError) as error:
+            self._refuse("composition", error)
             return None
         if not _agrees(value, expected, _guard_tolerance(call.block)):
+            self.refusals["composition: its value differs from the full pass"] += 1
             return None
         if not (torch.isfinite(value.square().sum()) and torch.isfinite(jac).all()):
             # overflowing values (huge weights): the composition and autograd overflow in other
@@ -381,9 +392,11 @@ class JacobianEngine:
             with torch.no_grad():
                 value = residual(x)[0]
                 expected = self._expected(layer, t, dtype)
-        except (RuntimeError, ValueError, TypeError):
+        except (RuntimeError, ValueError, TypeError) as error:
+            self._refuse("single-token call", error)
             return None
         if not _agrees(value, expected, _guard_tolerance(call.block)):
+            self.refusals["single-token call: its value differs from the full pass"] += 1
             return None
         return residual, x
 

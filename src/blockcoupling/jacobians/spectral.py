@@ -5,9 +5,9 @@ The coupling statistics need only the top ``K_max`` triplets of every Jacobian (
 singular values for the normaliser of ``S_K``). At paper widths a dense SVD is O(d^3) and
 dominates the cost (d = 4096: 13.5 s on one CPU thread, against 2.5 s for the top 50 here;
 bench/runs/depth_speed_quiet.md); the top-K path (randomized block Krylov) costs
-O(d^2 (K + p) i) with ``p`` oversampling columns and ``i`` iterations, stopping early once the
-top-K singular values change by less than ``tol`` (relative) between iterations, and falling
-back to a dense SVD of the matrices that have not settled by ``iters``.
+O(d^2 (K + p) i) with ``p`` oversampling columns and ``i`` iterations, stopping once the
+top-K singular values change by less than ``tol`` (relative) between checks, and falling back
+to a dense SVD of the matrices that have not settled by ``iters`` or are predicted not to.
 """
 
 from __future__ import annotations
@@ -51,14 +51,14 @@ def randomized_top_k(
     on that space.
 
     The top-``k`` values are estimated (Rayleigh-Ritz, on the device) after iterations 0, 1, 2
-    and every second one after; the host reads one small tensor per check, never one per
-    iteration. At iteration 2 each matrix's rate of convergence (the ratio of its last two
-    changes) predicts whether it settles within ``iters``: a matrix predicted not to (a flat
-    spectrum, e.g. a random-init model's) takes the dense SVD at once instead of after every
+    and every second one after; from iteration 2 on, each check's verdict (``_verdict``) is
+    computed on the device and read by the host as one small tensor, never once per
     iteration. A matrix is settled once every top-``k`` value moved by less than ``tol`` of
-    itself since the last check; settled matrices leave the batch; those unsettled after
-    ``iters`` iterations take the dense SVD. ``counts`` (if given) tallies the matrices by
-    outcome: ``settled``, ``predicted dense``, ``dense after iters``, ``dense (space full)``.
+    itself since the last check; one whose rate of convergence predicts it will not settle
+    in time (a flat spectrum) takes the dense SVD at once instead of after every iteration;
+    both leave the batch; those unsettled after ``iters`` iterations take the dense SVD.
+    ``counts`` (if given) tallies the matrices by outcome: ``settled``, ``predicted dense``,
+    ``dense after iters``, ``dense (space full)``.
     """
     *batch, m, n = jac.shape
     flat = jac.reshape(-1, m, n)

@@ -165,19 +165,31 @@ def endpoint() -> str:
 
 
 def hub_fault(
-    error: Exception, repo: str, revision: str, pinned: tuple[str, str] | None = None
+    error: Exception,
+    repo: str,
+    revision: str,
+    pinned: tuple[str, str] | None = None,
+    what: str = "",
+    folder: str | Path | None = None,
 ) -> HubCacheError | None:
     """One line for a hub that could not be reached, or that refused ``repo`` at ``revision``
     (None: another error, left as it is); ``pinned``: ``(commit, lock file)`` when the fetch
-    asked for the commit a lock file pins instead.
+    asked for the commit a lock file pins instead; ``what``: the config keys that need it
+    (``models.KEY``), which open the line; ``folder``: where it goes, for the fetch command.
     """
     names = {cls.__name__ for cls in type(error).__mro__}
     short = (str(error).splitlines() or [""])[0][:200]
     if names & set(UNREACHABLE):
+        command = (
+            f", or fetch exactly it where the network is: {fetch_command(folder, repo, revision)}"
+            if folder is not None
+            else ""
+        )
         return HubCacheError(
-            f"cannot reach the hub at {endpoint()} to fetch {repo} at revision {revision} "
-            f"({type(error).__name__}: {short}): check this machine's network (fetch rules run "
-            "where Snakemake runs: the login node), HF_ENDPOINT and HTTPS_PROXY, then rerun"
+            f"{f'{what}: ' if what else ''}cannot reach the hub at {endpoint()} to fetch {repo} "
+            f"at revision {revision} ({type(error).__name__}: {short}): check this machine's "
+            "network (fetch rules run where Snakemake runs: the login node), HF_ENDPOINT and "
+            f"HTTPS_PROXY, then rerun{command}"
         )
     if "HfHubHTTPError" in names and pinned:
         commit, lock = pinned
@@ -202,12 +214,13 @@ def fetch_model(
     target: str | Path,
     commit: str | None = None,
     lock: str | None = None,
+    what: str = "",
 ) -> dict[str, Any]:
     """Fetch one model revision: config, tokenizer and weights (safetensors where the revision
     has them, else the PyTorch .bin files); ``commit``: the commit to fetch instead of what
     ``revision`` points to now (the lock file ``lock``'s). Returns the manifest; a hub not
     reached, or one that refuses the revision, raises ``HubCacheError`` in one line
-    (``hub_fault``).
+    (``hub_fault``; ``what``: the config keys that need it, named there).
     """
     from huggingface_hub import HfApi
 
@@ -218,7 +231,8 @@ def fetch_model(
         weights = "*.safetensors" if any(n.endswith(".safetensors") for n in names) else "*.bin"
         return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target), info)
     except Exception as error:
-        fault = hub_fault(error, repo, revision, (commit, str(lock)) if commit else None)
+        pinned = (commit, str(lock)) if commit else None
+        fault = hub_fault(error, repo, revision, pinned, what, target if what else None)
         if fault is None:
             raise
         raise fault from None

@@ -16,16 +16,13 @@ fetch of that commit must give again and the cache's manifest must hold.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import re
 import stat
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.files.io import write_text
+from blockcoupling.files.io import exclusive, write_text
 
 KINDS = {"dataset": "datasets", "model": "models", "checkpoint": "models"}
 HEADER = "commits of the hub revisions fetched (blockcoupling fetch rules); commit this file"
@@ -102,20 +99,6 @@ def locked_commit(path: str | Path, kind: str, repo: str, revision: str) -> str 
     return read_lock(path)[KINDS[kind]].get(repo, {}).get(revision)
 
 
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path``'s side file while the block runs (parallel fetch jobs
-    record into one lock file).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.flock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def record(
     path: str | Path,
     kind: str,
@@ -131,7 +114,7 @@ def record(
     """
     path = Path(path)
     target = path.resolve()
-    with _exclusive(target):
+    with exclusive(target.with_name(f".{target.name}.flock")):
         data = read_lock(target)
         before = json.dumps(data, sort_keys=True)
         data[KINDS[kind]].setdefault(repo, {})[revision] = commit

@@ -26,7 +26,7 @@ matmul rate.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ CPU = Rates(  # bench/runs/depth_speed_quiet.md: one thread, Llama block d=4096,
     topk=2.5 / (4096**2 * 70),
     overhead=20.0,
 )
-RATES_FIELDS = ("matmul", "dense_svd", "svdvals", "topk", "overhead")
+RATES_FIELDS = tuple(f.name for f in fields(Rates) if f.name != "name")
 GPU_RATES = Path(__file__).with_name("gpu_rates.json")  # written by bench/gpu_acceptance.py
 
 
@@ -106,9 +106,11 @@ def write_rates(rates: Rates, path: Path, measured: dict[str, Any]) -> None:
     """Write ``rates`` as ``load_rates`` reads them, with ``measured`` (machine, date, script)."""
     import json
 
+    from blockcoupling.files.io import write_text
+
     record = {"name": rates.name, **{key: getattr(rates, key) for key in RATES_FIELDS}}
     record["measured"] = measured
-    Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(record, indent=1) + "\n")
 
 
 GPU = load_rates(GPU_RATES)  # the GPU's rates: see gpu_rates.json's "measured" record

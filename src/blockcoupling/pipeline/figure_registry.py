@@ -2,20 +2,25 @@
 entry when it parses the DAG, and ``figures.render`` draws them).
 
 ``FIGURES``: name -> (report category, input file, options it takes, statistics tables its titles
-read). A figure is made when its input file is one of the config's outputs; a statistics table it
-reads is an input when the config produces it (else the titles say there is no row). Adding one:
+read: its own statistics table first, then ``CLAIMS_TABLE`` where a panel draws a claim). A
+figure is made when its input file is one of the config's outputs; a statistics table it reads
+is an input when the config produces it (else the titles say there is no row). Adding one:
 its function in ``blockcoupling.figures`` (named as the figure, taking (data, path) or an adapter
 in ``render``), a line here, and its caption report/<name>.rst.
 """
 
 from __future__ import annotations
 
+# The claims table: a figure that draws a claim's measure quotes its row (estimate, interval, p,
+# Holm p, verdict) from here, in claims.md's digits, where the run has one.
+CLAIMS_TABLE = "results/stats/claims.csv"
+
 FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
     "coupling_vs_score": (
         "cross-model",
         "results/stats/summary.csv",
         (),
-        ("results/stats/correlations.csv",),
+        ("results/stats/correlations.csv", CLAIMS_TABLE),
     ),
     "hyperparameter_correlations": (
         "cross-model",
@@ -44,6 +49,7 @@ FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
         (),
     ),
     "k_sweep_curve": ("cross-model", "results/stats/k_sweep.csv", (), ()),
+    "calibration": ("cross-model", "results/stats/calibration.csv", (), ()),
     "coupling_vs_step": (
         "training emergence",
         "results/stats/checkpoint_table.csv",
@@ -72,12 +78,41 @@ FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
         "ViT sweep",
         "results/stats/vit_coupling_vs_sd.csv",
         (),
-        ("results/stats/vit_sd_trend.csv",),
+        ("results/stats/vit_sd_trend.csv", CLAIMS_TABLE),
     ),
     "vit_coupling_vs_accuracy": (
         "ViT sweep",
         "results/stats/vit_models.csv",
         (),
-        ("results/stats/vit_coupling_vs_accuracy.csv",),
+        ("results/stats/vit_coupling_vs_accuracy.csv", CLAIMS_TABLE),
     ),
 }
+
+# Each figure rule's docstring (``snakemake --list-rules``): what it draws, and the paper figure
+# it corresponds to (its number or LaTeX label, as its caption's first sentence names it).
+DOCS: dict[str, tuple[str, str]] = {
+    "coupling_vs_score": ("the score against each coupling measure", "Figure 1a"),
+    "hyperparameter_correlations": (
+        "r of coupling, size, depth, width with the score",
+        "fig:correlation_hyperparams",
+    ),
+    "depth_heatmaps": ("m_K of every block pair, per model", "Figure 3"),
+    "token_heatmaps": ("coupling across tokens", "Figure 4, fig:coupling_fixedin/out"),
+    "lss_expodistance": ("LSS and expodistance of the trajectories", "figs:lss-expo"),
+    "pca_trajectories": ("the trajectories' top principal components", "figs:pca"),
+    "singular_value_spectra": ("the block Jacobians' spectra", "fig:svalues_trained"),
+    "k_sweep_curve": ("the correlation with the score against K", "fig:alignment_vary_k"),
+    "calibration": ("raw coupling beside its chance level, excess, rank", "no figure"),
+    "coupling_vs_step": ("coupling over the checkpoints trained here", "Figure 1b"),
+    "depth_heatmaps_over_training": ("m_K heatmaps at three checkpoints", "Figures 1c-e"),
+    "trajectory_metrics_vs_step": ("LSS and expodistance over training", "figs:lss-training"),
+    "coupling_vs_validation_loss": ("coupling against validation loss", "no figure, Section 5.3"),
+    "vit_coupling_vs_sd": ("ViT coupling against stochastic depth", "figure:coupling_vitb"),
+    "vit_coupling_vs_accuracy": ("ViT accuracy against coupling", "figure:coupling_vita"),
+}
+
+
+def doc(name: str) -> str:
+    """Figure ``name``'s rule docstring, e.g. 'Draw WHAT (paper: Figure 1a).'."""
+    what, paper = DOCS[name]
+    return f"Draw {what} (paper: {paper})."

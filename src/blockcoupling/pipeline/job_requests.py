@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable, MutableMapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from blockcoupling.pipeline import cost
@@ -24,13 +24,14 @@ from blockcoupling.pipeline.slurm import (
     check_plan,
     job_needs,
     job_request,
-    resource_text,
 )
 
 # Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none and the
 # planner cannot tell (no n_layers/d_model in its metadata).
 JOB_DEFAULTS = {"extract": (8000, 720), "evaluate": (8000, 240)}
-DEFAULT_RUNTIME = 60  # minutes of the other rules (apply_defaults)
+DEFAULT_RUNTIME = 60  # minutes of the other rules (JobRequests.own)
+TRAIN_RUNTIME = 60  # minutes of a training job (no planner for it yet)
+TRAIN_MEM_MB = 4000
 SMALL_JOB_MEM_MB = GROUPED_JOB_MEM_MB  # memory of the other rules
 # The shard sizes the main process decided, passed to the jobs on their nodes (sbatch passes the
 # environment), so that both see the same jobs.
@@ -98,7 +99,6 @@ class JobRequests:
     settings: SlurmSettings
     on_slurm: Callable[[], bool]
     nodes_of: NodesOf
-    own_memory: set[str] = field(default_factory=set)  # rules whose memory resources() gives
 
     def __post_init__(self) -> None:
         self.rates = job_rates(self.settings)
@@ -161,7 +161,8 @@ class JobRequests:
     def resources(self, rule: str, model: str | None = None) -> dict[str, Callable[..., Any]]:
         """The Slurm resources of a model's job of ``rule`` as Snakemake resource functions
         (``model``: a fixed one, e.g. "vit"; else the job's wildcard; 0 and '' ask for nothing;
-        a local run ignores them all).
+        a local run ignores them all). No ``constraint`` without ``GPU_CONSTRAINT``: the plugin
+        passes even an empty one (``-C ''``).
         """
 
         def resource(key: str) -> Callable[..., Any]:
@@ -174,42 +175,31 @@ class JobRequests:
 
             return value
 
-        self.own_memory.add(rule)
-        return {key: resource(key) for key in Request.RESOURCES}
+        keys = [key for key in Request.RESOURCES if key != "constraint"]
+        keys += ["constraint"] if self.settings.gpu_constraint else []
+        return {key: resource(key) for key in keys}
 
-    def small_job_runtime(self, wildcards: Any, attempt: int) -> int:
-        """Runtime of a job without a planned one (``DEFAULT_RUNTIME`` minutes; at most its CPU
-        partition's limit on Slurm, ``check`` says so).
+    def own(self, mem_mb: int = SMALL_JOB_MEM_MB, runtime: int = DEFAULT_RUNTIME) -> dict[str, Any]:
+        """The memory and runtime a rule without a planned time declares as its own (so that a
+        site profile's ``default-resources`` fill only what the workflow leaves open): ``mem_mb``
+        and ``runtime`` minutes, at most its CPU partition's limit on Slurm (``check`` says so).
         """
+
+        def capped(wildcards: Any, attempt: int) -> int:
+            return self.capped_runtime(runtime)
+
+        return {"mem_mb": mem_mb, "runtime": capped}
+
+    def capped_runtime(self, runtime: int) -> int:
+        """``runtime`` minutes, at most the CPU partition's time limit when jobs go to Slurm."""
         if not self.on_slurm():
-            return DEFAULT_RUNTIME
+            return runtime
         try:
             nodes = self.nodes_of(self.settings.partition)
         except SlurmError:
-            return DEFAULT_RUNTIME
+            return runtime
         limit = nodes.time_limit if nodes is not None else None
-        return min(DEFAULT_RUNTIME, limit or DEFAULT_RUNTIME)
-
-    def apply_defaults(self, rules: Iterable[Any], user_defaults: Any) -> None:
-        """Give every rule the workflow's own requests where neither the rule nor the user's
-        ``--default-resources`` sets them (mem_mb, runtime: what the shipped profile asked
-        before), so that any Slurm profile, a site's own too, gets the same per-job requests.
-        """
-        from snakemake.resources import Resource, Resources
-
-        keys = ("mem", "mem_mb", "mem_mib")
-        builtin_text = Resources.DEFAULTS["full"]["mem"]  # Snakemake's own, from the input size
-        users_memory = any(resource_text(user_defaults, k) not in ("", builtin_text) for k in keys)
-        for each in rules:
-            given = [key for key in keys if key in each.resources.keys()]
-            # a function not of resources(): Snakemake's own default (from the input's size); a
-            # number: the rule's own (or the user's)
-            builtin = all(each.resources.get(key).is_evaluable() for key in given)
-            if not users_memory and each.name not in self.own_memory and builtin:
-                for key in given:
-                    each.resources[key] = None
-                each.resources["mem_mb"] = Resource("mem_mb", SMALL_JOB_MEM_MB)
-            each.resources.setdefault("runtime", Resource("runtime", self.small_job_runtime))
+        return min(runtime, limit or runtime)
 
     def check(self, threads: int) -> None:
         """Raise ``SlurmError`` or ``cost.TooLong`` if a model's job cannot run on the Slurm

@@ -53,7 +53,7 @@ JOB_GROUPS: dict[str, tuple[str, ...]] = {
     "metrics": ("metrics",),
     "combine": ("combine_models", "combine_checkpoints", "vit_combine"),
     "stats": ("stats", "stats_summary", "stats_checkpoints", "stats_emergence", "vit_stats"),
-    "figures": ("figure_*", "stats_claims"),
+    "figures": ("figure_*",),  # stats_claims: its own job (figures read claims.csv)
 }
 GROUPED_JOB_MEM_MB = 2000  # the profile's default mem_mb, which the grouped rules take
 

@@ -13,7 +13,7 @@ import shutil
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,17 +79,48 @@ def cancelled(rule: str) -> Callable[[int, Any], None]:
     """
 
     def handler(signum: int, frame: Any) -> None:
-        job = os.environ.get("SLURM_JOB_ID")
-        where = f"Slurm job {job}" if job else "the job"
         logging.error(
-            "%s: CANCELLED (SIGTERM to %s: scancel, preemption or its time limit; `sacct -j "
-            "JOB` or the Slurm log says which); its outputs are incomplete and not kept",
+            "%s: CANCELLED (%s); its outputs are incomplete and not kept",
             rule,
-            where,
+            cancel_cause(os.environ),
         )
         sys.exit(CANCELLED_STATUS)
 
     return handler
+
+
+def cancel_cause(environ: Mapping[str, str]) -> str:
+    """Who sends a job SIGTERM, and how to tell which: ``sacct`` where the run's status command
+    is sacct, else (``BLOCKCOUPLING_SLURM_STATUS=squeue``: no accounting database, which the
+    workflow exports to its jobs) ``scontrol show job`` while Slurm still lists the job.
+    """
+    job = environ.get("SLURM_JOB_ID")
+    if not job:
+        return "SIGTERM to the job: Snakemake stopped, or a kill"
+    if environ.get("BLOCKCOUPLING_SLURM_STATUS") == "squeue":
+        ask = f"`scontrol show job {job}` (minutes after its end) or the Slurm log"
+    else:
+        ask = f"`sacct -j {job}` or the Slurm log"
+    return f"SIGTERM to Slurm job {job}: scancel, preemption or its time limit; {ask} says which"
+
+
+_RECORD = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (\w+) ")
+
+
+def log_mode(path: Path) -> str:
+    """How a job opens its rule's log: 'a' where the log's last record is an ERROR (an attempt
+    before this one failed or was CANCELLED: its retry keeps why), else 'w' (a fresh run).
+    """
+    try:
+        if not path.is_file():  # none yet, or a device (/dev/full: endless)
+            return "w"
+        with open(path, "rb") as log:
+            log.seek(max(0, path.stat().st_size - 65536))
+            tail = log.read(65536).decode("utf-8", errors="replace")
+    except OSError:
+        return "w"
+    levels = [m.group(1) for line in tail.splitlines() if (m := _RECORD.match(line))]
+    return "a" if levels and levels[-1] == "ERROR" else "w"
 
 
 def math_threads(snakemake: Any) -> int:
@@ -123,15 +154,21 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """
     log_path = Path(snakemake.log[0]) if len(snakemake.log) else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    retry = False
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(LogFile(log_path, mode="w"))
+        retry = log_mode(log_path) == "a"
+        handlers.append(LogFile(log_path, mode="a" if retry else "w"))
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
         handlers=handlers,
         force=True,
     )
+    if retry:
+        logging.info(
+            "%s: started again; the attempt before this one ended as above", snakemake.rule
+        )
     signal.signal(signal.SIGTERM, cancelled(snakemake.rule))
     threads = math_threads(snakemake)
     torch = sys.modules.get("torch")  # imported by the script's own imports, if it needs it

@@ -147,6 +147,11 @@ CLAIMS = (
 )
 
 
+def claim_of(analysis: str) -> str:
+    """The text of the claim that analysis id ``analysis`` tests (KeyError: none does)."""
+    return next(claim.text for claim in CLAIMS if claim.analysis == analysis)
+
+
 def verdict(row: pd.Series | None, sign: int, effect: float = np.nan, power: float = np.nan) -> str:
     """The verdict of one analysis row for a claim predicting ``sign`` (+1 or -1); a primary
     row's ``effect`` (declared, the estimate's units) and ``power`` (at that effect) say why
@@ -294,6 +299,25 @@ def _interval(row: pd.Series) -> str:
 def _unit(row: pd.Series) -> str:
     """``unit (n)``, blank without units."""
     return "" if pd.isna(row["n"]) else f"{row['unit']} ({int(row['n'])})"
+
+
+def claim_quote(row: pd.Series) -> str:
+    """A claims row as a figure panel quotes it, in ``claims_markdown``'s digits: 'claim
+    (primary): estimate [low, high] unit (n), p = .., Holm p = ..' then its verdict.
+    """
+    kind = "primary" if str(row["primary"]).lower() == "true" else "exploratory"
+    if not np.isfinite(float(row["estimate"])):
+        return f"claim ({kind}): {row['verdict']}"
+    numbers = ", ".join(
+        f"{name} = {_number(float(row[key]))}"
+        for name, key in (("p", "p"), ("Holm p", "p_holm"))
+        if np.isfinite(float(row[key]))
+    )
+    unit = _unit(row)
+    return (
+        f"claim ({kind}): {_interval(row)}{f' {unit}' if unit else ''}"
+        f"{f', {numbers}' if numbers else ''}\n{row['verdict']}"
+    )
 
 
 def claims_prose(claims: pd.DataFrame) -> str:
