@@ -9,7 +9,7 @@ from snakemake.utils import min_version
 from blockcoupling.coupling.registry import caption_list
 from blockcoupling.lm.lockfile import adopt_all
 from blockcoupling.pipeline.report_text import report_models
-from blockcoupling.pipeline.checks import validate_config
+from blockcoupling.pipeline.schema_check import validate_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.running import another_run
 
@@ -68,8 +68,11 @@ config["report_measures"] = caption_list()
 
 
 onstart:
-    check_slurm_jobs()  # jobs going to Slurm: stop before any if a model's job fits no node
-    for line in adopt_all(HUB.lock_file, FETCHED) if HUB.lock_file else []:
+    try:  # jobs going to Slurm: stop before any if a model's job fits no node
+        check_slurm_jobs(PLAN, JOBS, workflow.resource_settings.max_threads)
+    except SetupError as error:
+        sys.exit(str(error))
+    for line in adopt_all(HUB.lock_file, PLAN.fetches()) if HUB.lock_file else []:
         print(f"warning: {line}", file=sys.stderr)  # a deleted lock written again
 
 

@@ -1,9 +1,20 @@
-# A one-node Slurm on this machine (sourced by .ci/slurm_test.sh and bench/slurm_batches.sh; the
-# caller defines fail and say). Installs slurm-wlm and munge (root), writes slurm.conf for
-# localhost with a partition ci (not the default), starts munged, slurmctld and slurmd, and sets
-# a trap that cancels the jobs, stops the daemons by PID and restores slurm.conf on exit.
-# Sets: work (a temporary folder), node, cpus, memory, pids. NODE_CPUS: the CPUs slurm.conf
-# declares (default: the machine's; more than it has oversubscribes, config_overrides).
+# A one-node Slurm on this machine, the one bring-up of .ci/slurm_test.sh,
+# .ci/slurm_site_profile.sh and bench/slurm_batches.sh (each sets `name`, its messages' prefix,
+# and runs from the repository root). Defines fail and say, puts src/ on PYTHONPATH, refuses to
+# run but as root or beside a running slurmctld/slurmd, installs slurm-wlm and munge, writes
+# slurm.conf for localhost with a partition ci (not the default), starts munged, slurmctld and
+# slurmd, and sets a trap that cancels the jobs, stops the daemons by PID and restores slurm.conf
+# on exit. Sets: work (a temporary folder), node, cpus, memory, pids. NODE_CPUS: the CPUs
+# slurm.conf declares (default: the machine's; more than it has oversubscribes,
+# config_overrides).
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+start=$SECONDS
+fail() { echo "$name FAILED: $*" >&2; exit 1; }
+say() { echo "$name [$((SECONDS - start)) s]: $*"; }
+[ "$(id -u)" = 0 ] || fail "run it as root (apt-get, /etc/slurm/slurm.conf, the daemons)"
+for daemon in slurmctld slurmd; do
+    if pgrep -x "$daemon" > /dev/null; then fail "a $daemon is running already; stop it first"; fi
+done
 say "installing slurm-wlm and munge"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq

@@ -11,15 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-export PYTHONPATH=$repo/src${PYTHONPATH:+:$PYTHONPATH}
-start=$SECONDS
-fail() { echo "site profile test FAILED: $*" >&2; exit 1; }
-say() { echo "site profile test [$((SECONDS - start)) s]: $*"; }
-[ "$(id -u)" = 0 ] || fail "run it as root (apt-get, /etc/slurm/slurm.conf, the daemons)"
-for daemon in slurmctld slurmd; do
-    if pgrep -x "$daemon" > /dev/null; then fail "a $daemon is running already; stop it first"; fi
-done
-
+name="site profile test"
 . .ci/slurm_cluster.sh  # a one-node Slurm, stopped on exit
 
 home=$work/home

@@ -26,15 +26,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 snakemake=$repo/.venv/bin/snakemake
 python=$repo/.venv/bin/python
-export PYTHONPATH=$repo/src${PYTHONPATH:+:$PYTHONPATH}
-start=$SECONDS
-fail() { echo "slurm test FAILED: $*" >&2; exit 1; }
-say() { echo "slurm test [$((SECONDS - start)) s]: $*"; }
-[ "$(id -u)" = 0 ] || fail "run it as root (apt-get, /etc/slurm/slurm.conf, the daemons)"
-for daemon in slurmctld slurmd; do
-    if pgrep -x "$daemon" > /dev/null; then fail "a $daemon is running already; stop it first"; fi
-done
-
+name="slurm test"
 . .ci/slurm_cluster.sh  # a one-node Slurm, stopped on exit
 
 local_run=${1:-}

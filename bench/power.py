@@ -30,7 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pilot", help="a pilot run's results/stats/analyses.csv")
     parser.add_argument("--config", default="config.yaml", help="the config declaring the tests")
-    parser.add_argument("--n", action="append", default=[], help="ID=N: the design's units")
+    parser.add_argument(
+        "--n",
+        action="append",
+        default=[],
+        help="ID=N: the design's independent units (clusters for a CR1 test)",
+    )
     parser.add_argument("--only", action="append", default=[], help="ID: only this test's row")
     parser.add_argument("--out", default="resources/power.csv")
     parser.add_argument("--seed", type=int, default=0)

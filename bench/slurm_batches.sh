@@ -8,11 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 snakemake=$PWD/.venv/bin/snakemake
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-start=$SECONDS
-fail() { echo "slurm batches FAILED: $*" >&2; exit 1; }
-say() { echo "slurm batches [$((SECONDS - start)) s]: $*"; }
-[ "$(id -u)" = 0 ] || fail "run it as root (apt-get, /etc/slurm/slurm.conf, the daemons)"
+name="slurm batches"
 . .ci/slurm_cluster.sh
 export BLOCKCOUPLING_SLURM_PARTITION=ci
 declare -A seconds jobs

@@ -41,10 +41,10 @@ from blockcoupling.jacobians.adapters import blocks_of  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
 from blockcoupling.jacobians.options import SVDOptions  # noqa: E402
 from blockcoupling.jacobians.spectral import randomized_top_k  # noqa: E402
-from blockcoupling.lm.models import (  # noqa: E402
+from blockcoupling.lm.models import load_model  # noqa: E402
+from blockcoupling.lm.sources import (  # noqa: E402
     ModelSource,
     assemble_package_file,
-    load_model,
     parse_source,
 )
 

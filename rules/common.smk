@@ -1,59 +1,25 @@
 # The checked config (one Plan, built and checked before any job), input functions and code
-# hashes. Every rules file reads only PLAN and the functions defined here.
-import functools
+# hashes. Every rules file reads only PLAN and the functions defined here. Everything the
+# workflow does once at parse time (checks, Slurm settings, the jobs' environment) is one call:
+# blockcoupling.pipeline.workflow_setup.setup_workflow.
 import os
 import re
 import sys
 
-from blockcoupling.pipeline.checks import check_config, science_params
+from blockcoupling.jacobians.options import science_params
+from blockcoupling.lm.sources import is_local_gguf
 from blockcoupling.pipeline.code_hash import code_hash
 from blockcoupling.pipeline.entries import RANDOM
-from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.figure_registry import doc as figure_doc
 from blockcoupling.pipeline.figure_registry import FIGURES
+from blockcoupling.pipeline.job_requests import TRAIN_MEM_MB, TRAIN_RUNTIME
 from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
-from blockcoupling.vit.config import science_extract as vit_science_extract
+from blockcoupling.pipeline.rule_names import rule_suffix
+from blockcoupling.pipeline.slurm import job_group, slurm_profile
+from blockcoupling.pipeline.workflow_setup import SetupError, check_slurm_jobs, setup_workflow
 from blockcoupling.runtime import isa
-from blockcoupling.pipeline import cost
-from blockcoupling.lm.models import is_local_gguf
-from blockcoupling.pipeline.job_requests import (
-    TRAIN_MEM_MB,
-    TRAIN_RUNTIME,
-    JobRequests,
-    shard_plan,
-)
-from blockcoupling.pipeline.slurm import (
-    ENV,
-    SlurmError,
-    SlurmSettings,
-    job_group,
-    read_nodes,
-    slurm_requested,
-)
 
-try:
-    PLAN = check_config(config, workflow.basedir)
-    SLURM = SlurmSettings.from_env().with_resources(
-        workflow.resource_settings.default_resources,
-        workflow.resource_settings.overwrite_resources,
-    )
-except (ConfigError, SlurmError) as error:
-    sys.exit(f"config error: {error}")
-
-# Jobs go to Slurm: the shipped profile says so (profiles/slurm/config.yaml), or a site's own
-# profile or --executor slurm does (slurm_requested reads them as Snakemake finds them), so that
-# a dry run checks and shows what a real run would ask; a job on its node (not the main
-# process) does not.
-SLURM_PROFILE = workflow.is_main_process and (
-    os.environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" or slurm_requested(sys.argv, os.environ)
-)
-partition_nodes = functools.cache(read_nodes)
-if SLURM_PROFILE and not SLURM.status:  # jobs (sbatch passes the environment): a CANCELLED line
-    os.environ[f"{ENV}STATUS"] = SLURM.status_command() or "sacct"  # advises what answers here
-try:  # shards sized to the partition's time limit, the same on the main process and the nodes
-    PLAN = shard_plan(PLAN, SLURM, partition_nodes, SLURM_PROFILE, os.environ)
-except cost.TooLong as error:
-    sys.exit(f"slurm: {error}")
+SLURM_PROFILE = slurm_profile(workflow.is_main_process, sys.argv, os.environ)
 
 
 def on_slurm():
@@ -65,24 +31,30 @@ def on_slurm():
     return SLURM_PROFILE and (plugin is None or plugin.name == "dryrun")
 
 
+try:
+    SETUP = setup_workflow(
+        config,
+        workflow.basedir,
+        os.environ,
+        (
+            workflow.resource_settings.default_resources,
+            workflow.resource_settings.overwrite_resources,
+        ),
+        SLURM_PROFILE,
+        workflow.is_main_process,
+        on_slurm,
+        workflow.resource_settings.max_threads,
+    )
+except SetupError as error:
+    sys.exit(str(error))
+
+PLAN = SETUP.plan
+SLURM = SETUP.settings
 # What each job asks Slurm for (blockcoupling.pipeline.job_requests): rules take
 # JOBS.resources(rule); the Snakefile applies the defaults and the checks.
-JOBS = JobRequests(PLAN, SLURM, on_slurm, partition_nodes)
-
-# The hub cache (rules/fetch.smk): every compute job, here or on a node, runs with the hub offline
-# (the variables pass to local jobs and through sbatch's environment); the fetch rules go online.
-HUB = PLAN.hub
+JOBS = SETUP.jobs
+HUB = PLAN.hub  # the hub cache (rules/fetch.smk)
 HUB_REVISIONS = PLAN.hub_revisions
-os.environ.update(HUB.job_env())
-if PLAN.unfetched():  # an emptied or damaged revision folder: stop before any job
-    sys.exit(PLAN.unfetched())
-
-# Every job's math libraries on one code path (AVX2), so that any x86-64 machine gives the same
-# numbers (blockcoupling.runtime.isa; the runner refuses a job without them).
-try:
-    os.environ.update(isa.job_env())
-except isa.ISAError as error:
-    sys.exit(f"error: {error}")
 
 
 def script_hash(name):
@@ -170,7 +142,7 @@ def device_of(model):
     (BLOCKCOUPLING_SLURM_GPU=none)."""
     if SLURM.gpu == "none" and on_slurm():
         return "cpu"
-    return PLAN.vit_device if model == "vit" else PLAN.device(model)
+    return PLAN.vit.device if model == "vit" else PLAN.device(model)
 
 
 def vit_device(wildcards=None):
@@ -199,20 +171,6 @@ def check_params():
                     "which Snakemake does not compare, so changing it would re-run nothing: "
                     "pass a builtin, a NamedTuple or a dict subclass with a stable repr"
                 )
-
-
-def check_slurm_jobs():
-    """Stop before any job if a model's job cannot run on the Slurm partition it goes to (with
-    the profile: when the DAG is built, dry runs too; with --executor slurm alone: on start)."""
-    threads = min(PLAN.threads("extract"), workflow.resource_settings.max_threads or sys.maxsize)
-    try:
-        JOBS.check(threads)
-    except (SlurmError, cost.TooLong) as error:
-        sys.exit(f"slurm: {error}")
-
-
-if SLURM_PROFILE:
-    check_slurm_jobs()
 
 
 def revision_done(wildcards):

@@ -14,8 +14,6 @@
 # revisions are extracted at once; a failed job stops its lane (--keep-going runs the others);
 # asking for one checkpoint's results runs its lane's earlier revisions first; the bound holds
 # per run (two runs sharing a cache each keep their own), and --notemp keeps every revision.
-from blockcoupling.lm.lockfile import LockError, stale
-from blockcoupling.lm.prompts import SOURCES as PROMPT_SOURCES
 
 
 localrules:
@@ -26,56 +24,13 @@ localrules:
 
 
 # repo -> (dataset config, revision: prompts.revisions' pin, else main)
-HUB_DATASETS = {
-    PROMPT_SOURCES[source]["hub"]: (PROMPT_SOURCES[source]["config"], revision)
-    for source, revision in PLAN.prompt_hub_sources()
-}
-
-
+HUB_DATASETS = PLAN.hub_datasets()
 # The lock file (hub.lock_file; lockfile.py) is, like the hub itself, state of the fetch stage
 # rather than a declared input: each fetch reads the commit it pins (params.lock names it) and
 # records the commit it fetched and the hub's content hash of each file, so its own updates
-# re-run nothing. A fetched folder that holds another commit than the lock pins (a lock file
-# from another machine), or other hashes, stops the run before any job, naming what to delete;
-# one the lock lacks (a deleted lock) is recorded into it again when a run starts its jobs.
-# (lock kind, repo, revision, folder, manifest) of every fetch
-FETCHED = [
-    (
-        "dataset",
-        repo,
-        revision,
-        HUB.dataset_folder(repo, revision),
-        HUB.manifest("dataset", repo, revision),
-    )
-    for repo, (_, revision) in HUB_DATASETS.items()
-] + [
-    (
-        "model",
-        r.repo,
-        r.revision,
-        HUB.folder(r.repo, r.revision, r.checkpoint),
-        HUB.manifest("checkpoint" if r.checkpoint else "model", r.repo, r.revision),
-    )
-    for r in HUB_REVISIONS.values()
-]
-if HUB.lock_file:
-    for _kind, _repo, _revision, _folder, _manifest in FETCHED:
-        try:
-            _reason = stale(_folder, _manifest, HUB.lock_file, _kind, _repo, _revision)
-        except LockError as error:
-            sys.exit(f"config error: hub.lock_file: {error}")
-        if _reason:
-            sys.exit(f"config error: {_reason}")
-
-
-if HUB.ahead and workflow.is_main_process:
-    download, peak, count = cost.hub_volume(PLAN)
-    print(
-        f"hub: max_revisions: all: the fetch target fetches every revision ahead ({count} model "
-        f"revisions and the datasets, ~{cost.size_text(download)} to keep in {HUB.cache_dir}, at "
-        f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter; blockcoupling plan), none is deleted",
-        file=sys.stderr,
-    )
+# re-run nothing. A fetched folder that holds another commit than the lock pins stops the run
+# before any job (workflow_setup.check_locked_fetches); one the lock lacks (a deleted lock) is
+# recorded into it again when a run starts its jobs (the Snakefile's onstart).
 
 
 rule fetch:

@@ -134,6 +134,7 @@ if PLAN.analysis_tables():
         input:
             tables=PLAN.analysis_tables(),
             calibration=["results/stats/calibration.csv"] if PLAN.cross_model else [],
+            checkpoints=(["results/stats/checkpoint_table.csv"] if PLAN.checkpoint_models else []),
             power=PLAN.power_file,
         output:
             analyses="results/stats/analyses.csv",

@@ -6,7 +6,7 @@ for _run, _spec in PLAN.train_runs.items():
     rule:
         f"""Train the GPT-NeoX run {_run} of a grid on Shakespeare."""
         name:
-            f"train_{_run.replace('-', '_').replace('.', '_')}"
+            f"train_{rule_suffix(_run)}"
         output:
             checkpoints=expand(
                 "results/train/{run}/step{step}/model.safetensors",

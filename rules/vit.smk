@@ -1,13 +1,13 @@
 # The ViT sweep (paper Section 4, Appendix A.7): one ViT per grid point of stochastic-depth rate
-# {sd}, weight decay {wd} and {seed}, trained here, its block Jacobians measured on test images,
+# {drop_path_rate}, weight decay {weight_decay} and {seed}, trained here, its block Jacobians measured on test images,
 # then one dataset of coupling and accuracy, statistics and the two figures (rules/figures.smk).
 # Training works in results/vit/train/.../work-<key>, keyed to the run config and code, so an
 # interrupted job resumes there. Threads, device, data folder and chunk size re-run nothing.
 if PLAN.vit:
 
     wildcard_constraints:
-        sd="|".join(re.escape(label) for label in PLAN.vit.sd),
-        wd="|".join(re.escape(label) for label in PLAN.vit.wd),
+        drop_path_rate="|".join(re.escape(label) for label in PLAN.vit.drop_path_rate),
+        weight_decay="|".join(re.escape(label) for label in PLAN.vit.weight_decay),
         seed="|".join(str(seed) for seed in PLAN.vit.seeds),
 
     localrules:
@@ -24,11 +24,11 @@ if PLAN.vit:
         conda:
             "../envs/torch.yaml"
         resources:
-            data_dir=PLAN.vit.section["data_dir"],
+            data_dir=PLAN.vit.data_dir,
         params:
-            dataset=PLAN.vit.section["dataset"],
-            split_seed=PLAN.vit.section["split_seed"],
-            test_fraction=PLAN.vit.section["test_fraction"],
+            dataset=PLAN.vit.base["dataset"],
+            split_seed=PLAN.vit.base["split_seed"],
+            test_fraction=PLAN.vit.base["test_fraction"],
             code=script_hash("vit_data"),
         script:
             "../scripts/vit_data.py"
@@ -38,12 +38,12 @@ if PLAN.vit:
         input:
             data=PLAN.vit.data_file,
         output:
-            model="results/vit/train/sd{sd}/wd{wd}/seed{seed}/model.safetensors",
-            history="results/vit/train/sd{sd}/wd{wd}/seed{seed}/history.csv",
+            model="results/vit/train/sd{drop_path_rate}/wd{weight_decay}/seed{seed}/model.safetensors",
+            history="results/vit/train/sd{drop_path_rate}/wd{weight_decay}/seed{seed}/history.csv",
         log:
-            "logs/vit/train/sd{sd}_wd{wd}_seed{seed}.log",
+            "logs/vit/train/sd{drop_path_rate}_wd{weight_decay}_seed{seed}.log",
         benchmark:
-            "benchmarks/vit/train/sd{sd}_wd{wd}_seed{seed}.tsv"
+            "benchmarks/vit/train/sd{drop_path_rate}_wd{weight_decay}_seed{seed}.tsv"
         retries: 1  # training resumes from its work folder: a retry continues, on twice the time
         conda:
             "../envs/torch.yaml"
@@ -53,7 +53,9 @@ if PLAN.vit:
             device=vit_device,
         params:
             math_threads=PLAN.threads("vit"),  # the numbers follow it: a change re-runs
-            run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
+            run=lambda wildcards: PLAN.vit.run(
+                wildcards.drop_path_rate, wildcards.weight_decay, wildcards.seed
+            ).to_dict(),
             code=script_hash("vit_train"),
         script:
             "../scripts/vit_train.py"
@@ -62,16 +64,16 @@ if PLAN.vit:
         """Block Jacobians and coupling statistics of one trained ViT."""
         input:
             data=PLAN.vit.data_file,
-            model="results/vit/train/sd{sd}/wd{wd}/seed{seed}/model.safetensors",
+            model="results/vit/train/sd{drop_path_rate}/wd{weight_decay}/seed{seed}/model.safetensors",
         output:
             **{
-                kind: f"results/vit/extract/sd{{sd}}/wd{{wd}}/seed{{seed}}/{kind}.nc"
+                kind: f"results/vit/extract/sd{{drop_path_rate}}/wd{{weight_decay}}/seed{{seed}}/{kind}.nc"
                 for kind in EXTRACTED
             },
         log:
-            "logs/vit/extract/sd{sd}_wd{wd}_seed{seed}.log",
+            "logs/vit/extract/sd{drop_path_rate}_wd{weight_decay}_seed{seed}.log",
         benchmark:
-            "benchmarks/vit/extract/sd{sd}_wd{wd}_seed{seed}.tsv"
+            "benchmarks/vit/extract/sd{drop_path_rate}_wd{weight_decay}_seed{seed}.tsv"
         retries: 1  # a node fault or a run past its time: again on twice the time
         conda:
             "../envs/torch.yaml"
@@ -79,11 +81,13 @@ if PLAN.vit:
         resources:
             **JOBS.resources("vit_extract", "vit"),
             device=vit_device,
-            vjp_chunk=PLAN.vit.section["extract"]["chunk_size"] or 0,
+            vjp_chunk=PLAN.vit.measure.chunk_size or 0,
         params:
             math_threads=PLAN.threads("vit"),  # the numbers follow it: a change re-runs
-            run=lambda wildcards: PLAN.vit.run(wildcards.sd, wildcards.wd, wildcards.seed).to_dict(),
-            extract=vit_science_extract(PLAN.vit.section["extract"]),
+            run=lambda wildcards: PLAN.vit.run(
+                wildcards.drop_path_rate, wildcards.weight_decay, wildcards.seed
+            ).to_dict(),
+            extract=PLAN.vit.extract,
             code=script_hash("vit_extract"),
         script:
             "../scripts/vit_extract.py"

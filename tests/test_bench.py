@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import load_bench
 
 from blockcoupling.jacobians import spectral
 from blockcoupling.jacobians.engine import JacobianEngine
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "depth_speed.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("depth_speed", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["depth_speed"] = module
-    spec.loader.exec_module(module)
-    yield module
+    yield load_bench("depth_speed")
     del sys.modules["depth_speed"]
 
 
@@ -103,14 +97,6 @@ def test_benchmark_runs_end_to_end(bench, tmp_path, capsys) -> None:
     assert len(rows) == 2 and "error_c_max" in rows[0]
 
 
-def _load_bench(name: str):  # noqa: ANN202
-    path = BENCH.with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_phases_sync_report_and_keep_nested_phases_apart(bench) -> None:
     events = []
     phases = bench.Phases(sync=lambda: events.append("sync"), report=lambda n, s: events.append(n))
@@ -123,7 +109,7 @@ def test_phases_sync_report_and_keep_nested_phases_apart(bench) -> None:
 def test_the_trained_like_model_has_decaying_block_spectra(bench) -> None:
     """At alpha 0.5 the block Jacobians' spectra decay faster than a flat profile's (alpha 0)
     and far faster than a random init's; built in the dtype asked for."""
-    trained_like = _load_bench("trained_like")
+    trained_like = load_bench("trained_like")
     shape = {"d": 128, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 344, "vocab": 128}
     ids = torch.arange(10)[None]
     decay = {}
@@ -140,12 +126,15 @@ def test_gpu_acceptance_dry_run_measures_every_step(bench, tmp_path) -> None:
     """The GPU acceptance script's steps at a tiny shape on the CPU: each ends without error,
     the rates file it writes is one the planner reads, and the two-block model's Jacobians
     equal a float32 twin's autograd inside a full forward."""
-    acceptance = _load_bench("gpu_acceptance")
+    acceptance = load_bench("gpu_acceptance")
     results = acceptance.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "300"])
     errors = {k: v for k, v in results.items() if isinstance(v, dict) and "error" in v}
     assert not errors
     assert results["fd"]["returncode"] == 0 and "collected" in results["fd"]["summary"]
-    assert results["depth-wise"]["composed"] == 2 and results["full spectra"]["seconds"] > 0
+    assert (
+        results["depth-wise"]["paths"] == {"composed": 2, "autograd": 0, "fallbacks": 0}
+        and results["full spectra"]["seconds"] > 0
+    )
     assert all(results["loads"][kind]["passed"] for kind in ("bfloat16", "device_map auto"))
     assert results["full_loads"]["device_map auto"]["largest |m_K - built model's|"] == 0
     assert cost_rates_read(tmp_path / "gpu_rates.json")

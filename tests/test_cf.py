@@ -1,6 +1,7 @@
 """CF-style labels: every NetCDF variable and coordinate has long_name and units, every file
-Conventions and its provenance (the test over finished runs is in test_workflow.py and
-test_vit_workflow.py; here the table, the writer and the runs in this checkout)."""
+Conventions and its provenance: here the table and the writer; over finished runs in
+test_workflow.py and test_vit_workflow.py, and in CI on the smoke run's files (.ci/run:
+python -m blockcoupling.files.cf "$smoke/results")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import REPO
 
 from blockcoupling.coupling.registry import MEASURES
 from blockcoupling.files.cf import CONVENTIONS, attributes, check_files, label
@@ -77,14 +77,3 @@ def test_check_files_names_what_is_missing(tmp_path: Path) -> None:
     assert f"{tmp_path / 'bare.nc'}: no Conventions attribute" in problems
     assert f"{tmp_path / 'bare.nc'}: depth_mis has no long_name/units" in problems
     assert not any("bits_per_byte" in problem for problem in problems)
-
-
-@pytest.mark.skipif(
-    not any((REPO / "results").rglob("*.nc")), reason="no run's results in this checkout"
-)
-def test_the_run_in_this_checkout_is_labelled() -> None:
-    """The smoke or default run made here (snakemake --cores 2 [--configfile ...])."""
-    files, checked, problems = check_files(REPO / "results")
-    assert files and not problems, (
-        f"{len(problems)} (snakemake re-runs and relabels): " + "; ".join(problems[:10])
-    )

@@ -13,9 +13,10 @@ import pytest
 from conftest import REPO, SCHEMA
 from test_workflow import MINIMAL, PROMPTS
 
-from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.plan import Plan
+from blockcoupling.pipeline.schema_check import validate_config
 
 
 def check(folder: Path, config: dict, monkeypatch: pytest.MonkeyPatch) -> Plan:

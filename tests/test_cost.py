@@ -13,9 +13,10 @@ from snakemake.utils import validate
 
 from blockcoupling import cli
 from blockcoupling.jacobians.options import MeasureConfig, SVDOptions
-from blockcoupling.pipeline import cost
-from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline import cost, hub_volume, plan_table
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.schema_check import validate_config
 
 SHAPE = cost.Shape(n_layers=32, d_model=4096, params=7e9, bytes_per_param=2)
 EXTRACT = MeasureConfig(  # chunk_size None: options.auto_chunk, a batch's activations < 1 GiB
@@ -89,7 +90,7 @@ def test_a_job_over_its_gpu_memory_is_refused_before_any_job() -> None:
         check_config(copy.deepcopy(config), REPO)
     plan = check_config(config, REPO, check_memory=False)  # the planner still reports it
     row = next(r for r in cost.plan_costs(plan) if r.model == "pythia-12b-steps")
-    assert not row.fits and "OVER gpu_mem_gb" in cost.plan_table([row])
+    assert not row.fits and "OVER gpu_mem_gb" in plan_table.plan_table([row])
 
 
 def test_cli_plan_prints_the_totals_and_fails_when_a_job_does_not_fit(
@@ -139,25 +140,27 @@ def test_a_model_on_the_cpu_is_a_cpu_job_for_the_planner_and_the_memory_check() 
 def test_hub_volume_counts_each_revision_once_and_the_cache_bound() -> None:
     config = paper()
     plan = check_config(copy.deepcopy(config), REPO, check_memory=False)
-    download, peak, revisions = cost.hub_volume(plan)
+    download, peak, revisions = hub_volume.hub_volume(plan)
     suites = [e for e in plan.models.values() if e.is_checkpoint_suite]
     others = [e for e in plan.models.values() if not e.is_checkpoint_suite]
     assert revisions == len(others) + sum(len(e.steps) for e in suites)  # a twin needs no weights
-    weights = {e.name: e.meta["params"] * cost.HUB_BYTES_PER_PARAM for e in plan.models.values()}
+    weights = {
+        e.name: e.meta["params"] * hub_volume.HUB_BYTES_PER_PARAM for e in plan.models.values()
+    }
     suite_bytes = sum(weights[e.name] * len(e.steps) for e in suites)
     other_bytes = sum(weights[e.name] for e in others)
-    assert download == pytest.approx(suite_bytes + other_bytes + cost.VIT_DATA_BYTES)
+    assert download == pytest.approx(suite_bytes + other_bytes + hub_volume.VIT_DATA_BYTES)
     largest = max(weights[e.name] for e in suites)
-    default = plan.config["hub"]["max_revisions"]  # the schema's bound
-    assert peak == pytest.approx(other_bytes + default * largest + cost.VIT_DATA_BYTES)
+    default = plan.hub.max_revisions  # the schema's bound
+    assert peak == pytest.approx(other_bytes + default * largest + hub_volume.VIT_DATA_BYTES)
     config["hub"] = {"max_revisions": 2}
     plan = check_config(config, REPO, check_memory=False)
-    bounded = cost.hub_volume(plan)[1]
-    assert bounded == pytest.approx(other_bytes + 2 * largest + cost.VIT_DATA_BYTES)
+    bounded = hub_volume.hub_volume(plan)[1]
+    assert bounded == pytest.approx(other_bytes + 2 * largest + hub_volume.VIT_DATA_BYTES)
     config["hub"] = {"max_revisions": "all"}  # fetched ahead: every revision on disk at once
     validate_config(config, REPO / "schemas" / "config.schema.yaml")
     plan = check_config(config, REPO, check_memory=False)
-    assert cost.hub_volume(plan)[1] == pytest.approx(download)
+    assert hub_volume.hub_volume(plan)[1] == pytest.approx(download)
 
 
 def test_gpu_rates_are_read_from_the_file_the_acceptance_run_writes(

@@ -18,6 +18,7 @@ from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_
 
 from blockcoupling.lm import hub
 from blockcoupling.pipeline.entries import ModelEntry
+from blockcoupling.pipeline.hub_settings import HubSettings
 
 # .ci/slurm_test.sh sets it where a Slurm cluster is up: the hub-fault and fetch-ahead runs then
 # go through the shipped profile (compute jobs by sbatch, fetch rules local) instead of --cores 1
@@ -131,10 +132,10 @@ def test_schema_defaults_equal_the_hub_settings_defaults() -> None:
     config = {"prompts": {"sets": {"s": {"file": "x.jsonl"}}}, "extract": {"prompt_set": "s"}}
     config["metrics"] = {"ks": [10]}
     validate(config, str(REPO / "schemas" / "config.schema.yaml"))
-    assert hub.HubSettings.from_config(config) == hub.HubSettings()
-    offline = hub.HubSettings().job_env()
+    assert HubSettings.from_section(config["hub"]) == HubSettings()
+    offline = HubSettings().job_env()
     assert offline["HF_HUB_OFFLINE"] == offline["HF_DATASETS_OFFLINE"] == "1"
-    assert hub.HubSettings(offline_jobs=False).job_env() == {}
+    assert HubSettings(offline_jobs=False).job_env() == {}
 
 
 # --- hub faults in one line: an emptied or deleted revision folder, an unreachable hub -------

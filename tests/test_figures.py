@@ -179,6 +179,7 @@ ANALYSES = pd.DataFrame(
         "unit": ["runs", "runs", "seeds", "ViTs"],
         "n": [10, 10, 4, 20],
         "p": [0.2106, 0.81, 0.536, np.nan],
+        "p_wild": [0.25, 0.79, np.nan, np.nan],
         "p_holm": [0.6318, np.nan, 0.9, np.nan],
         "note": ["", "", "", ""],
     }
@@ -639,7 +640,7 @@ def test_panels_quote_their_claims_row_as_claims_md_prints_it(
     figure, claimed, registered, monkeypatch
 ):
     """A panel that draws a claim prints that claim's row of claims.csv with claims.md's own
-    digits (estimate [interval], unit (n), p, Holm p, verdict); its other statistics say
+    digits (estimate [interval], unit (n), p, wild p, Holm p, verdict); its other statistics say
     "exploratory" and carry no verdict of their own. (coupling_vs_score once printed the
     correlations table's Pearson row, Holm over its 6 tests: "below 0" beside an inconclusive
     claim; vit_coupling_vs_sd p = 0.51 where the claims table said 0.536.)"""
@@ -652,9 +653,10 @@ def test_panels_quote_their_claims_row_as_claims_md_prints_it(
         claim = claims.claim_of(ANALYSES["analysis"].iloc[index])
         row = next(line for line in markdown.splitlines() if line.startswith(f"| {claim} |"))
         cells = [cell.strip() for cell in row.strip("| ").split(" | ")]
-        estimate, unit, p, p_holm, verdict = cells[2], cells[3], cells[4], cells[5], cells[9]
-        expected = [f"{estimate} {unit}", verdict.strip("*")]
-        expected += ([f"p = {p}"] if p else []) + ([f"Holm p = {p_holm}"] if p_holm else [])
+        estimate, unit, p, wild, p_holm = cells[2], cells[3], cells[4], cells[5], cells[6]
+        expected = [f"{estimate} {unit}", cells[10].strip("*")]
+        expected += ([f"p = {p}"] if p else []) + ([f"wild p = {wild}"] if wild else [])
+        expected += [f"Holm p = {p_holm}"] if p_holm else []
         quoting = [t for t in titles if f"{estimate} {unit}" in t]
         assert len(quoting) == 1, (claim, expected, titles)
         assert all(part in quoting[0] for part in expected), (expected, quoting[0])

@@ -12,16 +12,16 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import REPO, SCHEMA
-from test_hostile_round4 import save_tiny_folder
+from conftest import REPO, SCHEMA, save_tiny_folder
 
 from blockcoupling import cli
 from blockcoupling.files import manifest, run_record
 from blockcoupling.lm import content, hub, lockfile
 from blockcoupling.lm.hub_names import HubNameError, check_fetch_folder
-from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
-from blockcoupling.pipeline.slurm import minutes
+from blockcoupling.pipeline.schema_check import validate_config
+from blockcoupling.pipeline.slurm_nodes import minutes
 
 MODEL = "tiny-org/neox"
 
@@ -527,7 +527,8 @@ def test_docs_and_claims_name_a_folder_a_missing_file_and_non_utf8_text(
 def test_a_converted_gguf_follows_the_umask(tmp_path: Path) -> None:
     import os
 
-    from blockcoupling.lm.models import convert_gguf, parse_source
+    from blockcoupling.lm.models import convert_gguf
+    from blockcoupling.lm.sources import parse_source
     from blockcoupling_tinygguf import assemble
 
     gguf = assemble(tmp_path / "a.gguf")

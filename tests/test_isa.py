@@ -4,7 +4,6 @@ unpinned ones do not (bench/isa_pin.py runs them in fresh processes)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 import shutil
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_bench
 from tiny_models import ARCHITECTURES, CharTokenizer
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -25,7 +25,6 @@ from blockcoupling.vit import data as vision_data
 from blockcoupling.vit.config import ViTRunConfig
 from blockcoupling.vit.train import train_vit
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "isa_pin.py"
 EMULATOR = "qemu-x86_64"  # bench/isa_pin.py EMULATED; Debian: apt-get install qemu-user
 # set to 1: the pinned runs are compared with an emulated Intel Haswell (QEMU, ~50 s of CPU; .ci/run
 # runs it as a stage of its own after the suite); unset: with this CPU capped at AVX2
@@ -131,11 +130,7 @@ def test_training_and_extraction_call_no_op_whose_kernel_picks_its_code_by_vendo
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("isa_pin", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["isa_pin"] = module
-    spec.loader.exec_module(module)
-    yield module
+    yield load_bench("isa_pin")
     del sys.modules["isa_pin"]
 
 

@@ -9,11 +9,13 @@ import pytest
 import yaml
 from conftest import REPO, SCHEMA
 
-from blockcoupling.pipeline import cost
-from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline import slurm_sizing
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.job_requests import DEFAULT_RUNTIME, JobRequests, shard_plan
 from blockcoupling.pipeline.plan import Plan
-from blockcoupling.pipeline.slurm import SlurmSettings, parse_sinfo
+from blockcoupling.pipeline.schema_check import validate_config
+from blockcoupling.pipeline.slurm import SlurmSettings
+from blockcoupling.pipeline.slurm_nodes import parse_sinfo
 
 
 def smoke_plan(monkeypatch: pytest.MonkeyPatch) -> Plan:
@@ -50,7 +52,9 @@ def test_a_one_minute_partition_is_refused_in_one_line_naming_the_job(
 ) -> None:
     plan = smoke_plan(monkeypatch)
     jobs = requests(plan, "batch*|4|24105|(null)|1\n")
-    with pytest.raises(cost.TooLong, match=r"^models\.\S+ \(extract_shard\): planned at") as error:
+    with pytest.raises(
+        slurm_sizing.TooLong, match=r"^models\.\S+ \(extract_shard\): planned at"
+    ) as error:
         shard_plan(plan, jobs.settings, jobs.nodes_of, True, {})
     assert "\n" not in str(error.value) and "partition batch allows 1 min" in str(error.value)
 

@@ -10,8 +10,9 @@ import yaml
 from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
-from blockcoupling.pipeline.checks import check_config, k_warnings
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
+from blockcoupling.pipeline.k_warnings import k_warnings
 
 
 def smoke(**changes: dict) -> dict:
@@ -42,7 +43,7 @@ def test_k_max_above_a_trained_runs_width_is_refused() -> None:
 
 def test_k_max_equal_to_the_width_passes() -> None:
     plan = check_config(smoke(extract={"k_max": 32}), REPO)
-    assert plan.config["extract"]["k_max"] == 32
+    assert plan.measure.k_max == plan.extract["k_max"] == 32
 
 
 def test_token_layers_outside_a_trained_runs_depth_are_refused() -> None:

@@ -15,9 +15,9 @@ from blockcoupling.figures import FIGURES
 from blockcoupling.figures import common as figure_common
 from blockcoupling.stats import calibration, core, fixed_size
 
-# A measure that only the registry knows: |cos| of the top-1 left singular vectors of J_i and
-# J_j (sqrt of the K = 1 corner sum of U_i^T U_j), tabulated, with its chance level E|cos| of
-# unrelated unit vectors in d dimensions.
+# A measure that only the registry knows, named so that no real measure takes its names: |cos| of
+# the top-1 left singular vectors of J_i and J_j (sqrt of the K = 1 corner sum of U_i^T U_j),
+# tabulated, with its chance level E|cos| of unrelated unit vectors in d dimensions.
 PROBE = """
 import json, math, sys
 import xarray as xr
@@ -27,19 +27,20 @@ def chance(s):
     return math.exp(math.lgamma(s.d / 2) - math.lgamma((s.d + 1) / 2)) / math.sqrt(math.pi)
 
 measures.MEASURES = (*measures.MEASURES, measures.Measure(
-    "top1_cos_u", lambda s: s.ucorner.sel(k=1, drop=True) ** 0.5, chance,
+    "probe_cos", lambda s: s.ucorner.sel(k=1, drop=True) ** 0.5, chance,
     "E|cos| of unrelated unit vectors", "1", "|cos| of the top-1 left singular vectors",
-    summary="top1_cos", summary_chance="top1_cos_null", summary_description="mean |cos|",
+    summary="probe", summary_chance="probe_null", summary_description="mean |cos|",
     label="top-1 cosine", short_label="cos", caption="top-1 cosine", tabulated=True,
-    key="top1_cos"))
+    key="probe", dims=("prompt", "layer", "layer_ref")))
 
 from blockcoupling.files import cf
-from blockcoupling.coupling import metrics
-from blockcoupling.vit import results as vit_results
+from blockcoupling.files.io import write_netcdf
+from blockcoupling.coupling import finite, metrics
 from blockcoupling.figures import common
 from blockcoupling.jacobians.extract import MeasureConfig, measure
 from blockcoupling.stats import calibration, core, fixed_size, hypotheses
 sys.path.insert(0, sys.argv[1])
+written = sys.argv[2]
 from tiny_models import ARCHITECTURES, CharTokenizer
 
 config = MeasureConfig(k_max=4, token_layers=(-1,), token_prompts=1, store_factors=True)
@@ -47,46 +48,57 @@ model, tokenizer = ARCHITECTURES["llama"](), CharTokenizer()
 depth = measure(model, tokenizer, ["hello"], config, progress=False)["depth"]
 ds = metrics.coupling_dataset(depth, metrics.MetricConfig(ks=(1, 2), null_draws=16))
 u = depth["u"].isel(prompt=0).transpose("layer", "dim", "rank").values
+write_netcdf(ds, written)
+with xr.open_dataset(written) as back:
+    labels = {n: (back[n].attrs["long_name"], back[n].attrs["units"])
+              for n in ("depth_probe_cos", "probe", "probe_null")}
 print(json.dumps({
     "metrics": sorted(ds.data_vars),
-    "per_image": list(measures.summary_variables()),
     "calibrated": list(core.CALIBRATED),
     "nulls": list(core.NULLS),
     "predictors": list(fixed_size.PREDICTORS),
-    "ids": [i for i in hypotheses.HYPOTHESES if "top1_cos" in i],
+    "ids": [i for i in hypotheses.HYPOTHESES if "probe" in i],
     "figure_measures": {k: v for k, v in common.MEASURES.items() if isinstance(v, str)},
-    "label": common.LABELS.get("top1_cos"),
+    "label": common.LABELS.get("probe"),
     "calibration_columns": list(calibration.COLUMNS),
-    "long_name": cf.attributes("depth_top1_cos_u")[0],
-    "cos": float(ds["depth_top1_cos_u"].isel(prompt=0, layer=0, layer_ref=1)),
+    "labels": labels,
+    "dims": {m.name: [list(m.dims), list(ds[f"depth_{m.name}"].dims)] for m in measures.MEASURES},
+    "guarded": list(finite.SUMMARIES),
+    "cos": float(ds["depth_probe_cos"].isel(prompt=0, layer=0, layer_ref=1)),
     "direct": abs(float(u[0, :, 0] @ u[1, :, 0])),
-    "vit_uses_registry": vit_results.summary_variables is measures.summary_variables,
     "captions": measures.caption_list(),
 }))
 """
 
 
-def test_a_measure_added_to_the_registry_reaches_every_consumer() -> None:
+def test_a_measure_added_to_the_registry_reaches_every_consumer(tmp_path: Path) -> None:
     """The top-1 cosine, added by one registry entry in a fresh interpreter, is computed by the
-    metrics (against the stored singular vectors themselves), kept for the ViT grid dataset,
-    tabulated, tested, labelled, captioned and named in the NetCDF files."""
+    metrics (against the stored singular vectors themselves) with the dims its entry declares,
+    written to NetCDF with the long names of its variable, its summary and its chance level,
+    guarded against NaN, tabulated, tested, labelled and
+    captioned."""
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, str(Path(__file__).parent)],
+        [sys.executable, "-c", PROBE, str(Path(__file__).parent), str(tmp_path / "coupling.nc")],
         capture_output=True,
         text=True,
         check=True,
     )
     seen = json.loads(out.stdout)
-    assert {"depth_top1_cos_u", "top1_cos", "top1_cos_null"} <= set(seen["metrics"])
-    assert {"top1_cos", "top1_cos_null"} <= set(seen["per_image"])  # the ViT grid dataset
-    assert seen["calibrated"][-1] == "top1_cos" and seen["nulls"][-1] == "top1_cos_null"
-    assert "top1_cos" in seen["predictors"]
-    assert "fixed_size_top1_cos_vs_bpb" in seen["ids"] and "vit_sd_effect_top1_cos" in seen["ids"]
-    assert seen["figure_measures"]["top1_cos"] == "top1_cos_null"
+    assert {"depth_probe_cos", "probe", "probe_null"} <= set(seen["metrics"])
+    assert {"probe", "probe_null", "overlap_u", "overlap_v"} <= set(seen["guarded"])
+    assert seen["calibrated"][-1] == "probe" and seen["nulls"][-1] == "probe_null"
+    assert "probe" in seen["predictors"]
+    assert "fixed_size_probe_vs_bpb" in seen["ids"] and "vit_sd_effect_probe" in seen["ids"]
+    assert seen["figure_measures"]["probe"] == "probe_null"
     assert seen["label"] == "top-1 cosine"
-    assert seen["calibration_columns"][-4:-2] == ["top1_cos", "top1_cos_null"]
-    assert seen["long_name"].endswith("|cos| of the top-1 left singular vectors")
-    assert seen["vit_uses_registry"]
+    assert seen["calibration_columns"][-4:-2] == ["probe", "probe_null"]
+    assert seen["labels"] == {
+        "depth_probe_cos": ["depth-wise: |cos| of the top-1 left singular vectors", "1"],
+        "probe": ["mean |cos|", "1"],
+        "probe_null": ["probe at chance", "1"],
+    }
+    for name, (declared, computed) in seen["dims"].items():
+        assert declared == computed, name
     assert (
         "top-1 cosine (mean |cos|; no effect: E|cos| of unrelated unit vectors)" in seen["captions"]
     )

@@ -14,17 +14,14 @@ from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, VOCAB
 
 from blockcoupling.jacobians.adapters import ADAPTERS, UnknownArchitectureError, blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.lm.models import (
-    LoadOptions,
+from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin, random_twin
+from blockcoupling.lm.sources import (
     ModelSource,
     ModelSourceError,
     Resolved,
     assemble_package_file,
-    load_model,
-    load_random_twin,
     package_folder,
     parse_source,
-    random_twin,
     resolve,
 )
 
@@ -214,7 +211,8 @@ def test_a_converted_gguf_loads_as_the_gguf_does(
     bit, its tokenization, and the same seeded random-init twin (``smollm2_gguf``: what the GGUF
     load gave in this run); the job reads it through the spec's ``converted`` key, with the
     GGUF named in the provenance attrs."""
-    from blockcoupling.lm.models import is_local_gguf, load_for_job
+    from blockcoupling.lm.models import load_for_job
+    from blockcoupling.lm.sources import is_local_gguf
 
     assert is_local_gguf(SMOLLM2) and is_local_gguf({"package": "x", "assemble": True})
     assert not is_local_gguf({"path": str(tmp_path)}) and not is_local_gguf({"hub": "a/b"})
@@ -328,8 +326,9 @@ def test_4bit_loading_gets_the_quantization_knob() -> None:
 def test_a_4bit_setting_without_4bit_loading_stops_the_config_check() -> None:
     import yaml
 
-    from blockcoupling.pipeline.checks import check_config, validate_config
+    from blockcoupling.pipeline.checks import check_config
     from blockcoupling.pipeline.errors import ConfigError
+    from blockcoupling.pipeline.schema_check import validate_config
 
     repo = Path(__file__).resolve().parents[1]
     config = yaml.safe_load((repo / "config" / "smoke.yaml").read_text())

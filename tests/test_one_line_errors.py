@@ -142,8 +142,8 @@ SCHEMA_ERRORS = [
 def test_a_schema_error_is_one_line_naming_the_key_path(
     change: Callable[[dict], None], message: str
 ) -> None:
-    from blockcoupling.pipeline.checks import validate_config
     from blockcoupling.pipeline.errors import ConfigError
+    from blockcoupling.pipeline.schema_check import validate_config
 
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     change(config)

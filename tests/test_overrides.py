@@ -11,9 +11,9 @@ import pytest
 import yaml
 from conftest import REPO, SCHEMA, snakemake
 
-from blockcoupling.pipeline.checks import validate_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.overrides import coerce_overrides
+from blockcoupling.pipeline.schema_check import validate_config
 
 
 def smoke_with(overrides: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def test_value_ranges(models):
     assert (models["params"] >= 1e8).all() and (models["train_tokens"].dropna() >= 1e10).all()
     assert set(models["pos_encoding"]) == {"RoPE", "ALiBi", "Sine"}
     # The declared GPU memory holds at least the weights in their storage format (the planner,
-    # blockcoupling.pipeline.cost, checks the whole job: tests/test_house.py runs it on the
+    # blockcoupling.pipeline.cost, checks the whole job: tests/test_plan.py runs it on the
     # paper config)
     per_param = (
         models["quantization"]

@@ -39,8 +39,9 @@ import json, sys
 from blockcoupling.lm import hub
 from blockcoupling.lm import lockfile
 from blockcoupling.lm import prompts
+from blockcoupling.pipeline.hub_settings import HubSettings
 repo, cache, revision, lock = sys.argv[1:5]
-settings = hub.HubSettings(cache_dir=cache)
+settings = HubSettings(cache_dir=cache)
 target = settings.dataset_folder(repo, revision)
 commit = lockfile.locked_commit(lock, "dataset", repo, revision)
 manifest = hub.fetch_dataset(repo, "ARC-Challenge", target, revision, commit)

@@ -32,7 +32,7 @@ from blockcoupling.jacobians import statistics as coupling
 from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.spectral import svd
-from blockcoupling.lm import models
+from blockcoupling.lm import models, sources
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,7 +52,7 @@ def loaded(smollm2_folder):
     """(model, twin, tokenizer) from the GGUF's converted folder (conftest; the same weights, as
     the workflow's jobs read it); conftest pins one torch thread (on the shared 2-core machine two
     threads were ~2x slower for these Jacobians, bench/jacobian_speed.py)."""
-    model, tokenizer = models.load_model(models.parse_source({"path": str(smollm2_folder)}))
+    model, tokenizer = models.load_model(sources.parse_source({"path": str(smollm2_folder)}))
     twin = models.random_twin(model, seed=0)
     return model, twin, tokenizer
 

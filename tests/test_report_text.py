@@ -6,8 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from blockcoupling.pipeline.checks import check_config, validate_config
+from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.report_text import report_models
+from blockcoupling.pipeline.schema_check import validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,19 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, fake_slurm
 
-from blockcoupling.pipeline import slurm
-from blockcoupling.pipeline.slurm import (
-    ENV,
-    JOB_GROUPS,
-    Needs,
-    Nodes,
-    SlurmError,
-    SlurmSettings,
-    gpus_in,
-    job_request,
-    minutes,
-    parse_sinfo,
-)
+from blockcoupling.pipeline import slurm, slurm_nodes
+from blockcoupling.pipeline.slurm import ENV, JOB_GROUPS, SlurmSettings
+from blockcoupling.pipeline.slurm_fit import Needs, partition_request
+from blockcoupling.pipeline.slurm_nodes import Nodes, SlurmError, gpus_in, minutes, parse_sinfo
 
 # sinfo -h -N -o "%P|%c|%m|%G|%l" of a cluster with a default CPU partition and a GPU partition
 # (the first line is what the CI's single-node cluster printed).
@@ -43,7 +34,7 @@ def settings(**env: str) -> SlurmSettings:
 
 
 def request(needs: Needs, defaults=(8000, 720), **env: str):
-    return job_request("models.m (extract)", needs, defaults, settings(**env), NODES.get)
+    return partition_request("models.m (extract)", needs, defaults, settings(**env), NODES.get)
 
 
 def test_settings_default_to_the_clusters_defaults() -> None:
@@ -164,7 +155,7 @@ def test_needs_no_node_meets_stop_with_one_line(needs: Needs, env: dict, message
 
 
 def test_without_sinfo_nothing_is_capped_or_checked() -> None:
-    job = job_request(
+    job = partition_request(
         "m", Needs(threads=999, mem_mb=10**7, gpu_mem_gb=240), (1, 1), settings(), lambda p: None
     )
     assert (job.mem_mb, job.runtime, job.gpus) == (10**7, 1, 3)
@@ -232,18 +223,18 @@ def test_a_controller_that_does_not_answer_is_said_in_one_line(
 ) -> None:
     fake_slurm(tmp_path, scontrol_sleep=5)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.setattr(slurm, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(slurm_nodes, "TIMEOUT_S", 0.5)
     assert settings().status_command() is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the Slurm controller does not answer" in err[0]
 
 
 def test_runtime_is_the_planned_time_with_a_safety_factor_and_floor_doubled_on_a_retry() -> None:
-    from blockcoupling.pipeline import cost
+    from blockcoupling.pipeline import slurm_sizing
 
-    assert cost.runtime_minutes(0) == cost.RUNTIME_FLOOR_MIN
-    assert cost.runtime_minutes(3600) == 3 * 60  # 3x an hour
-    assert cost.runtime_minutes(3600, attempt=2) == 2 * 3 * 60
+    assert slurm_sizing.runtime_minutes(0) == slurm_sizing.RUNTIME_FLOOR_MIN
+    assert slurm_sizing.runtime_minutes(3600) == 3 * 60  # 3x an hour
+    assert slurm_sizing.runtime_minutes(3600, attempt=2) == 2 * 3 * 60
 
 
 def test_no_rule_asks_more_time_than_its_partition_allows(tmp_path: Path) -> None:
@@ -292,21 +283,21 @@ def paper_plan():
 
 @pytest.mark.parametrize("limit", [24 * 60, 18 * 60])
 def test_shards_follow_from_the_time_limit_and_each_attempt_fits(limit: int) -> None:
-    from blockcoupling.pipeline import cost
+    from blockcoupling.pipeline import cost, slurm_sizing
 
     plan = paper_plan()
-    sized = cost.sized_plan(plan, lambda model: ("gpu", limit), lambda model: cost.GPU)
+    sized = slurm_sizing.sized_plan(plan, lambda model: ("gpu", limit), lambda model: cost.GPU)
     for model in plan.models:
         entry = plan.models[model]
         shape = cost.shape_of(entry.meta, entry.load)
         first, count = sized.shards(model)[0]
         assert sum(n for _, n in sized.shards(model)) == plan.n_prompts
         seconds = [
-            cost.extract_job_seconds(sized, model, part, True)
+            slurm_sizing.extract_job_seconds(sized, model, part, True)
             for part in [first for first, _ in sized.shards(model)] + sized.token_jobs(model)[:1]
         ]
         for value in seconds:  # the retry of every job fits, none capped
-            assert cost.runtime_minutes(value, 2, limit) <= limit, (model, limit)
+            assert slurm_sizing.runtime_minutes(value, 2, limit) <= limit, (model, limit)
         if model in sized.shard_sizes:  # resized: one more prompt per shard would not fit
             bigger = cost.extract_cost(
                 shape,
@@ -315,22 +306,24 @@ def test_shards_follow_from_the_time_limit_and_each_attempt_fits(limit: int) -> 
                 cost.GPU,
             )
             over = sum(bigger["seconds"].values()) + cost.GPU.overhead
-            assert cost.runtime_minutes(over, 2, limit) > limit
+            assert slurm_sizing.runtime_minutes(over, 2, limit) > limit
     # the longest job of the paper suite asks 1,779 min (llama-3-70b) in its configured shards
     assert max(r.job_seconds for r in cost.plan_costs(plan)) * 3 / 60 > 24 * 60
     assert (
         "llama-3-70b"
-        in cost.sized_plan(plan, lambda model: ("gpu", 24 * 60), lambda model: cost.GPU).shard_sizes
+        in slurm_sizing.sized_plan(
+            plan, lambda model: ("gpu", 24 * 60), lambda model: cost.GPU
+        ).shard_sizes
     )
 
 
 def test_a_job_that_no_shard_size_fits_is_refused_in_one_line() -> None:
-    from blockcoupling.pipeline import cost
+    from blockcoupling.pipeline import cost, slurm_sizing
 
     plan = paper_plan()
     # 8 hours: llama-3-70b's shards fit, but one token prompt's own job (~136 min x 3 x 2) not
-    with pytest.raises(cost.TooLong) as error:
-        cost.sized_plan(plan, lambda model: ("gpu", 8 * 60), lambda model: cost.GPU)
+    with pytest.raises(slurm_sizing.TooLong) as error:
+        slurm_sizing.sized_plan(plan, lambda model: ("gpu", 8 * 60), lambda model: cost.GPU)
     message = str(error.value)
     assert "\n" not in message
     assert re.match(
@@ -339,8 +332,8 @@ def test_a_job_that_no_shard_size_fits_is_refused_in_one_line() -> None:
         r"with a longer time limit .*, or lower extract.token_max_tokens or token_layers$",
         message,
     ), message
-    with pytest.raises(cost.TooLong, match=r"\(extract_shard\).* allows 1 min"):
-        cost.sized_plan(plan, lambda model: ("short", 1), lambda model: cost.CPU)
+    with pytest.raises(slurm_sizing.TooLong, match=r"\(extract_shard\).* allows 1 min"):
+        slurm_sizing.sized_plan(plan, lambda model: ("short", 1), lambda model: cost.CPU)
 
 
 def test_check_config_with_the_profile_runs_the_same_checks(

@@ -10,7 +10,7 @@ import xarray as xr
 from scipy import stats as sps
 
 from blockcoupling.files import io
-from blockcoupling.stats import checkpoints, core, crossmodel
+from blockcoupling.stats import calibration, checkpoints, core, crossmodel
 from blockcoupling.stats.selection import Bootstrap, Selection
 
 Z95 = 1.959963984540054  # standard normal 97.5% quantile
@@ -438,6 +438,21 @@ def test_emergence_summary_describes_each_curve():
     assert out.loc["a", "decline"] == pytest.approx(0.3)
     assert out.loc["b", "peak_step"] == 400 and out.loc["b", "decline"] == 0
     assert "shape" not in out  # no verdict from an argmax judged against its own interval
+
+
+def test_k_above_rank_flags_the_emergence_claims_from_checkpoint_suites():
+    ds, history, traj = make_checkpoints()
+    rank = np.full((2, 3, ds.sizes["prompt"], 3), 10.0)
+    rank[1, 2] = 2.0  # m1 at step 100: median rank 2 < K = 4
+    ds["effective_rank"] = (("model", "step", "prompt", "layer"), rank)
+    table = checkpoints.checkpoint_table(ds, history, traj, boot=Bootstrap(n_boot=0))
+    assert row(table, model="m1", step=100)["effective_rank"] == 2.0
+    flags, warnings = calibration.rank_flags(None, table, 4)
+    text = warnings["checkpoint suites"]
+    assert "1 of 2 checkpoint run(s) at step(s) 100" in text and "lowest 2.0" in text
+    assert flags["emergence_relaxation"] == text and flags["emergence_final_vs_init"] == text
+    assert "fixed_size_trained_vs_random" not in flags
+    assert calibration.rank_flags(None, table, 2) == ({}, {})
 
 
 def test_checkpoint_table_drops_steps_a_model_never_had():

@@ -139,6 +139,111 @@ def test_holm_runs_over_the_declared_primaries_alone():
     assert np.isnan(got.loc["c", "p_holm"]) and not got.loc["c", "primary"]
 
 
+def test_a_primary_verdict_needs_cr1_and_the_wild_bootstrap_to_agree():
+    # a: CR1 p 0.001 but wild p 0.09 (they disagree); b: both small
+    rows = [
+        inference.analysis_row(n, "run", 10, "m", 1.0, 0.5, 1.5, p, p_wild=w)
+        for n, p, w in [
+            ("emergence_final_vs_init", 0.001, 0.09),
+            ("emergence_relaxation", 0.01, 0.005),
+        ]
+    ]
+    got = inference.combine_analyses(
+        [inference.analysis_table(rows)], ["emergence_final_vs_init", "emergence_relaxation"]
+    )
+    np.testing.assert_allclose(got["p_holm"], [0.09, 0.02])  # Holm over the larger p of each
+    table = claims.claims_table(got, ("emergence_final_vs_init", "emergence_relaxation"))
+    by = {c.analysis: row for c, (_, row) in zip(claims.CLAIMS, table.iterrows())}
+    a, b = by["emergence_final_vs_init"], by["emergence_relaxation"]
+    assert a["p"] == 0.001 and a["p_wild"] == 0.09
+    assert a["verdict"].startswith("inconclusive: the t test (p = 0.001) and the wild cluster")
+    assert b["verdict"] == "reproduced"
+    assert "| 0.001 | 0.09 | 0.09 |" in claims.claims_markdown(table, "abc")
+    explored = claims.verdict(pd.Series(dict(rows[0], primary=False)), +1)
+    assert explored == "exploratory: the paper's direction, p = 0.001, wild p = 0.09 unadjusted"
+
+
+def test_the_tests_disagree_when_only_holm_over_the_larger_p_separates_them():
+    # the default's emergence rows: t p ~1e-4, wild p 2/64 (its floor with 6 runs): both below
+    # 0.05 unadjusted, but Holm over the larger p of four primaries is not
+    rows = [
+        inference.analysis_row(n, "run", 6, "m", 0.11, 0.086, 0.135, p, p_wild=0.03125)
+        for n, p in [
+            ("emergence_final_vs_init", 8.7e-5),
+            ("emergence_relaxation", 4.5e-4),
+            ("emergence_locality", 6.1e-5),
+            ("tokens_self", 1.4e-4),
+        ]
+    ]
+    primary = (
+        "emergence_final_vs_init",
+        "emergence_relaxation",
+        "emergence_locality",
+        "tokens_self",
+    )
+    got = inference.combine_analyses([inference.analysis_table(rows)], primary)
+    assert (got["p_holm"] >= 0.05).all()
+    table = claims.claims_table(got, primary)
+    verdict = table.loc[table["claim"] == claims.claim_of("emergence_final_vs_init"), "verdict"]
+    assert verdict.iloc[0].startswith(
+        "inconclusive: the t test (p = 8.7e-05) and the wild cluster bootstrap (p = 0.031) "
+        "disagree about significance (Holm p 0.00026 from the t tests, 0.12 from the larger p)"
+    ), verdict.iloc[0]
+
+
+def test_refuted_only_at_the_papers_scale():
+    # emergence_relaxation: the paper's claim is about Pythia 6.9B/12B over 143k steps
+    rows = [inference.analysis_row("emergence_relaxation", "run", 6, "t", -0.1, -0.15, -0.05, 1e-4)]
+    analyses = inference.combine_analyses(
+        [inference.analysis_table(rows)], ["emergence_relaxation"]
+    )
+    table = claims.claims_table(analyses, ("emergence_relaxation",))
+    got = table.loc[table["claim"] == claims.claim_of("emergence_relaxation"), "verdict"].iloc[0]
+    assert got.startswith("not reproduced in this design: the opposite direction")
+    assert "Pythia 6.9B and 12B over 143k steps" in got and "refuted" not in got
+    assert claims.verdict(analyses.iloc[0], +1) == "refuted"  # a design at the paper's scale
+    assert all(c.scale for c in claims.CLAIMS if c.analysis.startswith(("emergence", "vit")))
+
+
+def test_no_effect_of_the_declared_size_only_from_a_declared_tost():
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    # vit_sd_effect's estimate and 95% t(15) interval: those of a sample of 16 (independent
+    # TOST: statsmodels' ttost_mean on that sample)
+    x = np.random.default_rng(5).normal(-0.011, 0.07, 16)
+    x = -0.011 + (x - x.mean()) * 0.0175 / (x.std(ddof=1) / 4)  # mean -0.011, se 0.0175
+    sample = DescrStatsW(x)
+    low, high = sample.tconfint_mean(0.05)
+    rows = [
+        inference.analysis_row(
+            "vit_sd_effect", "run", 20, "OLS", x.mean(), low, high, 0.54, note="sd; df=15"
+        ),
+        inference.analysis_row("emergence_final_vs_init", "run", 6, "t", 0.1, 0.08, 0.12, 0.004),
+    ]
+    declared = {
+        "vit_sd_effect": {"effect": 0.05, "source": "s", "equivalence": 0.05},
+        "emergence_final_vs_init": {"effect": 0.05, "source": "s"},
+    }
+    got = inference.combine_analyses([inference.analysis_table(rows)], declared)
+    got = got.set_index("analysis")
+    tost = got.loc["vit_sd_effect_equivalence"]
+    assert tost["p"] == pytest.approx(sample.ttost_mean(-0.05, 0.05)[0]) and tost["primary"]
+    ids = ["vit_sd_effect", "emergence_final_vs_init", "vit_sd_effect_equivalence"]
+    np.testing.assert_allclose(got.loc[ids, "p_holm"], core.holm([0.54, 0.004, tost["p"]]))
+    assert tost["p_holm"] < 0.05  # 0.021 x 2
+    table = claims.claims_table(got.reset_index(), declared)
+    row = table[table["claim"] == claims.claim_of("vit_sd_effect")].iloc[0]
+    assert row["verdict"].startswith(
+        "not reproduced in this design: no effect of the declared size (TOST"
+    )
+    assert "declared equivalence: TOST" in row["limits"]
+    # the same interval without a declared bound: no equivalence verdict
+    undeclared = {k: {"effect": 0.05, "source": "s"} for k in declared}
+    plain = claims.claims_table(got.drop(index=ids[2]).reset_index(), undeclared)
+    verdict = plain[plain["claim"] == claims.claim_of("vit_sd_effect")].iloc[0]["verdict"]
+    assert "no effect" not in verdict
+
+
 SIGNIFICANT = dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.02)
 NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
 
@@ -151,7 +256,7 @@ NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
         (SIGNIFICANT, True, -1, 0.1, 0.9, "refuted"),
         (SIGNIFICANT | dict(p_holm=0.08), True, 1, 0.1, 0.3, "inconclusive: underpowered (0.30"),
         (SIGNIFICANT | dict(p_holm=0.08), True, 1, 0.1, 0.9, "inconclusive: powered (0.90)"),
-        (NULL, True, 1, 0.1, 0.3, "inconclusive: no effect of the declared size"),
+        (NULL, True, 1, 0.1, 0.3, "inconclusive: underpowered"),  # no declared TOST
         (NULL, True, 1, 0.05, 0.3, "inconclusive: underpowered"),
         (NULL | dict(ci_low=np.nan, ci_high=np.nan), True, 1, 0.1, np.nan, "inconclusive: its"),
         # exploratory rows: a direction and an unadjusted p, never reproduced / refuted
@@ -195,7 +300,7 @@ def test_claims_table_carries_declared_effect_power_and_flags():
     by = {c.analysis: row for c, (_, row) in zip(claims.CLAIMS, table.iterrows())}
     final = by["emergence_final_vs_init"]
     assert final["primary"] and final["effect"] == 0.05 and final["power"] == 0.93
-    assert final["verdict"].startswith("inconclusive: no effect of the declared size")
+    assert final["verdict"].startswith("inconclusive: powered (0.93)")  # no declared TOST
     low = claims.claims_table(analyses, declared, power.assign(power=0.3, n_for_target=40))
     row = low[low["claim"] == final["claim"]].iloc[0]
     assert row["power"] == 0.3 and "80% needs 40 units" in row["limits"]
@@ -459,6 +564,26 @@ def test_power_simulation_is_the_noncentral_t():
     assert np.isnan(table.loc["b", "power"])
 
 
+def test_power_of_a_cr1_test_counts_clusters_not_runs():
+    # a CR1 pilot: 20 runs in 10 configurations, t(9); the design's units are clusters (df G - 1)
+    se = 0.2
+    half = se * sps.t.ppf(0.975, 9)
+    note = "y ~ x; CR1 by group, t(9)"
+    pilot = pd.DataFrame(
+        [dict(analysis="a", estimate=0.1, ci_low=0.1 - half, ci_high=0.1 + half, n=20, note=note)]
+    )
+    row = power.pilot_power(pilot, {"a": {"effect": 0.5}}, {"a": 40}).set_index("analysis").loc["a"]
+    assert row["pilot_n"] == 10 and row["n"] == 40 and row["df"] == 39
+    crit = sps.t.ppf(1 - 0.05 / 2, 39)
+    exact = sps.nct.sf(crit, 39, 0.5 / (se * np.sqrt(10 / 40))) + sps.nct.cdf(
+        -crit, 39, 0.5 / (se * np.sqrt(10 / 40))
+    )
+    assert row["power"] == pytest.approx(exact, abs=0.012)
+    g = int(row["n_for_target"])  # the smallest number of clusters with 80%, at G - 1 df
+    assert power.simulated_power(0.5, se * np.sqrt(10 / g), g - 1, 0.05) >= 0.8
+    assert power.simulated_power(0.5, se * np.sqrt(10 / (g - 1)), g - 2, 0.05) < 0.8
+
+
 def test_split_half_peak_has_no_selection_bias_under_the_null():
     """Flat curves (pure noise): the argmax of all prompts' means is biased above the first
     step; the peak chosen on one half and measured on the other is not."""
@@ -498,8 +623,30 @@ def test_vit_sd_effect_has_seed_as_a_block_and_accuracy_a_within_rate_slope():
     assert effect["estimate"] == pytest.approx(beta[1]) and effect["n"] == 20
     assert effect["primary"] and "C(seed)" in effect["note"] and "df=15" in effect["note"]
     within = out.loc["vit_accuracy_within_rate"]
-    assert within["ci_low"] > 0 and "C(sd)" in within["note"]
+    assert "C(sd)" in within["note"] and "C(seed)" in within["note"]
     assert "not measured" in out.loc["vit_sd_effect_overlap_u", "note"]
+
+
+def test_vit_accuracy_within_rate_blocks_on_seed():
+    # seeds shift excess and accuracy in opposite directions; within a seed, accuracy rises
+    # 0.05 per unit excess: only a seed block recovers the within-seed slope
+    rng = np.random.default_rng(3)
+    runs = pd.DataFrame(
+        [dict(sd=sd, wd=0.05, seed=s) for sd in (0.0, 0.1, 0.2, 0.3, 0.4) for s in range(4)]
+    )
+    block = np.array([-1.0, -0.3, 0.4, 1.1])[runs["seed"]]
+    within = rng.normal(size=len(runs))
+    runs["coupling_excess"] = block + within
+    runs["coupling"] = runs["coupling_excess"] - 1
+    runs["test_accuracy"] = 0.8 - 0.05 * block + 0.05 * within + 0.001 * rng.normal(size=20)
+    row = vit.vit_analyses(runs).set_index("analysis").loc["vit_accuracy_within_rate"]
+    z = (runs["coupling_excess"] - runs["coupling_excess"].mean()) / runs["coupling_excess"].std()
+    dummies = [runs[c] == v for c in ("sd", "seed") for v in sorted(runs[c].unique())[1:]]
+    X = np.column_stack([np.ones(20), z, *dummies])
+    beta = np.linalg.lstsq(X, runs["test_accuracy"], rcond=None)[0]
+    assert row["estimate"] == pytest.approx(beta[1])
+    assert row["estimate"] == pytest.approx(0.05 * runs["coupling_excess"].std(), rel=0.05)
+    assert "C(seed)" in row["note"] and "df=11" in row["note"]
 
 
 def test_vit_rate_intervals_need_five_seeds():

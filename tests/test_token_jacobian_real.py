@@ -31,7 +31,8 @@ from tiny_models import float64_exact
 
 from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.lm.models import ModelSource, assemble_package_file, load_model, parse_source
+from blockcoupling.lm.models import load_model
+from blockcoupling.lm.sources import ModelSource, assemble_package_file, parse_source
 
 pytestmark = pytest.mark.slow
 TEXT = (

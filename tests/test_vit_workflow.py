@@ -3,13 +3,12 @@ combined file has the grid dims, and reruns touch exactly what changed."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, snakemake
+from conftest import REPO, copy_run, job_stats, snakemake
 
 from blockcoupling.files.io import read_netcdf
 
@@ -27,11 +26,7 @@ def planned(folder: Path) -> dict[str, int]:
     """Rule -> job count of a dry run of the ViT targets."""
     result = snakemake(folder, "-n", *TARGETS)
     assert result.returncode == 0, result.stdout + result.stderr
-    text = result.stdout + result.stderr
-    if "Nothing to be done" in text:
-        return {}
-    table = text.split("Job stats:")[1].split("total")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    return job_stats(result.stdout + result.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +40,8 @@ def done(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def variant(done: Path, tmp_path: Path, change) -> Path:
-    folder = tmp_path / "run"
-    shutil.copytree(done, folder, symlinks=True)
+    """A copy of the finished run whose vit section ``change`` edits."""
+    folder = copy_run(done, tmp_path)
     config = yaml.safe_load((folder / "config.yaml").read_text())
     change(config["vit"])
     # in the config's own key order: the ViT figures quote claims.csv, so the language-model

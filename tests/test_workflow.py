@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SCHEMA, snakemake
+from conftest import REPO, SCHEMA, copy_run, job_stats, snakemake
 
 from blockcoupling.pipeline.plan import EXTRACTED
 
@@ -88,8 +88,7 @@ def dry_run(
     text = result.stdout + result.stderr
     if "Nothing to be done" in text:
         return {}, set()
-    table = text.split("Job stats:")[1].split("total")[0]
-    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+    jobs = job_stats(text)
     jobs.pop("all", None)
     changed, current = set(), None
     for line in text.splitlines():
@@ -121,8 +120,7 @@ def done(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def variant(done: Path, tmp_path: Path, change) -> Path:
     """A copy of the finished run with a changed config (metadata and mtimes kept)."""
-    folder = tmp_path / "run"
-    shutil.copytree(done, folder, symlinks=True)
+    folder = copy_run(done, tmp_path)
     config = copy.deepcopy(MINIMAL)
     change(config, folder)
     write_config(folder, config)
@@ -162,8 +160,9 @@ def test_every_documented_output_is_produced(done: Path, monkeypatch: pytest.Mon
     """Each output docs/datasets.md documents is a file of the minimal run (but those of the
     features it leaves off, each with its reason), and so is each target of its plan
     (``Plan.targets``, and the figures whose input is among them, as rules/figures.smk asks)."""
-    from blockcoupling.pipeline.checks import check_config, validate_config
+    from blockcoupling.pipeline.checks import check_config
     from blockcoupling.pipeline.figure_registry import FIGURES
+    from blockcoupling.pipeline.schema_check import validate_config
 
     made = [str(p.relative_to(done)) for p in (done / "results").rglob("*") if p.is_file()]
     documented = documented_outputs((REPO / "docs" / "datasets.md").read_text(encoding="utf-8"))

@@ -223,7 +223,8 @@ def _workflow_dir(given: Path | None) -> Path:
 
 def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool = True) -> Any:
     """The workflow's ``Plan`` of a config file: schema defaults and every check applied."""
-    from blockcoupling.pipeline.checks import check_config, validate_config
+    from blockcoupling.pipeline.checks import check_config
+    from blockcoupling.pipeline.schema_check import validate_config
 
     folder = _workflow_dir(workflow_dir)
     try:
@@ -240,19 +241,19 @@ def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool =
 
 
 def check_slurm(plan: Any) -> str:
-    """The Slurm checks of the slurm profile (``slurm.check_plan`` against sinfo's nodes, the
+    """The Slurm checks of the slurm profile (``slurm_fit.check_plan`` against sinfo's nodes, the
     ``BLOCKCOUPLING_SLURM_*`` settings); raises ``SlurmError`` naming the setting.
     """
-    from blockcoupling.pipeline import slurm
+    from blockcoupling.pipeline import slurm, slurm_fit, slurm_nodes
 
     settings = slurm.SlurmSettings.from_env()
     try:
-        if slurm.read_nodes(settings.partition) is None:
+        if slurm_nodes.read_nodes(settings.partition) is None:
             return "; Slurm: sinfo did not answer, nothing checked"
-    except slurm.SlurmError:  # no such partition: check_plan names the setting
+    except slurm_nodes.SlurmError:  # no such partition: check_plan names the setting
         pass
-    threads = min(plan.config["extract"]["threads"], settings.max_threads() or sys.maxsize)
-    slurm.check_plan(plan, settings, threads)
+    threads = min(plan.threads("extract"), settings.max_threads() or sys.maxsize)
+    slurm_fit.check_plan(plan, settings, threads)
     return "; Slurm: every job fits a node of its partition"
 
 
@@ -262,7 +263,7 @@ def check_config_file(
     """Validate a config file as the workflow does; return a one-paragraph summary and a line
     per warning (K above d/8).
     """
-    from blockcoupling.pipeline.checks import k_warnings
+    from blockcoupling.pipeline.k_warnings import k_warnings
 
     plan = load_plan(file, workflow_dir)
     jobs = sum(
@@ -270,8 +271,8 @@ def check_config_file(
         for name, e in plan.models.items()
     )
     vit = (
-        f"; ViT sweep: {len(plan.vit.points)} ViTs on {plan.vit.section['dataset']} "
-        f"({len(plan.vit.sd)} rates x {len(plan.vit.wd)} weight decays x "
+        f"; ViT sweep: {len(plan.vit.points)} ViTs on {plan.vit.base['dataset']} "
+        f"({len(plan.vit.drop_path_rate)} rates x {len(plan.vit.weight_decay)} weight decays x "
         f"{len(plan.vit.seeds)} seeds)"
         if plan.vit
         else ""
@@ -291,7 +292,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     """The cost table of a config's extract/evaluate jobs, and whether every GPU job fits."""
     from dataclasses import replace
 
-    from blockcoupling.pipeline import cost
+    from blockcoupling.pipeline import cost, hub_volume, plan_table, slurm_sizing
 
     if args.gpu_tflops is not None and not 0 < args.gpu_tflops < float("inf"):
         raise ValueError(
@@ -303,7 +304,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         raise ValueError(f"--csv {args.csv}: {what}; name a CSV file, e.g. --csv plan.csv")
     limit = None
     if args.time_limit:
-        from blockcoupling.pipeline.slurm import minutes
+        from blockcoupling.pipeline.slurm_nodes import minutes
 
         try:
             limit = minutes(args.time_limit)
@@ -329,7 +330,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         )
     if args.time_limit:
         where = f"of --time-limit {args.time_limit}"
-        plan = cost.sized_plan(
+        plan = slurm_sizing.sized_plan(
             plan, lambda model: (where, limit), lambda m: gpu if plan.on_gpu(m) else cost.CPU
         )
     rows = cost.plan_costs(plan, gpu=gpu)
@@ -345,7 +346,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
                     "device": "gpu" if r.on_gpu else "cpu",
                     "hours": r.seconds / 3600,
                     "hours_per_job": r.job_seconds / 3600,
-                    "runtime_min": cost.runtime_minutes(r.job_seconds, 1, limit),
+                    "runtime_min": slurm_sizing.runtime_minutes(r.job_seconds, 1, limit),
                     "peak_gb": r.peak_bytes / cost.GB,
                     "gpu_mem_gb": r.declared_gb,
                     "output_gb": r.output_bytes / cost.GB,
@@ -357,18 +358,18 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         frame.to_csv(args.csv, index=False)
     header = (
         f"{args.configfile}: {len(plan.models)} models, {plan.n_prompts} prompts, "
-        f"max_tokens {plan.config['extract'].get('max_tokens')} (null counts as "
+        f"max_tokens {plan.measure.max_tokens} (null counts as "
         f"{cost.DEFAULT_TOKENS})"
     )
-    download, peak, revisions = cost.hub_volume(plan)
+    download, peak, revisions = hub_volume.hub_volume(plan)
     bound = plan.hub.max_revisions
     hub = (
         f"hub: {download / cost.GB:,.0f} GB to download ({revisions} model revisions at "
-        f"{cost.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
+        f"{hub_volume.HUB_BYTES_PER_PARAM} bytes/parameter), peak cache {peak / cost.GB:,.0f} GB "
         f"(hub.max_revisions={bound if bound is not None else 'all'}"
         + ("; every revision fetched ahead)" if bound is None else ")")
     )
-    table = cost.plan_table(rows, gpu=gpu, limit=limit)
+    table = plan_table.plan_table(rows, gpu=gpu, limit=limit)
     return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)
 
 
@@ -397,7 +398,8 @@ def measure_source(args: argparse.Namespace) -> str:
     from blockcoupling.coupling.finite import require_rank
     from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
     from blockcoupling.jacobians.extract import MeasureConfig, measure
-    from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin, parse_source
+    from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin
+    from blockcoupling.lm.sources import parse_source
     from blockcoupling.runtime.device import resolve_device
 
     if args.threads:
@@ -449,11 +451,12 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
     """
     from blockcoupling.lm import hub
     from blockcoupling.lm.hub_names import check_fetch_folder
+    from blockcoupling.pipeline.hub_settings import HubSettings
 
     hub.go_online()  # before check_fetch_folder imports huggingface_hub
     cache, kind, _ = check_fetch_folder(folder, repo, revision)
     manifest = hub.fetch_model(repo, revision, folder)
-    target = hub.HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
+    target = HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
     hub.write_manifest(manifest, target)
     size = manifest["bytes"] / 1e9
     return f"{repo}@{revision}: {len(manifest['files'])} files, {size:.2f} GB in {folder}"

@@ -9,13 +9,16 @@ from collections.abc import Iterable
 import numpy as np
 import xarray as xr
 
+from blockcoupling.coupling.registry import summary_variables
+
 WEIGHTS = "check the model's weights for NaN/Inf: a non-finite value is not written"
 CHANGED = (
     "the file changed after its job wrote it (blockcoupling verify results/ names it): "
     "delete it and rerun"
 )
-# The per-prompt summaries of a metrics file that the statistics read (defined from two layers).
-SUMMARIES = ("coupling", "adjacent_coupling", "coupling_null", "coupling_excess", "adjacent_excess")
+# The per-prompt summaries of a metrics file that the statistics read (defined from two layers):
+# every summary, adjacent summary and chance level of the measure registry.
+SUMMARIES = summary_variables()
 
 
 def require_finite(

@@ -14,7 +14,7 @@ import xarray as xr
 
 from blockcoupling.coupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
 from blockcoupling.coupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
-from blockcoupling.coupling.registry import MEASURES, Measure, PairStats
+from blockcoupling.coupling.registry import MEASURES, Measure, PairStats, chance_descriptions
 
 
 class _MetricFields(NamedTuple):
@@ -212,8 +212,8 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
     )
     ds["depth_null_se"].attrs["description"] = "Monte Carlo standard error of depth_null"
     ds["effective_rank"].attrs["description"] = "participation ratio (sum s^2)^2 / sum s^4"
-    ds["coupling_null"].attrs["description"] = "what coupling is at chance (minus the mean null)"
-    ds["overlap_null"].attrs["description"] = "K/d: the overlap of unrelated subspaces"
+    for name, description in chance_descriptions().items():
+        ds[name].attrs["description"] = description
     ds.attrs["null_draws"], ds.attrs["null_seed"] = config.null_draws, config.null_seed
     return ds
 

@@ -11,11 +11,13 @@ tail with its exact sum of squares (``sv_sum2`` minus the top values' squares): 
 share of ``A`` is ``t * C`` with ``C = R1[:, K_max:] R2[:, K_max:]^T``, one K_max x K_max matrix
 per draw. The tests bound what the flat tail changes against a full-spectrum Monte Carlo.
 
-Seeded Monte Carlo with common random numbers: every Jacobian of one call uses the same draws,
-so its standard error is per Jacobian but the errors of different Jacobians are correlated.
-Per (Jacobian, draw) the cost is O(K_max^2) per K: ``||A_K||_F^2`` is a quadratic form of the
-singular values in per-draw precomputed K_max x K_max matrices, and ``diag A`` a matrix-vector
-product.
+Seeded Monte Carlo with independent draws per Jacobian (``Draws.sample``): the Monte Carlo errors
+of different Jacobians are independent, so they average out in a model's mean over blocks and
+prompts and enter its bootstrap over prompts (one set of draws shared by every Jacobian of a file
+left one offset per width in every absolute excess). A draw needs only R1's and R2's head
+columns and C, which are functions of Gaussian heads and one 2 K_max x 2 K_max Wishart matrix
+(the Gram matrix of the two tails): O(K_max^3) per draw, whatever d. Per (Jacobian, draw) the
+explicit ``A`` (K_max^3) gives every K's corner by cumulative sums.
 """
 
 from __future__ import annotations
@@ -28,29 +30,39 @@ from blockcoupling.coupling.formulas import mis_coupling_from_stats
 
 NULL_DRAWS = 128
 NULL_SEED = 0
-_CHUNK_FLOATS = 4_000_000  # bound on the (Jacobian, draw, K_max) working arrays
+NULL_POOL = 4096  # draws sampled per call at most: more Jacobians draw theirs from this pool
+_CHUNK_FLOATS = 4_000_000  # bound on the (Jacobian, draw, K_max, K_max) working arrays
 
 
-def haar_rows(rng: np.random.Generator, n: int, d: int, k: int) -> np.ndarray:
-    """``n`` Haar-random ``(k, d)`` matrices with orthonormal rows, ``(n, k, d)``: the Q of the
-    QR of Gaussian ``d x k`` matrices with R's diagonal positive (Mezzadri 2007), computed as
-    CholeskyQR2 (``Q = G R^-1``, ``R^T R = G^T G``, then once more on Q for orthonormality to
-    rounding): the same Q as LAPACK's QR with the signs fixed, at the cost of batched matrix
-    products (LAPACK's batched QR took ~85 ms per 576 x 50 matrix here).
+def _transposed(x: np.ndarray) -> np.ndarray:
+    """``x`` with its last two axes swapped, contiguous (numpy's stacked matmul runs BLAS only on
+    contiguous operands: a strided one was ~15x slower here).
     """
-    q = rng.standard_normal((n, d, k))
-    for _ in range(2):
-        factor = np.linalg.cholesky(np.swapaxes(q, -1, -2) @ q)  # L = R^T
-        q = q @ np.linalg.inv(np.swapaxes(factor, -1, -2))
-    return np.swapaxes(q, -1, -2)
+    return np.ascontiguousarray(np.swapaxes(x, -1, -2))
+
+
+def _tail_gram(rng: np.random.Generator, shape: tuple[int, ...], p: int, m: int) -> np.ndarray:
+    """``X X^T`` of a Gaussian ``(p, m)`` matrix X per leading index, ``(*shape, p, p)``: a
+    Wishart(m, I_p) matrix, by Bartlett's decomposition when m >= p (O(p^3)), else explicitly.
+    """
+    if m == 0:
+        return np.zeros((*shape, p, p))
+    if m < p:
+        x = rng.standard_normal((*shape, p, m))
+        return x @ _transposed(x)
+    lower = np.tril(rng.standard_normal((*shape, p, p)), -1)
+    index = np.arange(p)
+    lower[..., index, index] = np.sqrt(rng.chisquare(m - index, size=(*shape, p)))
+    return lower @ _transposed(lower)
 
 
 @dataclass(frozen=True)
 class Draws:
-    """Per-draw matrices of the null, ``n`` draws at hidden size ``d`` and ``K_max``.
+    """Draws of the null at hidden size ``d`` and ``K_max``, leading dims ``(...)`` (one set per
+    Jacobian and draw).
 
-    ``left``, ``right (n, K_max, K_max)``: the head columns of R1 and R2 (basis index a,
-    singular index b); ``tail (n, K_max, K_max)``: ``R1[:, K_max:] R2[:, K_max:]^T``.
+    ``left``, ``right (..., K_max, K_max)``: the head columns of R1 and R2 (basis index a,
+    singular index b); ``tail (..., K_max, K_max)``: ``R1[:, K_max:] R2[:, K_max:]^T``.
     """
 
     left: np.ndarray
@@ -58,14 +70,23 @@ class Draws:
     tail: np.ndarray
 
     @classmethod
-    def sample(cls, d: int, k_max: int, n: int, seed: int) -> Draws:
-        """``n`` seeded draws at hidden size ``d`` and ``k_max``."""
+    def sample(cls, d: int, k_max: int, shape: tuple[int, ...], rng: np.random.Generator) -> Draws:
+        """Draws of shape ``shape`` at hidden size ``d`` and ``k_max``: with ``G1 = [H1, T1]``
+        and ``G2 = [H2, T2]`` Gaussian ``K_max x d`` (heads H: K_max columns), ``R = L^-1 G``
+        (``L L^T = G G^T``, Cholesky) has Haar-distributed orthonormal rows (right-invariant);
+        the tails enter only through the Gram matrix ``W`` of ``[T1; T2]`` (``_tail_gram``).
+        """
         if not 1 <= k_max <= d:
             raise ValueError(f"K_max={k_max} is outside 1..{d} (d)")
-        rng = np.random.default_rng(seed)
-        r1, r2 = haar_rows(rng, n, d, k_max), haar_rows(rng, n, d, k_max)
-        tail = r1[:, :, k_max:] @ np.swapaxes(r2[:, :, k_max:], -1, -2)
-        return cls(r1[:, :, :k_max], r2[:, :, :k_max], tail)
+        heads = rng.standard_normal((2, *shape, k_max, k_max))
+        gram = _tail_gram(rng, tuple(shape), 2 * k_max, d - k_max)
+        w1, w2 = gram[..., :k_max, :k_max], gram[..., k_max:, k_max:]
+        w12 = np.ascontiguousarray(gram[..., :k_max, k_max:])
+        l1 = np.linalg.cholesky(heads[0] @ _transposed(heads[0]) + w1)
+        l2 = np.linalg.cholesky(heads[1] @ _transposed(heads[1]) + w2)
+        inv1, inv2 = np.linalg.inv(l1), np.linalg.inv(l2)
+        tail = inv1 @ w12 @ _transposed(inv2)
+        return cls(inv1 @ heads[0], inv2 @ heads[1], tail)
 
 
 def tail_value(s_top: np.ndarray, sv_sum2: np.ndarray, d: int) -> np.ndarray:
@@ -79,10 +100,10 @@ def tail_value(s_top: np.ndarray, sv_sum2: np.ndarray, d: int) -> np.ndarray:
 
 def null_matrices(s_top: np.ndarray, tail: np.ndarray, draws: Draws) -> np.ndarray:
     """The explicit ``A (n_jac, n_draw, K_max, K_max)`` of ``s_top (n_jac, K_max)`` and flat tails
-    ``tail (n_jac,)`` (tests and small inputs; ``spectrum_null`` never forms it).
+    ``tail (n_jac,)``, each Jacobian with its own draws (``draws``: leading dims n_jac, n_draw).
     """
-    head = np.einsum("dab,nb,dcb->ndac", draws.left, s_top, draws.right)
-    return head + tail[:, None, None, None] * draws.tail[None]
+    head = np.einsum("ndab,nb,ndcb->ndac", draws.left, s_top, draws.right, optimize=True)
+    return head + tail[:, None, None, None] * draws.tail
 
 
 def _draw_samples(
@@ -94,22 +115,12 @@ def _draw_samples(
     norms: tuple[str, ...],
     p: float,
 ) -> np.ndarray:
-    """m_K of every (Jacobian, draw): ``(reading, norm, k, n_jac, n_draw)``."""
-    k_max = s_top.shape[-1]
-    n_jac, n_draw = s_top.shape[0], draws.left.shape[0]
-    diag = np.einsum("dab,nb->nda", draws.left * draws.right, s_top)
-    diag += tail[:, None, None] * np.diagonal(draws.tail, axis1=-2, axis2=-1)[None]
-    corner = np.full((n_jac, n_draw, k_max), np.nan)
-    for k in ks:
-        left, right, c = draws.left[:, :k], draws.right[:, :k], draws.tail[:, :k, :k]
-        gram = (np.swapaxes(left, -1, -2) @ left) * (np.swapaxes(right, -1, -2) @ right)
-        cross = np.einsum("dab,dac,dcb->db", left, c, right)  # diag(L_K^T C_K R_K)
-        quad = np.einsum("nb,dbc,nc->nd", s_top, gram, s_top, optimize=True)
-        corner[..., k - 1] = (
-            quad
-            + 2.0 * tail[:, None] * (s_top @ cross.T)
-            + tail[:, None] ** 2 * np.sum(c**2, axis=(-2, -1))[None]
-        )
+    """m_K of every (Jacobian, draw): ``(reading, norm, k, n_jac, n_draw)``, from the explicit
+    ``A`` of each (its diagonal, and its K x K corners' sums of squares by cumulative sums).
+    """
+    a = null_matrices(s_top, tail, draws)
+    diag = np.diagonal(a, axis1=-2, axis2=-1)
+    corner = np.diagonal(np.cumsum(np.cumsum(a**2, axis=-1), axis=-2), axis1=-2, axis2=-1)
     s_b = s_top[:, None, :]
     return np.stack(
         [
@@ -134,11 +145,17 @@ def spectrum_null(
     p: float = 2.0,
     draws: int = NULL_DRAWS,
     seed: int = NULL_SEED,
+    pool: int = NULL_POOL,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Null m_K and its Monte Carlo standard error, each ``(reading, norm, k, ...)``.
 
     ``s_top (..., K_max)``: each Jacobian's top singular values (descending); ``sv_sum2 (...)``:
     the sum of squares of its full spectrum; ``d``: the hidden size. NaN where the inputs are.
+    Each Jacobian gets its own ``draws`` draws (one generator seeded by ``seed``), independent
+    of the other Jacobians' while ``n_jac x draws <= pool``; beyond, the call samples ``pool``
+    draws once and each Jacobian takes ``draws`` distinct ones of them at random: the Monte
+    Carlo error a model's mean shares is then that of ``pool`` draws (sd / sqrt(pool)), not of
+    ``draws`` (the stored ``se`` is the per-Jacobian one).
     """
     if draws < 2:
         raise ValueError(f"metrics.null_draws must be at least 2, got {draws}")
@@ -148,12 +165,18 @@ def spectrum_null(
     valid = np.isfinite(s_flat).all(axis=-1) & np.isfinite(sum2)
     mean = np.full((len(readings), len(norms), len(ks), s_flat.shape[0]), np.nan)
     se = mean.copy()
-    sample = Draws.sample(d, k_max, draws, seed)
+    rng = np.random.default_rng(seed)
     index = np.flatnonzero(valid)
-    chunk = max(1, _CHUNK_FLOATS // (draws * k_max))
+    shared = Draws.sample(d, k_max, (pool,), rng) if len(index) * draws > pool else None
+    chunk = max(1, _CHUNK_FLOATS // (draws * k_max * k_max))
     for start in range(0, len(index), chunk):
         rows = index[start : start + chunk]
         s = s_flat[rows]
+        if shared is None:
+            sample = Draws.sample(d, k_max, (len(rows), draws), rng)
+        else:
+            pick = np.argsort(rng.random((len(rows), pool)), axis=-1)[:, :draws]
+            sample = Draws(shared.left[pick], shared.right[pick], shared.tail[pick])
         values = _draw_samples(
             s, tail_value(s, sum2[rows], d), sample, tuple(ks), readings, norms, p
         )

@@ -59,6 +59,11 @@ class Measure:
     ``chance`` over blocks, times ``sign``) or a constant. ``tabulated`` summaries are the
     statistics' measures (tables, figures, designed tests), ``key`` their name in analysis ids,
     ``caption`` their name in the report's captions (which list them by ``caption_list``).
+    ``dims``: the dims of its depth-wise variable (docs/datasets.md's table; the metrics' test
+    checks them). ``adjacent_long_name`` and ``chance_long_name``: the NetCDF long names of the
+    adjacent summary and of the chance variable (``files.cf``; defaults name the summary),
+    ``chance_description``: the chance variable's ``description`` attr (the first entry that
+    holds a shared chance variable describes it).
     """
 
     name: str
@@ -77,6 +82,10 @@ class Measure:
     caption: str = ""
     tabulated: bool = False
     key: str = ""
+    dims: tuple[str, ...] = ("reading", "norm", "k", "variant", "prompt", "layer", "layer_ref")
+    adjacent_long_name: str = ""
+    chance_long_name: str = ""
+    chance_description: str = ""
 
 
 MEASURES: tuple[Measure, ...] = (
@@ -97,6 +106,9 @@ MEASURES: tuple[Measure, ...] = (
         caption="raw coupling",
         tabulated=True,
         key="coupling",
+        adjacent_long_name="adjacent coupling: minus the mean m_K over |l - l'| = 1",
+        chance_long_name="coupling at chance: minus the mean null of m_K over l != l'",
+        chance_description="what coupling is at chance (minus the mean null)",
     ),
     Measure(
         "excess",
@@ -114,6 +126,7 @@ MEASURES: tuple[Measure, ...] = (
         caption="calibrated excess",
         tabulated=True,
         key="excess",
+        adjacent_long_name="adjacent coupling excess: mean (null - m_K) over |l - l'| = 1",
     ),
     Measure(
         "overlap_u",
@@ -130,6 +143,9 @@ MEASURES: tuple[Measure, ...] = (
         caption="overlap",
         tabulated=True,
         key="overlap_u",
+        dims=("prompt", "layer", "layer_ref", "k"),
+        chance_long_name="subspace overlap at chance: K/d",
+        chance_description="K/d: the overlap of unrelated subspaces",
     ),
     Measure(
         "overlap_v",
@@ -145,6 +161,7 @@ MEASURES: tuple[Measure, ...] = (
         short_label="overlap V",
         caption="overlap of the right singular subspaces",
         key="overlap_v",
+        dims=("prompt", "layer", "layer_ref", "k"),
     ),
 )
 RAW = "mis"  # the authors' measure, whose summary is raw coupling
@@ -214,18 +231,50 @@ def summary_variables() -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def summary_long_names() -> dict[str, str]:
+    """The NetCDF long name of every per-prompt summary variable (``summary_variables``): the
+    summary's description, the adjacent one's and the chance level's long names (defaults name
+    the summary), the first entry naming a variable giving its text.
+    """
+    names: dict[str, str] = {}
+    for m in MEASURES:
+        if m.summary:
+            names.setdefault(m.summary, m.summary_description or m.summary)
+        if m.adjacent:
+            names.setdefault(m.adjacent, m.adjacent_long_name or f"{m.summary} over |l - l'| = 1")
+        if isinstance(m.summary_chance, str):
+            names.setdefault(m.summary_chance, m.chance_long_name or f"{m.summary} at chance")
+    return names
+
+
+def chance_descriptions() -> dict[str, str]:
+    """Chance-level variable -> its ``description`` attr (the first entry naming one that
+    describes it).
+    """
+    out: dict[str, str] = {}
+    for m in MEASURES:
+        if isinstance(m.summary_chance, str) and m.chance_description:
+            out.setdefault(m.summary_chance, m.chance_description)
+    return out
+
+
 DOCS_START, DOCS_END = "<!-- measures:start -->", "<!-- measures:end -->"
 
 
 def docs_table() -> str:
-    """The Markdown table of every registered measure (docs/datasets.md, between the markers):
-    its variables, what it is, its no-effect level and unit.
+    """The Markdown tables of every registered measure (docs/datasets.md, between the markers):
+    its variables and their dims, what it is, its no-effect level and unit; then every
+    per-prompt summary over block pairs (``summary_variables``) with its long name.
     """
     rows = [
-        "| variables (depth / token family) | what it is | no-effect level | unit |",
-        "| --- | --- | --- | --- |",
+        "| variables (depth / token family) | depth dims | what it is | no-effect level | unit |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for m in MEASURES:
-        cells = (f"`depth_{m.name}`, `{{family}}_{m.name}`", m.description, m.null_level, m.unit)
+        names = f"`depth_{m.name}`, `{{family}}_{m.name}`"
+        cells = (names, f"`({', '.join(m.dims)})`", m.description, m.null_level, m.unit)
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    rows += ["", "| per-prompt summary over block pairs | what it is |", "| --- | --- |"]
+    for name, long_name in summary_long_names().items():
+        rows.append(f"| `{name}` | " + long_name.replace("|", "\\|") + " |")
     return "\n".join(rows)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from blockcoupling.coupling.registry import MEASURES
+from blockcoupling.coupling.registry import MEASURES, summary_long_names
 
 CONVENTIONS = "CF-1.11"
 DIMENSIONLESS = "1"
@@ -68,11 +68,7 @@ VARIABLES: dict[str, str | tuple[str, str]] = {
     "depth_null": "spectrum-matched null of m_K of J^layer (Haar-random bases, Monte Carlo)",
     "depth_null_se": "Monte Carlo standard error of depth_null",
     "effective_rank": "effective rank of J^layer: (sum s^2)^2 / sum s^4",
-    **{m.summary: m.summary_description for m in MEASURES if m.summary},
-    "coupling_null": "coupling at chance: minus the mean null of m_K over l != l'",
-    "adjacent_coupling": "adjacent coupling: minus the mean m_K over |l - l'| = 1",
-    "adjacent_excess": "adjacent coupling excess: mean (null - m_K) over |l - l'| = 1",
-    "overlap_null": "subspace overlap at chance: K/d",
+    **summary_long_names(),  # the registry's summaries, adjacent summaries and chance levels
     # trajectories
     "lss": "line-shape score of the token's trajectory",
     "expodistance": "expodistance of the token's trajectory",

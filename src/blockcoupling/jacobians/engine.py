@@ -9,7 +9,6 @@ batch of d Jacobian-vector products of input token t1 gives ``J_{t1 t2}`` for ev
 from __future__ import annotations
 
 from collections import Counter
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -375,6 +374,7 @@ class JacobianEngine:
         if not (torch.isfinite(value.square().sum()) and torch.isfinite(jac).all()):
             # overflowing values (huge weights): the composition and autograd overflow in other
             # places, so the reference path decides, and names the layer as non-finite
+            self.refusals["composition: a non-finite value or Jacobian"] += 1
             return None
         return jac
 

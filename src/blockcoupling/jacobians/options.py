@@ -54,6 +54,11 @@ def runs_on_gpu(device: str, gpu_mem_gb: float = 0) -> bool:
 RUN_ONLY_KEYS = ("prompt_set", "threads", "device", "chunk_size", "prompts_per_shard")
 
 
+def science_params(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``extract`` keys that change results (rule params re-run jobs when they change)."""
+    return {key: value for key, value in section.items() if key not in RUN_ONLY_KEYS}
+
+
 @dataclass(frozen=True)
 class SVDOptions:
     """How top-K factors are computed (``extract.svd``; see ``spectral.top_k``).

@@ -33,55 +33,6 @@ class HubCacheError(OSError):
     """A revision or dataset the job needs is not in the hub cache."""
 
 
-@dataclass(frozen=True)
-class HubSettings:
-    """The ``hub:`` config section: the shared cache folder, how many checkpoint revisions may
-    sit in it at once, whether compute jobs run offline.
-    """
-
-    cache_dir: str = "hub_cache"
-    max_revisions: int | None = 4  # None (``all`` in the config): every revision fetched ahead
-    offline_jobs: bool = True
-    lock_file: str | None = "hub.lock"
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> HubSettings:
-        """From a schema-validated workflow config (``max_revisions: all`` -> None)."""
-        section = dict(config.get("hub", {}))
-        if section.get("max_revisions") == "all":
-            section["max_revisions"] = None
-        return cls(**section)
-
-    @property
-    def ahead(self) -> bool:
-        """Whether every revision is fetched ahead (the fetch target) and kept: no lanes."""
-        return self.max_revisions is None
-
-    def folder(self, repo: str, revision: str, checkpoint: bool) -> str:
-        """The folder a model revision is fetched into."""
-        return f"{self.cache_dir}/{'checkpoints' if checkpoint else 'models'}/{repo}/{revision}"
-
-    def dataset_folder(self, repo: str, revision: str = "main") -> str:
-        """The folder a prompt dataset's revision is fetched into."""
-        return f"{self.cache_dir}/datasets/{repo}/{revision}"
-
-    def manifest(self, kind: str, repo: str, revision: str) -> str:
-        """Where the manifest of a fetch (kind model, checkpoint or dataset) is kept."""
-        return f"{self.cache_dir}/manifests/{kind}/{repo}/{revision}.json"
-
-    def job_env(self) -> dict[str, str]:
-        """The environment of compute jobs: the hub and datasets offline, datasets' Arrow cache
-        in the shared cache.
-        """
-        if not self.offline_jobs:
-            return {}
-        return {
-            "HF_HUB_OFFLINE": "1",
-            "HF_DATASETS_OFFLINE": "1",
-            "HF_DATASETS_CACHE": os.path.abspath(f"{self.cache_dir}/arrow"),
-        }
-
-
 def go_online() -> None:
     """Undo the jobs' offline switches in this process (the fetch scripts, before importing
     huggingface_hub, which reads them once at import; imported already with neither set: nothing

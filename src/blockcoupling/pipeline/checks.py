@@ -9,14 +9,16 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.jacobians.options import RUN_ONLY_KEYS, MeasureConfig
+from blockcoupling.jacobians.options import MeasureConfig
 from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.entries import ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
+from blockcoupling.pipeline.hub_settings import HubSettings
 from blockcoupling.pipeline.plan import Plan
-from blockcoupling.stats.selection import Selection
-from blockcoupling.vit.config import ViTPlan
+from blockcoupling.pipeline.rule_names import rule_suffix
+from blockcoupling.pipeline.vit_plan import ViTPlan
+from blockcoupling.stats.selection import Bootstrap, Selection
 
 
 def resource_path(path: str, basedir: str | Path) -> str:
@@ -45,7 +47,7 @@ def _check_source(name: str, entry: ModelEntry) -> None:
     """A local source's package or path exists; a hub source's id and the revision of every
     step are ones the hub accepts (they become folders of the hub cache).
     """
-    from blockcoupling.lm.models import ModelSourceError, check_local_source, parse_source
+    from blockcoupling.lm.sources import ModelSourceError, check_local_source, parse_source
 
     if entry.is_trained_here:
         return
@@ -108,51 +110,12 @@ def _check_name_lengths(kind: str, names: list[str], table: str | None) -> None:
             )
 
 
-def rule_suffix(name: str) -> str:
-    """A model or run name as part of a rule name."""
-    return name.replace("-", "_").replace(".", "_")
-
-
 def _choice(section: str, key: str, value: Any, allowed: list[Any], source: str) -> Any:
     """``value`` (or the first allowed one when None) if it is among ``allowed``."""
     chosen = allowed[0] if value is None else value
     if chosen not in allowed:
         raise ConfigError(f"{section}.{key}={chosen!r} is not in {source} {allowed}; add it there")
     return chosen
-
-
-def validate_config(
-    config: dict[str, Any], schema: str | Path, overrides: dict[str, Any] | None = None
-) -> None:
-    """Snakemake's ``validate`` (which also fills the schema's defaults into ``config``); a
-    violation is a one-line ConfigError naming the key path and the problem, not the schema dump.
-    ``overrides``: the parsed ``--config`` values, whose nested string leaves first get the type
-    the schema asks for (``overrides.coerce_overrides``).
-    """
-    import yaml
-    from jsonschema.exceptions import ValidationError, best_match
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
-
-    from blockcoupling.pipeline.overrides import coerce_overrides
-
-    if overrides:
-        coerce_overrides(config, overrides, yaml.safe_load(Path(schema).read_text("utf-8")))
-    try:
-        validate(config, str(schema))
-    except WorkflowError as error:
-        cause = error.__cause__ or error.__context__
-        if not isinstance(cause, ValidationError):
-            raise ConfigError(str(error).splitlines()[0]) from None
-        if cause.context:  # oneOf/anyOf: the alternative that came closest, one whose type
-            # the value has (hub.max_revisions: 0 breaks the bound of the integer alternative,
-            # not the 'all' one)
-            typed = [e for e in cause.context if e.validator not in ("type", "const", "enum")]
-            cause = best_match(typed or cause.context)
-        key = ".".join(str(part) for part in cause.absolute_path) or "top level"
-        message = " ".join(cause.message.split())
-        message = message if len(message) <= 200 else message[:197] + "..."
-        raise ConfigError(f"{key}: {message} (see {Path(schema).name})") from None
 
 
 def check_config(
@@ -239,34 +202,55 @@ def check_config(
     )
     _check_primary(stats.get("primary", {}), stats.get("power_file"))
     n_prompts = _prompt_count(config, prompt_files)
-    plan = Plan(config, models, prompt_files, selection, None, n_prompts)
-    _check_score(config["evaluate"], plan.cross_model)
+    cross_model = {n: e for n, e in models.items() if not e.is_checkpoint_suite}
+    _check_score(config["evaluate"], cross_model)
     token_model = config["figures"].get("token_model")
-    cross = list(plan.cross_model)
+    cross = list(cross_model)
     if token_model is not None and token_model not in cross:
         raise ConfigError(
             f"figures.token_model {token_model!r} is not a cross-model model "
             f"({', '.join(cross) or 'none'})"
         )
     with_tokens = [name for name in cross if models[name].token_families]
-    if token_model is not None and plan.token_families and token_model not in with_tokens:
+    token_families = bool(measure.token_layers) and measure.token_prompts > 0
+    if token_model is not None and token_families and token_model not in with_tokens:
         raise ConfigError(
             f"figures.token_model {token_model!r} has token_families: false (its token heatmaps "
             f"are never extracted); name one of {', '.join(with_tokens) or 'none'} or set "
             f"models.{token_model}.token_families: true"
         )
-    if token_model is None and plan.token_families and with_tokens:
+    if token_model is None and token_families and with_tokens:
         token_model = with_tokens[0]
+    prompts, evaluate = config["prompts"], config["evaluate"]
+    grids = config["train"].get("grids") or {}
     plan = Plan(
-        config,
-        models,
-        prompt_files,
-        selection,
-        token_model or (cross[0] if cross else None),
-        n_prompts,
-        _vit_plan(config, selection),
-        measure,
-        metric,
+        models=models,
+        prompt_files=prompt_files,
+        selection=selection,
+        token_model=token_model or (cross[0] if cross else None),
+        n_prompts=n_prompts,
+        vit=_vit_plan(config, selection),
+        measure=measure,
+        metric=metric,
+        hub=HubSettings.from_section(config["hub"]),
+        extract=dict(extract),
+        job_threads={key: int(config[key]["threads"]) for key in ("extract", "train", "vit")},
+        twin_seed=int(config["random_init"]["seed"]),
+        train_runs=dict(runs),
+        grid_families=sorted({grid.get("family") or name for name, grid in grids.items()}),
+        prompt_set=str(extract["prompt_set"]),
+        prompt_sets=dict(sets),
+        prompt_revisions=dict(prompts["revisions"]),
+        prompt_sampling=(int(prompts["n_per_source"]), int(prompts["seed"])),
+        passage_chars=int(prompts["passage_chars"]),
+        evaluate=bool(evaluate["enabled"]),
+        score=str(evaluate["score"]),
+        heldout_chars=int(evaluate["heldout_chars"]),
+        context_length=evaluate["context_length"],
+        bootstrap=Bootstrap(n_boot=int(stats["n_boot"]), seed=int(stats["seed"])),
+        primary=dict(stats["primary"]),
+        peak_step=stats["peak_step"],
+        power_file=str(stats["power_file"]),
     )
     _check_lock(plan)
     if check_memory:
@@ -295,7 +279,7 @@ def _check_lock(plan: Plan) -> None:
         raise ConfigError(f"hub.lock_file: {error}") from None
 
 
-def _model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, int | None]:
+def model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, int | None]:
     """``(n_layers, d_model)`` of a model as far as the config knows them: a trained run's
     from its ``train.runs`` entry, any other from its ``meta`` (None where not given).
     """
@@ -311,7 +295,7 @@ def _check_shape(
     """``extract.k_max`` and ``extract.token_layers`` fit the model's width and depth (where the
     config knows them), so that no extraction job fails on them after training.
     """
-    n_layers, d_model = _model_shape(entry, runs)
+    n_layers, d_model = model_shape(entry, runs)
     where = (
         f"train.runs.{entry.source['train']}" if entry.is_trained_here else f"models.{name}.meta"
     )
@@ -350,42 +334,6 @@ def _check_score(section: dict[str, Any], cross_model: dict[str, ModelEntry]) ->
             "evaluate.score=score reads the models' meta.score, which no cross-model model "
             f"has ({', '.join(cross_model)}); give meta.score or use evaluate.score: bits_per_byte"
         )
-
-
-K_OVER_D_LIMIT = 1 / 8  # above it the chance overlap K/d leaves little room below 1
-
-
-def k_warnings(plan: Plan) -> list[str]:
-    """One line per configured K (``metrics.ks``, ``vit.ks``) that exceeds d/8 of some model
-    (d from a trained run's config, a model's ``meta.d_model``, the ViT's ``embed_dim``): its
-    overlap's chance level K/d is then above 1/8 and an unrelated top-K subspace already
-    shares much of it. Warnings, not errors: the paper's K list (10, 30, 50) stays legal.
-    """
-    runs = plan.train_runs
-    widths: dict[str, int] = {}
-    for name, entry in plan.models.items():
-        d_model = _model_shape(entry, runs)[1]
-        if d_model:
-            widths[name] = int(d_model)
-    lines = []
-    for k in plan.config["metrics"]["ks"]:
-        over = sorted(name for name, d in widths.items() if k > K_OVER_D_LIMIT * d)
-        if over:
-            d = min(widths[name] for name in over)
-            lines.append(
-                f"metrics.ks: K={k} is more than d/8 for {len(over)} model(s) (e.g. "
-                f"{over[0]!r}, d={d}: K/d={k / d:.2f}); their chance overlap K/d is high, "
-                f"prefer K <= {int(K_OVER_D_LIMIT * d)} for them (stats.k is {plan.selection.k})"
-            )
-    if plan.vit is not None:
-        d = int(plan.vit.section["model"]["embed_dim"])
-        for k in plan.vit.section["ks"]:
-            if k > K_OVER_D_LIMIT * d:
-                lines.append(
-                    f"vit.ks: K={k} is more than d/8 of the ViTs (embed_dim={d}: K/d={k / d:.2f}); "
-                    f"prefer K <= {int(K_OVER_D_LIMIT * d)} (vit.k is {plan.vit.k})"
-                )
-    return lines
 
 
 def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
@@ -477,8 +425,3 @@ def _check_package(package: str, what: str) -> None:
         raise ConfigError(
             f"package {package!r} ({what}) is not installed: pip install --no-deps {package}"
         )
-
-
-def science_params(section: dict[str, Any]) -> dict[str, Any]:
-    """The ``extract`` keys that change results (rule params re-run jobs when they change)."""
-    return {key: value for key, value in section.items() if key not in RUN_ONLY_KEYS}

@@ -2,7 +2,7 @@
 
 Torch-free: the workflow calls ``check_fits`` when it builds the DAG (a job that cannot fit its
 declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`` prints
-``plan_table``. Counts follow the extraction as written (``measure.py``):
+``plan_table.plan_table``. Counts follow the extraction as written (``measure.py``):
 
 - depth-wise, per prompt and block: d VJPs through the block on one token with the prefix KV
   cache (``JacobianEngine.diagonal``), each ~3 forward passes of one token (``2 P`` FLOPs for a
@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import (
     AUTO_CHUNK_FLOATS,
@@ -100,6 +100,10 @@ def load_rates(path: Path) -> Rates:
     if bad:
         raise ValueError(f"{path}: {bad[0]} = {values[bad[0]]!r}; every rate must be above 0")
     return Rates(name, **values)
+
+
+if TYPE_CHECKING:  # the plan imports no cost: the checks pass it in
+    from blockcoupling.pipeline.plan import Plan
 
 
 def write_rates(rates: Rates, path: Path, measured: dict[str, Any]) -> None:
@@ -250,7 +254,7 @@ def evaluate_cost(shape: Shape, tokens: float, rates: Rates) -> dict:
     return {"seconds": {"forward": 2.0 * shape.params * tokens / rates.matmul}, "peak": peak}
 
 
-def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
+def plan_costs(plan: Plan, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     """The cost of every extract and evaluate job of a ``workflow.Plan`` (models without
     ``n_layers``/``d_model`` in their metadata are left out).
     """
@@ -296,9 +300,7 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
             )
         )
         if name in plan.evaluated(plan.models):
-            tokens = (
-                plan.config["evaluate"].get("heldout_chars", 20000) / 3.5 + plan.n_prompts * 200
-            )
+            tokens = plan.heldout_chars / 3.5 + plan.n_prompts * 200
             cost = evaluate_cost(shape, tokens, rates)
             seconds = sum(cost["seconds"].values()) + rates.overhead
             scored = len(entry.scored_steps)
@@ -319,196 +321,17 @@ def plan_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     return rows + vit_costs(plan, gpu, cpu)
 
 
-HUB_BYTES_PER_PARAM = 2  # checkpoints on the hub are float16/bfloat16 files (assumed)
-VIT_DATA_BYTES = 163e6  # the CIFAR-10 archive
-
-
-def size_text(size: float) -> str:
-    """Bytes in words: GB, or MB below a tenth of a GB."""
-    return f"{size / GB:,.1f} GB" if size >= GB / 10 else f"{size / 1e6:,.1f} MB"
-
-
-def hub_volume(plan: Any) -> tuple[float, float, int]:
-    """Bytes downloaded, peak bytes in the hub cache, and model revisions fetched: every hub
-    model's weights once per revision (``HUB_BYTES_PER_PARAM`` per parameter; a random twin
-    needs no weights), with at most ``hub.max_revisions`` checkpoint revisions in the cache at
-    once (absent or ``all``: all of them stay), plus the CIFAR-10 archive of the ViT sweep.
-    """
-    bound = plan.hub.max_revisions
-    total = kept = largest = 0.0
-    revisions = checkpoints = 0
-    for entry in plan.models.values():
-        if "hub" not in entry.source:
-            continue
-        shape = shape_of(entry.meta, entry.load)  # parameters: the table's, else 13 d^2 L
-        params = entry.meta.get("params") or (shape.params if shape else 0)
-        size = float(params) * HUB_BYTES_PER_PARAM
-        count = len(entry.steps) if entry.is_checkpoint_suite else 1
-        revisions += count
-        total += size * count
-        if entry.is_checkpoint_suite:
-            checkpoints += count
-            largest = max(largest, size)
-            kept += size * count
-    data = (
-        VIT_DATA_BYTES if plan.vit is not None and plan.vit.section["dataset"] == "cifar10" else 0
-    )
-    peak = total - kept + (kept if bound is None else min(bound, checkpoints) * largest) + data
-    return total + data, peak, revisions
-
-
-# A job's Slurm runtime: the planner's longest job times RUNTIME_SAFETY (the GPU rates come from
-# one H200: another GPU or a shared node may be slower), at least RUNTIME_FLOOR_MIN (model load,
-# start).
-RUNTIME_SAFETY = 3.0
-RUNTIME_FLOOR_MIN = 30
 DATASET_IMAGES = {"cifar10": 60000, "digits": 1797}  # images before the train/test split
 
 
-RETRIES = 1  # retries of the rules with a planned runtime (extract*, evaluate, vit_*)
-
-
-class TooLong(ValueError):
-    """A job whose planned runtime, with its safety factor and retry, exceeds its partition's
-    time limit however it is split; the message names the rule, estimate, limit and fix.
-    """
-
-
-def runtime_minutes(job_seconds: float, attempt: int = 1, limit: int | None = None) -> int:
-    """The runtime a job asks for: ``RUNTIME_SAFETY`` x the planned seconds, at least
-    ``RUNTIME_FLOOR_MIN`` (at most the share of a ``limit`` that leaves room for the retries:
-    the floor is a margin, not an estimate), doubled on each retry (``attempt`` 2: twice).
-    """
-    floor = RUNTIME_FLOOR_MIN
-    if limit:
-        floor = max(1, min(floor, limit // 2**RETRIES))
-    return max(floor, math.ceil(RUNTIME_SAFETY * job_seconds / 60)) * 2 ** (attempt - 1)
-
-
-def last_request(job_seconds: float, limit: int | None) -> int:
-    """Minutes the last attempt of a job asks (its retries included)."""
-    return runtime_minutes(job_seconds, 1 + RETRIES, limit)
-
-
-def fits_limit(job_seconds: float, limit: int | None) -> bool:
-    """Whether every attempt of a job of ``job_seconds`` fits a ``limit`` (minutes; None: no
-    limit).
-    """
-    return limit is None or last_request(job_seconds, limit) <= limit
-
-
-def too_long(name: str, job_seconds: float, limit: int, where: str, fix: str) -> TooLong:
-    """The one-line refusal of a job that cannot fit ``limit`` minutes of partition ``where``."""
-    return TooLong(
-        f"{name}: planned at {job_seconds / 60:.1f} min per job, it asks "
-        f"{last_request(job_seconds, limit)} min ({RUNTIME_SAFETY:g}x, doubled on its retry) "
-        f"but partition {where} allows {limit} min: {fix}"
-    )
-
-
-PARTITION_FIX = (
-    "choose a partition with a longer time limit (--set-resources or "
-    "BLOCKCOUPLING_SLURM_GPU_PARTITION / _PARTITION)"
-)
-
-
-def _first_shard_seconds(plan: Any, model: str, size: int, rates: Rates) -> float | None:
-    """Planned seconds of the longest extraction job of ``model`` in shards of ``size`` prompts
-    (the first shard: it holds the most Jacobian prompts); token families in jobs of their own
-    where the model is sharded (``Plan.token_jobs``).
-    """
-    entry = plan.models[model]
-    shape = shape_of(entry.meta, entry.load)
-    if shape is None:
-        return None
-    options = plan.measure_options(model)
-    count = min(size, plan.n_prompts)
-    if count < plan.n_prompts and plan.extract_options(model)["token_layers"]:
-        options = replace(options, token_prompts=0)
-    cost = extract_cost(shape, options.for_shard(0), count, rates)
-    return sum(cost["seconds"].values()) + rates.overhead
-
-
-def fit_shards(plan: Any, model: str, limit: int | None, where: str, rates: Rates) -> int | None:
-    """Prompts per shard of ``model`` so that each extraction job, retry included, asks at most
-    ``limit`` minutes: the configured size where it fits (None: keep it), else the largest size
-    that does. Raises ``TooLong`` where one prompt's job (or a token prompt's own job, where
-    the model is sharded) does not fit.
-    """
-    configured = min(plan.configured_shard(model) or plan.n_prompts, plan.n_prompts)
-    seconds = _first_shard_seconds(plan, model, configured, rates)
-    if limit is None or seconds is None:
-        return None
-    size = configured
-    if not fits_limit(seconds, limit):
-        low, high = 0, configured  # fits(low) (0: nothing yet), not fits(high)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if fits_limit(_first_shard_seconds(plan, model, middle, rates) or 0, limit):
-                low = middle
-            else:
-                high = middle
-        if low == 0:
-            one = _first_shard_seconds(plan, model, 1, rates) or 0
-            fix = f"{PARTITION_FIX}, or lower extract.max_tokens"
-            raise too_long(f"models.{model} (extract_shard)", one, limit, where, fix)
-        size = low
-    entry = plan.models[model]
-    shape = shape_of(entry.meta, entry.load)
-    options = plan.measure_options(model)
-    token_jobs = options.token_prompts and plan.extract_options(model)["token_layers"]
-    if shape is not None and size < plan.n_prompts and token_jobs:
-        tokens = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
-        token_seconds = sum(tokens["seconds"].values()) + rates.overhead
-        if not fits_limit(token_seconds, limit):
-            fix = f"{PARTITION_FIX}, or lower extract.token_max_tokens or token_layers"
-            raise too_long(f"models.{model} (extract_tokens)", token_seconds, limit, where, fix)
-    return None if size == configured else size
-
-
-def sized_plan(plan: Any, limit_of: Any, rates_of: Any) -> Any:
-    """``plan`` with every model's shards sized to its partition's time limit (``fit_shards``):
-    ``limit_of(model)`` -> ``(partition, minutes or None)``, ``rates_of(model)`` -> ``Rates``.
-    """
-    sizes = {}
-    for model in plan.models:
-        where, limit = limit_of(model)
-        size = fit_shards(plan, model, limit, where, rates_of(model))
-        if size is not None:
-            sizes[model] = size
-    return replace(plan, shard_sizes=sizes)
-
-
-def extract_job_seconds(
-    plan: Any, model: str, first: int | None, on_gpu: bool, gpu: Rates = GPU, cpu: Rates = CPU
-) -> float | None:
-    """Planned seconds of one extraction job of ``model``: the shard starting at prompt
-    ``first``, or (``first`` None) one token prompt's own job; None without the model's shape.
-    """
-    entry = plan.models[model]
-    shape = shape_of(entry.meta, entry.load)
-    if shape is None:
-        return None
-    rates = gpu if on_gpu else cpu
-    options = plan.measure_options(model)
-    if first is None:
-        cost = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
-    else:
-        if plan.token_jobs(model):
-            options = replace(options, token_prompts=0)
-        count = dict(plan.shards(model))[first]
-        cost = extract_cost(shape, options.for_shard(first), count, rates)
-    return sum(cost["seconds"].values()) + rates.overhead
-
-
-def vit_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
+def vit_costs(plan: Plan, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     """The cost of the ViT sweep's training and extraction jobs (none when it is off): training
     ``6 P`` FLOPs per token and image and epoch; extraction as ``extract_cost`` of the ViT.
     """
     if plan.vit is None:
         return []
-    section, run = plan.vit.section, plan.vit.base  # base: model and recipe, defaults filled
-    on_gpu = runs_on_gpu(str(section.get("device", "cpu")))
+    run = plan.vit.base  # base: model and recipe, defaults filled
+    on_gpu = runs_on_gpu(plan.vit.device)
     rates = gpu if on_gpu else cpu
     d, depth = run["embed_dim"], run["depth"]
     tokens = (run["img_size"] // run["patch_size"]) ** 2 + 1
@@ -516,7 +339,7 @@ def vit_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     images = DATASET_IMAGES.get(run["dataset"], 60000) * (1 - run["test_fraction"])
     train = 6.0 * shape.params * tokens * images * run["epochs"] / rates.matmul + rates.overhead
     options = replace(plan.vit.measure, max_tokens=tokens)
-    extract = extract_cost(shape, options, section["extract"]["images"], rates)
+    extract = extract_cost(shape, options, plan.vit.images, rates)
     seconds = sum(extract["seconds"].values()) + rates.overhead
     n = len(plan.vit.points)
     return [
@@ -537,7 +360,7 @@ def vit_costs(plan: Any, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     ]
 
 
-def check_fits(plan: Any) -> None:
+def check_fits(plan: Plan) -> None:
     """Raise ``ValueError`` naming the first model whose GPU job cannot fit its ``gpu_mem_gb``."""
     for row in plan_costs(plan):
         if row.on_gpu and not row.fits:
@@ -547,63 +370,3 @@ def check_fits(plan: Any) -> None:
                 "quantize the model, or lower extract.chunk_size, max_tokens or token_layers "
                 "(blockcoupling plan shows the parts)"
             )
-
-
-def plan_table(
-    rows: list[JobCost], gpu: Rates = GPU, cpu: Rates = CPU, limit: int | None = None
-) -> str:
-    """A fixed-width table of the jobs (with the Slurm runtime the longest asks under a
-    partition ``limit`` in minutes), the totals (GPU-hours, CPU-hours, output) and the output
-    by rule.
-    """
-    head = (
-        f"{'model':<26} {'rule':<11} {'jobs':>5} {'hours':>8} {'h/job':>6} {'min/job':>7} "
-        f"{'peak GB':>8} {'declared':>8} {'output GB':>9}  device"
-    )
-    lines = [head, "-" * len(head)]
-    for row in rows:
-        flags = ("" if row.fits else "  OVER gpu_mem_gb") + (
-            "" if row.in_time else "  OVER runtime: shard it (prompts_per_shard)"
-        )
-        lines.append(
-            f"{row.model:<26} {row.rule:<11} {row.jobs:>5} {row.seconds / 3600:>8.2f} "
-            f"{row.job_seconds / 3600:>6.2f} {runtime_minutes(row.job_seconds, 1, limit):>7} "
-            f"{row.peak_bytes / GB:>8.1f} {row.declared_gb:>8.0f} "
-            f"{row.output_bytes / GB:>9.2f}  {'GPU' if row.on_gpu else 'CPU'}{flags}"
-        )
-    parts: dict[str, float] = {}
-    for row in rows:
-        if row.rule not in ("extract",):
-            continue
-        for part, value in row.parts.items():
-            parts[part] = parts.get(part, 0.0) + value
-    share = sum(parts.values()) or 1.0
-    by_rule: dict[str, float] = {}
-    for row in rows:
-        by_rule[row.rule] = by_rule.get(row.rule, 0.0) + row.output_bytes
-    lines += [
-        "-" * len(head),
-        f"total: {sum(r.seconds for r in rows if r.on_gpu) / 3600:.1f} GPU-hours, "
-        f"{sum(r.seconds for r in rows if not r.on_gpu) / 3600:.2f} CPU-hours, "
-        f"{sum(r.output_bytes for r in rows) / GB:.1f} GB of output",
-        "extraction time by part: "
-        + ", ".join(
-            f"{part} {100 * value / share:.0f}%"
-            for part, value in sorted(parts.items(), key=lambda kv: -kv[1])
-        ),
-        "output by rule: "
-        + ", ".join(
-            f"{rule} {volume / GB:,.0f} GB"
-            for rule, volume in sorted(by_rule.items(), key=lambda kv: -kv[1])
-            if volume
-        ),
-        f"rates: {gpu.name}; {cpu.name}",
-        f"Slurm runtime of a job (min/job): {RUNTIME_SAFETY:g} x its h/job, at least "
-        f"{RUNTIME_FLOOR_MIN} min, doubled on its retry; "
-        + (
-            f"shards sized so that the retry fits the {limit}-minute limit"
-            if limit
-            else "no time limit given (--time-limit)"
-        ),
-    ]
-    return "\n".join(lines)

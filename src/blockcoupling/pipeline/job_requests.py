@@ -1,7 +1,7 @@
 """What each job of a Plan asks Slurm for, and the checks before the first job: the rules'
 Slurm glue (``rules/common.smk`` builds one ``JobRequests`` and hands its functions to the
 rules). Memory and runtime come from the planner (``cost``), capped at the partition
-(``slurm.job_request``); a local run asks for nothing that matters.
+(``slurm_fit.partition_request``); a local run asks for nothing that matters.
 """
 
 from __future__ import annotations
@@ -13,18 +13,11 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from blockcoupling.pipeline import cost
+from blockcoupling.pipeline import cost, slurm_sizing
 from blockcoupling.pipeline.plan import Plan
-from blockcoupling.pipeline.slurm import (
-    GROUPED_JOB_MEM_MB,
-    Nodes,
-    Request,
-    SlurmError,
-    SlurmSettings,
-    check_plan,
-    job_needs,
-    job_request,
-)
+from blockcoupling.pipeline.slurm import GROUPED_JOB_MEM_MB, SlurmSettings
+from blockcoupling.pipeline.slurm_fit import Request, check_plan, job_needs, partition_request
+from blockcoupling.pipeline.slurm_nodes import Nodes, SlurmError
 
 # Rule -> (mem_mb, runtime in minutes) of a model's job when the model declares none and the
 # planner cannot tell (no n_layers/d_model in its metadata).
@@ -71,13 +64,14 @@ def shard_plan(
     decides: bool,
     environ: MutableMapping[str, str],
 ) -> Plan:
-    """``plan`` with each model's shards sized to its partition's time limit (``cost.fit_shards``):
-    decided where ``decides`` (the main process with a Slurm profile) and published in
-    ``environ``; read back from it in a job on its node. Raises ``cost.TooLong``.
+    """``plan`` with each model's shards sized to its partition's time limit
+    (``slurm_sizing.fit_shards``): decided where ``decides`` (the main process with a Slurm
+    profile) and published in ``environ``; read back from it in a job on its node. Raises
+    ``slurm_sizing.TooLong``.
     """
     if decides:
         rates = job_rates(settings)
-        plan = cost.sized_plan(
+        plan = slurm_sizing.sized_plan(
             plan,
             lambda model: partition_limit(plan, settings, nodes_of, model),
             lambda model: rates if plan.on_gpu(model) else cost.CPU,
@@ -92,7 +86,7 @@ def shard_plan(
 class JobRequests:
     """The Slurm requests of a plan's jobs. ``on_slurm``: whether jobs go to Slurm now (asked of
     the workflow's executor; Slurm is asked nothing otherwise); ``nodes_of``: a partition's
-    nodes (``slurm.read_nodes``, cached by the caller).
+    nodes (``slurm_nodes.read_nodes``, cached by the caller).
     """
 
     plan: Plan
@@ -116,20 +110,20 @@ class JobRequests:
         self, rule: str, model: str, attempt: int, part: int | None = 0, limit: int | None = None
     ) -> tuple[int, int]:
         """(mem_mb, runtime) of a job whose model declares none: runtime from the planner
-        (``cost.runtime_minutes``: safety factor and floor, doubled on a retry; ``limit``: the
-        partition's, which the floor yields to); ``part``: the first prompt of an extract_shard
-        job, None for an extract_tokens job (each its own time).
+        (``slurm_sizing.runtime_minutes``: safety factor and floor, doubled on a retry;
+        ``limit``: the partition's, which the floor yields to); ``part``: the first prompt of an
+        extract_shard job, None for an extract_tokens job (each its own time).
         """
         mem_mb, runtime = JOB_DEFAULTS.get(rule, (8000, 720))
         seconds = None
         if rule in {"extract_shard", "extract_tokens"}:
             on_gpu = self.plan.on_gpu(model)
-            seconds = cost.extract_job_seconds(self.plan, model, part, on_gpu, self.rates)
+            seconds = slurm_sizing.extract_job_seconds(self.plan, model, part, on_gpu, self.rates)
         elif (model, rule) in self.planned:
             seconds = self.planned[(model, rule)].job_seconds
         if seconds is None:
             return mem_mb, runtime * attempt
-        return mem_mb, cost.runtime_minutes(seconds, attempt, limit)
+        return mem_mb, slurm_sizing.runtime_minutes(seconds, attempt, limit)
 
     def _request(
         self,
@@ -148,7 +142,7 @@ class JobRequests:
         nodes_of = self.nodes_of if with_nodes else lambda partition: None
         limit = self.partition_limit(model)[1] if with_nodes else None
         defaults = self.defaults(rule, model, attempt, part, limit)
-        request = job_request(name, needs, defaults, self.settings, nodes_of)
+        request = partition_request(name, needs, defaults, self.settings, nodes_of)
         if request.asked_runtime:  # a default without a planned time: capped, and said (once)
             print(
                 f"slurm: {name} (attempt {attempt}) has no planned runtime (no n_layers/d_model "
@@ -202,7 +196,7 @@ class JobRequests:
         return min(runtime, limit or runtime)
 
     def check(self, threads: int) -> None:
-        """Raise ``SlurmError`` or ``cost.TooLong`` if a model's job cannot run on the Slurm
+        """Raise ``SlurmError`` or ``slurm_sizing.TooLong`` if a model's job cannot run on the Slurm
         partition it goes to (nothing when jobs do not go to Slurm); say in one line where the
         small rules' default runtime is capped.
         """
@@ -212,17 +206,20 @@ class JobRequests:
         self._check_runtimes()
 
     def _check_runtimes(self) -> None:
-        """Raise ``cost.TooLong`` for the first job that cannot be split (evaluate, vit_train,
-        vit_extract) whose planned runtime, retry included, exceeds its partition's limit.
+        """Raise ``slurm_sizing.TooLong`` for the first job that cannot be split (evaluate,
+        vit_train, vit_extract) whose planned runtime, retry included, exceeds its partition's
+        limit.
         """
         for (model, rule), row in self.planned.items():
-            if rule == "extract":  # sized to fit (cost.fit_shards)
+            if rule == "extract":  # sized to fit (slurm_sizing.fit_shards)
                 continue
             where, limit = self.partition_limit(model)
-            if not cost.fits_limit(row.job_seconds, limit):
+            if not slurm_sizing.fits_limit(row.job_seconds, limit):
                 name = "vit" if model == "vit" else f"models.{model}"
-                fix = cost.PARTITION_FIX + (", or fewer vit epochs" if rule == "vit_train" else "")
-                raise cost.too_long(f"{name} ({rule})", row.job_seconds, limit, where, fix)
+                fix = slurm_sizing.PARTITION_FIX + (
+                    ", or fewer vit epochs" if rule == "vit_train" else ""
+                )
+                raise slurm_sizing.too_long(f"{name} ({rule})", row.job_seconds, limit, where, fix)
         try:
             nodes = self.nodes_of(self.settings.partition)
         except SlurmError:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import MeasureConfig, runs_on_gpu
 from blockcoupling.lm.hub import (
-    HubSettings,
     Revision,
     hub_revisions,
     incomplete,
@@ -16,9 +15,11 @@ from blockcoupling.lm.hub import (
     predecessor,
     revision_of,
 )
+from blockcoupling.lm.prompts import SOURCES
 from blockcoupling.pipeline.entries import ModelEntry, train_config
+from blockcoupling.pipeline.hub_settings import HubSettings
+from blockcoupling.pipeline.vit_plan import ViTPlan, vit_folder
 from blockcoupling.stats.selection import Bootstrap, Selection
-from blockcoupling.vit.config import ViTPlan
 
 if TYPE_CHECKING:  # the metrics module loads xarray: the DAG needs only the checked object
     from blockcoupling.coupling.metrics import MetricConfig
@@ -55,27 +56,43 @@ CLAIMS_OUTPUTS = ("analyses.csv", "claims.csv", "claims.md")
 
 @dataclass(frozen=True)
 class Plan:
-    """What the rules read: the checked config, resolved."""
+    """What the rules read: the checked config, resolved (``checks.check_config`` builds it
+    once; every derived value is a field set there or computed from fields).
+    """
 
-    config: dict[str, Any]
     models: dict[str, ModelEntry]
     prompt_files: dict[str, str]  # prompt set -> resolved local file ('' for hub sets)
     selection: Selection  # k, reading, variant, norm of statistics and figures
     token_model: str | None  # the model of the per-model figures
-    n_prompts: int = 0  # prompts of the extraction set (hub sets: the most they can hold)
-    vit: ViTPlan | None = None  # the ViT sweep, when enabled
-    measure: MeasureConfig = field(default_factory=MeasureConfig)  # the checked extract section
-    metric: MetricConfig | None = None  # the checked metrics section
-    # model -> prompts per shard sized to its Slurm partition's time limit (cost.fit_shards);
-    # it replaces the configured prompts_per_shard where set
+    n_prompts: int  # prompts of the extraction set (hub sets: the most they can hold)
+    vit: ViTPlan | None  # the ViT sweep, when enabled
+    measure: MeasureConfig  # the checked extract section
+    metric: MetricConfig  # the checked metrics section
+    hub: HubSettings  # the checked hub section (``max_revisions: all`` -> None: all ahead)
+    extract: dict[str, Any]  # the checked ``extract`` section (a rule param, through
+    # extract_options: ``measure`` is its typed form)
+    job_threads: dict[str, int]  # section (extract, train, vit) -> threads of its jobs
+    twin_seed: int  # the seed of every random-init twin (``random_init.seed``)
+    train_runs: dict[str, dict[str, Any]]  # training runs: name -> TrainConfig fields
+    grid_families: list[str]  # the family of every training grid (its name where it names none)
+    prompt_set: str  # the prompt set that extraction and evaluation read
+    prompt_sets: dict[str, dict[str, Any]]  # ``prompts.sets``: set -> its sources
+    prompt_revisions: dict[str, str]  # ``prompts.revisions``: hub dataset -> pinned revision
+    prompt_sampling: tuple[int, int]  # prompts per hub source, sampling seed
+    passage_chars: int  # characters of each held-out passage prompt
+    evaluate: bool  # whether the evaluate rule runs (bits per byte, multiple-choice accuracy)
+    score: str  # the generalization score of the cross-model statistics (``evaluate.score``)
+    heldout_chars: int  # characters of the held-out plays that evaluation reads
+    context_length: int | None  # tokens per evaluation window (None: the model's own)
+    bootstrap: Bootstrap  # the statistics' percentile bootstrap (``stats.n_boot``, ``seed``)
+    primary: dict[str, Any]  # ``stats.primary``: test id -> declared effect and source
+    peak_step: int | None  # the emergence design's declared peak step (``stats.peak_step``)
+    power_file: str  # the pilot power table of the primary tests (``stats.power_file``)
+    # model -> prompts per shard sized to its Slurm partition's time limit
+    # (slurm_sizing.fit_shards); it replaces the configured prompts_per_shard where set
     shard_sizes: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ what the rules read
-    @property
-    def hub(self) -> HubSettings:
-        """The checked ``hub:`` section (``max_revisions: all`` -> None: every revision ahead)."""
-        return HubSettings.from_config(self.config)
-
     @cached_property
     def hub_revisions(self) -> dict[tuple[str, str], Revision]:
         """Every hub revision the models read: (repo, revision) -> its Revision."""
@@ -88,6 +105,41 @@ class Plan:
             return None
         revision = self.hub_revisions[where[:2]]
         return str(self.hub.folder(revision.repo, revision.revision, revision.checkpoint))
+
+    def hub_datasets(self) -> dict[str, tuple[str, str]]:
+        """Every hub prompt dataset fetched: repo -> (its dataset config, revision: the
+        ``prompts.revisions`` pin, else main).
+        """
+        return {
+            SOURCES[source]["hub"]: (SOURCES[source]["config"], revision)
+            for source, revision in self.prompt_hub_sources()
+        }
+
+    def fetches(self) -> list[tuple[str, str, str, str, str]]:
+        """(lock kind, repo, revision, folder, manifest) of every fetch: the prompt datasets,
+        then the model revisions (``lockfile.adopt_all`` and ``stale`` read them).
+        """
+        hub = self.hub
+        datasets = [
+            (
+                "dataset",
+                repo,
+                revision,
+                hub.dataset_folder(repo, revision),
+                hub.manifest("dataset", repo, revision),
+            )
+            for repo, (_, revision) in self.hub_datasets().items()
+        ]
+        return datasets + [
+            (
+                "model",
+                r.repo,
+                r.revision,
+                hub.folder(r.repo, r.revision, r.checkpoint),
+                hub.manifest("checkpoint" if r.checkpoint else "model", r.repo, r.revision),
+            )
+            for r in self.hub_revisions.values()
+        ]
 
     def unfetched(self) -> str | None:
         """One line for the first fetched revision folder that lacks files its manifest lists
@@ -118,100 +170,38 @@ class Plan:
         done += [f"results/evaluate/{m}/{s}.nc" for m, s in before.consumers if m in evaluated]
         return done
 
-    @property
-    def twin_seed(self) -> int:
-        """The seed of every random-init twin (``random_init.seed``)."""
-        return int(self.config["random_init"]["seed"])
-
-    @property
-    def vit_device(self) -> str:
-        """The ViT sweep's device (``vit.device``)."""
-        return str(self.config["vit"]["device"])
-
     def threads(self, section: str) -> int:
         """Threads of the jobs of ``section`` (extract: extraction and evaluation; train; vit)."""
-        return int(self.config[section]["threads"])
+        return self.job_threads[section]
 
     @property
     def vit_metric(self) -> MetricConfig:
         """The metrics section at the ViT sweep's K list (``vit.ks``)."""
-        return self.metric.at_ks(tuple(self.config["vit"]["ks"]))
-
-    @property
-    def score(self) -> str:
-        """The generalization score of the cross-model statistics (``evaluate.score``)."""
-        return str(self.config["evaluate"]["score"])
-
-    @property
-    def primary(self) -> dict[str, Any]:
-        """The declared primary tests (``stats.primary``): id -> declared effect and source."""
-        return dict(self.config["stats"]["primary"])
-
-    @property
-    def peak_step(self) -> int | None:
-        """The emergence design's declared peak step (``stats.peak_step``)."""
-        return self.config["stats"]["peak_step"]
-
-    @property
-    def power_file(self) -> str:
-        """The pilot power table of the primary tests (``stats.power_file``)."""
-        return str(self.config["stats"]["power_file"])
-
-    @property
-    def grid_families(self) -> list[str]:
-        """The family of every training grid (its name where it names none)."""
-        grids = self.config["train"].get("grids") or {}
-        return sorted({grid.get("family") or name for name, grid in grids.items()})
-
-    @property
-    def heldout_chars(self) -> int:
-        """Characters of the held-out plays that evaluation reads (``evaluate.heldout_chars``)."""
-        return int(self.config["evaluate"]["heldout_chars"])
-
-    @property
-    def context_length(self) -> int | None:
-        """Tokens per evaluation window (``evaluate.context_length``; None: the model's own)."""
-        return self.config["evaluate"]["context_length"]
+        if self.vit is None:
+            raise ValueError("vit_metric: the ViT sweep is off (vit.enabled: false)")
+        return self.metric.at_ks(self.vit.ks)
 
     def prompt_hub(self, prompt_set: str) -> list[str]:
         """The hub datasets a prompt set samples from (``prompts.sets.<set>.hub``)."""
-        return list(self.config["prompts"]["sets"][prompt_set].get("hub", []))
+        return list(self.prompt_sets[prompt_set].get("hub", []))
 
     def prompt_hub_sources(self) -> list[tuple[str, str]]:
         """Every (hub dataset, revision) that a prompt set samples from, each once."""
-        section = self.config["prompts"]
-        sources = [s for spec in section["sets"].values() for s in spec.get("hub", [])]
-        return [(s, section["revisions"].get(s, "main")) for s in dict.fromkeys(sources)]
+        sources = [s for spec in self.prompt_sets.values() for s in spec.get("hub", [])]
+        return [(s, self.prompt_revisions.get(s, "main")) for s in dict.fromkeys(sources)]
 
     def shakespeare(self, prompt_set: str) -> dict[str, int] | None:
         """The held-out passages a prompt set takes (n, skip_chars, chars), or None."""
-        section = self.config["prompts"]
-        n = section["sets"][prompt_set].get("shakespeare")
+        n = self.prompt_sets[prompt_set].get("shakespeare")
         if not n:
             return None
-        return {"n": n, "skip_chars": self.heldout_chars, "chars": section["passage_chars"]}
-
-    @property
-    def prompt_sampling(self) -> tuple[int, int]:
-        """Prompts per hub source and the sampling seed (``prompts.n_per_source``, ``seed``)."""
-        section = self.config["prompts"]
-        return int(section["n_per_source"]), int(section["seed"])
-
-    @property
-    def prompt_set(self) -> str:
-        """The prompt set that extraction and evaluation read."""
-        return str(self.config["extract"]["prompt_set"])
-
-    @property
-    def train_runs(self) -> dict[str, dict[str, Any]]:
-        """Training runs: name -> TrainConfig fields."""
-        return dict(self.config.get("train", {}).get("runs", {}))
+        return {"n": n, "skip_chars": self.heldout_chars, "chars": self.passage_chars}
 
     def extract_options(self, model: str) -> dict[str, Any]:
         """The ``extract`` section as it applies to one model (``token_families: false``: no
         token prompts).
         """
-        section = dict(self.config["extract"])
+        section = dict(self.extract)
         if not self.models[model].token_families:
             section["token_prompts"] = 0
         return section
@@ -226,7 +216,7 @@ class Plan:
 
     def device(self, model: str) -> str:
         """A model's device: its ``load.device``, else ``extract.device``."""
-        return str(self.models[model].load.get("device", self.config["extract"]["device"]))
+        return str(self.models[model].load.get("device", self.extract["device"]))
 
     def on_gpu(self, model: str) -> bool:
         """Whether a model's jobs run on a GPU (``options.runs_on_gpu`` of its device and
@@ -251,7 +241,7 @@ class Plan:
     def configured_shard(self, model: str) -> int | None:
         """The configured prompts per shard of a model (its ``resources``, else ``extract``)."""
         size = self.models[model].resources.get("prompts_per_shard")
-        return size or self.config["extract"].get("prompts_per_shard")
+        return size or self.extract.get("prompts_per_shard")
 
     def sharded(self, sharded: bool) -> list[str]:
         """The models extracted in several shards (``True``) or in one job (``False``)."""
@@ -283,11 +273,6 @@ class Plan:
         return train_config(run, self.train_runs[run]).steps
 
     @property
-    def evaluate(self) -> bool:
-        """Whether the evaluate rule runs (bits per byte, multiple-choice accuracy)."""
-        return bool(self.config["evaluate"]["enabled"])
-
-    @property
     def cross_model(self) -> dict[str, ModelEntry]:
         """Models of the cross-model analysis (steps final/random)."""
         return {n: e for n, e in self.models.items() if not e.is_checkpoint_suite}
@@ -298,15 +283,9 @@ class Plan:
         return {n: e for n, e in self.models.items() if e.is_checkpoint_suite}
 
     @property
-    def bootstrap(self) -> Bootstrap:
-        """The statistics' percentile bootstrap (``stats.n_boot``, ``stats.seed``)."""
-        stats = self.config["stats"]
-        return Bootstrap(n_boot=int(stats["n_boot"]), seed=int(stats["seed"]))
-
-    @property
     def calibration_ks(self) -> list[int]:
         """The Ks of the calibration table: the statistics' K and the largest of metrics.ks."""
-        return sorted({int(self.selection.k), max(self.config["metrics"]["ks"])})
+        return sorted({int(self.selection.k), max(self.metric.ks)})
 
     @property
     def vit_selection(self) -> Selection:
@@ -333,8 +312,7 @@ class Plan:
     @property
     def token_families(self) -> bool:
         """Whether any token family is extracted."""
-        extract = self.config["extract"]
-        return bool(extract["token_layers"]) and extract["token_prompts"] > 0
+        return bool(self.measure.token_layers) and self.measure.token_prompts > 0
 
     def evaluated(self, entries: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
         """The entries the evaluate rule scores: not the checkpoints of runs trained here (their
@@ -429,7 +407,7 @@ class Plan:
             return []
         out = [self.vit.data_file]
         for point in self.vit.points:
-            train, extract = self.vit.folder("train", *point), self.vit.folder("extract", *point)
+            train, extract = vit_folder("train", *point), vit_folder("extract", *point)
             out += [f"{train}/model.safetensors", f"{train}/history.csv"]
             out += [f"{extract}/{kind}.nc" for kind in EXTRACTED]
         out.append("results/vit/combined.nc")

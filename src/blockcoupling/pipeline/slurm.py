@@ -1,4 +1,6 @@
-"""What jobs ask Slurm for (torch-free; read by profiles/slurm and rules/common.smk).
+"""The Slurm settings and profile detection (torch-free; read by profiles/slurm and
+rules/common.smk): what the user's environment asks, and the groups of short jobs. What a
+partition's nodes offer is ``slurm_nodes``; whether a job fits them, ``slurm_fit``.
 
 The user's settings are environment variables, all optional (README, "On a cluster"):
 
@@ -36,18 +38,16 @@ from __future__ import annotations
 import math
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from fnmatch import fnmatch
-from typing import Any, ClassVar
+from typing import Any
+
+from blockcoupling.pipeline.slurm_nodes import Nodes, SlurmError, read_nodes, run_slurm_command
 
 ENV = "BLOCKCOUPLING_SLURM_"
 GPU_KINDS = ("gpus", "gres", "none")
 STATUS_COMMANDS = ("sacct", "squeue")
-# sinfo -N: one line per node and partition; %P ends in * for the default partition.
-SINFO_FORMAT = "%P|%c|%m|%G|%l"
 # Group -> its rules (fnmatch patterns). Within a group no job depends on another (test_slurm).
 JOB_GROUPS: dict[str, tuple[str, ...]] = {
     "metrics": ("metrics",),
@@ -140,8 +140,15 @@ def slurm_requested(argv: list[str], environ: Mapping[str, str]) -> bool:
     return False
 
 
-class SlurmError(ValueError):
-    """A setting or a job that cannot work on this cluster; the message names the fix."""
+def slurm_profile(is_main_process: bool, argv: list[str], environ: Mapping[str, str]) -> bool:
+    """Whether this Snakemake process sends jobs to Slurm: the shipped profile says so
+    (``BLOCKCOUPLING_SLURM_PROFILE=1``, profiles/slurm/config.yaml), or a site's own profile or
+    ``--executor slurm`` does (``slurm_requested``), so that a dry run checks and shows what a
+    real run would ask; a job on its node (not the main process) does not.
+    """
+    return is_main_process and (
+        environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1" or slurm_requested(argv, environ)
+    )
 
 
 @dataclass(frozen=True)
@@ -223,7 +230,9 @@ class SlurmSettings:
         if self.status:
             return self.status
         config = (
-            _run(["scontrol", "show", "config"]) if scontrol_config is None else scontrol_config
+            run_slurm_command(["scontrol", "show", "config"])
+            if scontrol_config is None
+            else scontrol_config
         )
         if config and re.search(
             r"^AccountingStorageType\s*=\s*accounting_storage/none", config, re.M
@@ -267,261 +276,3 @@ class SlurmSettings:
         """
         width = self.group_width(nodes_of)
         return [f"{group}={width}" for group in JOB_GROUPS] if width > 1 else []
-
-
-@dataclass(frozen=True)
-class Nodes:
-    """The most one node of a partition offers (CPUs, memory in MB, GPUs) and the partition's
-    time limit (minutes; None: unlimited).
-    """
-
-    partition: str
-    cpus: int
-    mem_mb: int
-    gpus: int
-    time_limit: int | None
-
-
-def parse_sinfo(text: str, partition: str = "") -> Nodes | None:
-    """``Nodes`` of ``partition`` ('': the default one) from ``sinfo -h -N -o SINFO_FORMAT``;
-    None if it lists no node of that partition.
-    """
-    rows = []
-    for line in text.splitlines():
-        fields = line.strip().split("|")
-        if len(fields) != 5:
-            continue
-        name, cpus, mem, gres, limit = fields
-        if (name.rstrip("*") == partition) if partition else name.endswith("*"):
-            rows.append((name.rstrip("*"), int(cpus), int(mem.rstrip("+")), gpus_in(gres), limit))
-    if not rows:
-        return None
-    return Nodes(
-        partition=rows[0][0],
-        cpus=max(row[1] for row in rows),
-        mem_mb=max(row[2] for row in rows),
-        gpus=max(row[3] for row in rows),
-        time_limit=minutes(rows[0][4]),
-    )
-
-
-def gpus_in(gres: str) -> int:
-    """GPUs in a node's gres (``gpu:4``, ``gpu:a100:4(S:0-1)``, ``gpu:a:2,gpu:b:2``, ``(null)``)."""
-    total = 0
-    for item in gres.split(","):
-        parts = re.sub(r"\(.*?\)", "", item).strip().split(":")
-        if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit():
-            total += int(parts[-1])
-    return total
-
-
-_LIMIT = re.compile(r"(?:(\d+)-)?(\d+(?::\d+){0,2})")
-
-
-def minutes(limit: str) -> int | None:
-    """A Slurm time limit (``infinite``, ``30``, ``1:30:00``, ``2-00:00:00``) in minutes;
-    ValueError for one that is not of those forms or not above zero (``-5``, ``-1-00:00:00``).
-    """
-    text = limit.strip()
-    if text.lower() in ("infinite", "unlimited", "n/a", ""):
-        return None
-    match = _LIMIT.fullmatch(text)
-    if match is None:
-        raise ValueError(f"time limit {limit!r} is not minutes, MM:SS, HH:MM:SS or D-HH:MM:SS")
-    days, clock = match.group(1), match.group(2)
-    parts = [int(part) for part in clock.split(":")]
-    hours, mins, secs = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    total = int(days or 0) * 1440 + hours * 60 + mins + (secs > 0)
-    if total <= 0:
-        raise ValueError(f"time limit {limit!r} is not above zero")
-    return total
-
-
-def read_nodes(partition: str) -> Nodes | None:
-    """What ``partition``'s nodes offer ('': the default partition), from ``sinfo``; None where
-    sinfo is missing or fails; ``SlurmError`` where sinfo answers but lists no such partition.
-    """
-    text = _run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT])
-    if not text:
-        return None
-    nodes = parse_sinfo(text, partition)
-    if nodes is None:
-        names = sorted(
-            {line.split("|")[0].rstrip("*") for line in text.splitlines() if "|" in line}
-        )
-        what = f"no partition {partition!r}" if partition else "no default partition"
-        raise SlurmError(f"sinfo lists {what} (partitions: {', '.join(names) or 'none'})")
-    return nodes
-
-
-TIMEOUT_S = 10
-
-
-def _run(command: list[str]) -> str | None:
-    """A command's output, or None if it is missing, fails or hangs (a hang is said in one line
-    on stderr: the Slurm controller does not answer).
-    """
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=TIMEOUT_S, check=True
-        )
-    except subprocess.TimeoutExpired:
-        print(
-            f"slurm: `{' '.join(command[:3])}` got no answer in {TIMEOUT_S} s: the Slurm "
-            "controller does not answer (is slurmctld up?); going on without what it would say",
-            file=sys.stderr,
-        )
-        return None
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What one job needs: memory (MB) and runtime (minutes) declared for its model (None: the
-    rule's default), threads, and GPU memory (GB; 0: runs on CPUs).
-    """
-
-    threads: int
-    mem_mb: int | None = None
-    runtime: int | None = None
-    gpu_mem_gb: int = 0
-
-
-@dataclass(frozen=True)
-class Request:
-    """What a job asks Slurm for ('' partition: the cluster's default)."""
-
-    RESOURCES: ClassVar[tuple[str, ...]] = (
-        "slurm_partition",
-        "mem_mb",
-        "runtime",
-        "gpu",
-        "gres",
-        "constraint",
-    )
-
-    partition: str
-    mem_mb: int
-    runtime: int
-    gpus: int
-    asked_runtime: int = 0  # the default runtime before it was capped at the limit (0: not)
-
-    def resources(self, settings: SlurmSettings) -> dict[str, Any]:
-        """Resources of the Slurm executor plugin (gpu, gres, constraint; 0 and '' ask for
-        nothing) with the partition, memory and runtime.
-        """
-        gres = ""
-        if self.gpus and settings.gpu == "gres":
-            gres = ":".join(filter(None, ["gpu", settings.gpu_type, str(self.gpus)]))
-        return {
-            "slurm_partition": self.partition,
-            "mem_mb": self.mem_mb,
-            "runtime": self.runtime,
-            "gpu": self.gpus if settings.gpu == "gpus" else 0,
-            "gres": gres,
-            "constraint": settings.gpu_constraint if self.gpus else "",
-        }
-
-
-def job_request(
-    name: str,
-    needs: Needs,
-    defaults: tuple[int, int],
-    settings: SlurmSettings,
-    nodes_of: Callable[[str], Nodes | None],
-) -> Request:
-    """The request of job ``name`` (named in errors) from its needs and the rule's default
-    ``(mem_mb, runtime)``: defaults are capped at what the nodes of its partition offer (from
-    ``nodes_of``; None: unknown, nothing capped; a capped runtime is kept in
-    ``asked_runtime``, for the workflow to say), declared needs that no node meets raise
-    ``SlurmError``. Threads are capped by Snakemake (``max-threads``) but checked here too.
-    """
-    gpus = settings.gpu_count(needs.gpu_mem_gb)
-    partition = settings.gpu_partition if gpus else settings.partition
-    mem_mb, runtime = needs.mem_mb or defaults[0], needs.runtime or defaults[1]
-    try:
-        nodes = nodes_of(partition)
-    except SlurmError as error:
-        key = "GPU_PARTITION" if gpus else "PARTITION"
-        raise SlurmError(
-            f"{name}: {ENV}{key}={partition!r}, but {error}; set it to one of those"
-        ) from None
-    if nodes is None:
-        return Request(partition, mem_mb, runtime, gpus)
-    where = f"partition {nodes.partition}"
-    if gpus > nodes.gpus:
-        raise SlurmError(
-            f"{name} needs {gpus} GPU(s) ({needs.gpu_mem_gb} GB) but {where} has at most "
-            f"{nodes.gpus} per node: set {ENV}GPU_PARTITION to a GPU partition, "
-            f"{ENV}GPU_MEM_GB to your GPUs' memory, or {ENV}GPU=none to run on CPUs"
-        )
-    if needs.mem_mb and needs.mem_mb > nodes.mem_mb:
-        raise SlurmError(
-            f"{name} needs mem_mb={needs.mem_mb} but the largest node of {where} has "
-            f"{nodes.mem_mb}: choose a partition with larger nodes ({ENV}PARTITION, "
-            f"{ENV}GPU_PARTITION) or lower the model's mem_mb"
-        )
-    if needs.runtime and nodes.time_limit and needs.runtime > nodes.time_limit:
-        raise SlurmError(
-            f"{name} needs runtime={needs.runtime} min but {where} allows "
-            f"{nodes.time_limit}: choose a partition with a longer time limit or lower the "
-            "model's runtime"
-        )
-    if needs.threads > nodes.cpus:
-        raise SlurmError(
-            f"{name} asks for {needs.threads} threads but the nodes of {where} have at most "
-            f"{nodes.cpus} CPUs: run with the slurm profile (it sets max-threads) or lower "
-            "extract.threads"
-        )
-    limit = nodes.time_limit or runtime
-    return Request(
-        partition,
-        min(mem_mb, nodes.mem_mb),
-        min(runtime, limit),
-        gpus,
-        runtime if runtime > limit else 0,
-    )
-
-
-def job_needs(plan: Any, rule: str, model: str, threads: int) -> tuple[str, Needs]:
-    """The name (for errors) and the needs of a job of ``rule`` for ``model`` (``"vit"``: the
-    ViT sweep) of a ``workflow.Plan``: GPU memory only where the job runs on a GPU
-    (``Plan.on_gpu``, ``options.runs_on_gpu``), at least 1 GB there (one GPU).
-    """
-    from blockcoupling.jacobians.options import runs_on_gpu
-
-    if model == "vit":
-        name, resources = f"vit ({rule})", {}
-        on_gpu = runs_on_gpu(str(plan.config["vit"]["device"]))
-    else:
-        name, resources = f"models.{model} ({rule})", plan.models[model].resources
-        on_gpu = plan.on_gpu(model)
-    gpu_mem_gb = max(1, int(resources.get("gpu_mem_gb", 0))) if on_gpu else 0
-    return name, Needs(threads, resources.get("mem_mb"), resources.get("runtime"), gpu_mem_gb)
-
-
-def plan_jobs(plan: Any) -> list[tuple[str, str]]:
-    """(rule, model) of every kind of job that asks Slurm for its own resources."""
-    evaluated = plan.evaluated(plan.models)
-    jobs = [
-        (rule, model)
-        for model in plan.models
-        for rule in ["extract"] + (["evaluate"] if model in evaluated else [])
-    ]
-    return jobs + ([("vit_train", "vit"), ("vit_extract", "vit")] if plan.vit else [])
-
-
-def check_plan(
-    plan: Any,
-    settings: SlurmSettings,
-    threads: int,
-    nodes_of: Callable[[str], Nodes | None] = read_nodes,
-) -> None:
-    """Raise ``SlurmError`` (one line naming the setting) for the first job of ``plan`` that
-    no node of its partition can run (``job_request``; defaults never raise).
-    """
-    for rule, model in plan_jobs(plan):
-        name, needs = job_needs(plan, rule, model, threads)
-        job_request(name, needs, (1, 1), settings, nodes_of)

@@ -13,6 +13,7 @@ import pandas as pd
 import xarray as xr
 
 from blockcoupling.coupling import registry as measures
+from blockcoupling.stats.claims import CLAIMS
 from blockcoupling.stats.core import select
 from blockcoupling.stats.selection import Selection
 
@@ -137,3 +138,43 @@ def rank_warnings(table: pd.DataFrame, k: int, key: str = "stats.k") -> dict[str
                 "partly measures the spectrum's shape (docs/science.md, 'Which K')"
             )
     return out
+
+
+def checkpoint_rank_warning(table: pd.DataFrame, k: int, key: str = "stats.k") -> str | None:
+    """A warning naming ``key`` when ``k`` is above the median effective rank of some run of a
+    checkpoint table (``checkpoints.checkpoint_table``: model, step, effective_rank) at some
+    step: the runs, the steps and the lowest rank; None when no checkpoint is below ``k`` (or
+    the table has no ranks).
+    """
+    if "effective_rank" not in table:
+        return None
+    below = table[table["effective_rank"] < k]
+    if not len(below):
+        return None
+    steps = ", ".join(str(int(s)) for s in sorted(below["step"].unique()))
+    return (
+        f"{key} = {k} is above the median effective rank of {below['model'].nunique()} of "
+        f"{table['model'].nunique()} checkpoint run(s) at step(s) {steps} (lowest "
+        f"{below['effective_rank'].min():.1f}): their excess there partly measures the "
+        "spectrum's shape (docs/science.md, 'Which K')"
+    )
+
+
+def rank_flags(
+    frame: pd.DataFrame | None, suites: pd.DataFrame | None, k: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The K-above-rank warnings of a run and the claims they flag: (analysis id -> warning,
+    label -> warning). ``frame``: the calibration table (``calibration_table``; its fixed-size
+    family flags the fixed-size and token claims); ``suites``: the checkpoint table (its
+    warning flags every emergence claim). Either may be None (not in the design).
+    """
+    warnings = rank_warnings(frame, k) if frame is not None else {}
+    flags = {}
+    for claim in CLAIMS:
+        if claim.analysis.split("_")[0] in ("fixed", "tokens") and "fixed_size" in warnings:
+            flags[claim.analysis] = warnings["fixed_size"]
+    warning = checkpoint_rank_warning(suites, k) if suites is not None else None
+    if warning:
+        warnings["checkpoint suites"] = warning
+        flags |= {c.analysis: warning for c in CLAIMS if c.analysis.startswith("emergence")}
+    return flags, warnings

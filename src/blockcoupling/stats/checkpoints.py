@@ -60,7 +60,8 @@ def checkpoint_table(
     `coupling_checkpoints`: dims (model, step, ..., prompt); `history`: columns model, step,
     val_loss (+ val_accuracy); `trajectories` (optional): lss, expodistance (model, step, prompt,
     token), averaged over prompts and tokens. Adds neg_val_loss (higher = better), log10_params,
-    n_layers, d_model and group (models that differ only by seed share it).
+    n_layers, d_model and group (models that differ only by seed share it), and
+    ``effective_rank`` (median over prompts and blocks) when the dataset has it.
     """
     require_columns(history, ["model", "step", "val_loss"])
     n_boot, seed, ci = boot.n_boot, boot.seed, boot.ci
@@ -83,6 +84,10 @@ def checkpoint_table(
                 for v in ("lss", "expodistance")
             }
         )
+    if "effective_rank" in coupling_checkpoints:
+        rank = coupling_checkpoints["effective_rank"]
+        rest = [d for d in rank.dims if d not in ("model", "step")]
+        ds = ds.assign(effective_rank=rank.median(rest, skipna=True))
     table = (
         ds.drop_vars([c for c in ds.coords if c not in ("model", "step")])
         .to_dataframe()

@@ -5,12 +5,18 @@ Verdicts say no more than the evidence:
 
 - "not testable with this design": the analysis is absent or has no estimate;
 - a declared primary test (config ``stats.primary``): "reproduced" / "refuted" when its Holm p
-  is below ``ALPHA`` and its interval excludes 0 on the paper's side / the other; else
-  "inconclusive", saying why: "no effect of the declared size" (its 95% interval lies within
-  +-the declared effect: an equivalence bound), "underpowered" (its power at the declared
-  effect, from a pilot, is below ``TARGET_POWER``), or powered but neither excluded;
+  (of the larger of its CR1/t p and its wild cluster bootstrap p) is below ``ALPHA`` and its
+  interval excludes 0 on the paper's side / the other; "refuted" only where the design tests
+  the claim at the scale the paper made it (``Claim.scale`` empty), else "not reproduced in
+  this design", with the paper's scale and the design's. "No effect of the declared size" only
+  from a declared equivalence test (the entry's ``equivalence`` bound: its TOST row,
+  ``inference.tost_row``, Holm-adjusted with the other primaries). Else "inconclusive", saying
+  why: the two tests disagree about significance after Holm (the verdict waits for both),
+  "underpowered" (its power at the declared effect, from a pilot, is below ``TARGET_POWER``),
+  or powered but neither excluded;
 - an exploratory row: "exploratory:" with its direction (the paper's, the opposite, or none:
-  the interval holds 0) and its unadjusted p; never "reproduced" or "refuted".
+  the interval holds 0) and its unadjusted p (and the wild cluster bootstrap's, where there is
+  one); never "reproduced" or "refuted".
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from blockcoupling.stats.core import holm
+from blockcoupling.stats.inference import EQUIVALENCE
+
 CLAIM_COLUMNS = (
     "claim",
     "measure",
@@ -30,6 +39,7 @@ CLAIM_COLUMNS = (
     "unit",
     "n",
     "p",
+    "p_wild",
     "p_holm",
     "primary",
     "verdict",
@@ -44,13 +54,27 @@ START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the paper, the analysis id that tests it, and the sign it predicts."""
+    """A claim of the paper, the analysis id that tests it, the sign it predicts, and ``scale``:
+    the scale the paper made it at against this design's (empty: the design tests it there).
+    """
 
     text: str
     analysis: str
     measure: str
     sign: int
     limits: str
+    scale: str = ""
+
+
+LLMS = "the paper's: pretrained LLMs of 117M-70B parameters; here: small models trained here"
+PYTHIA = (
+    "the paper's: Pythia 6.9B and 12B over 143k steps; here: small models trained here (the "
+    "default's: 4 blocks, width 64, 1,000 steps)"
+)
+VIT = (
+    "the paper's: 64 ViTs of width 192 and depth 12 trained 500 epochs on CIFAR-10; here: config "
+    "vit (the default's: width 64, depth 6, 12 epochs on 8 x 8 digits)"
+)
 
 
 CLAIMS = (
@@ -60,6 +84,7 @@ CLAIMS = (
         "coupling_excess, trained - twin, on held-out prompts",
         +1,
         "the fixed-size runs; configurations as units",
+        LLMS,
     ),
     Claim(
         "More coupled models generalize better (held-out bits per byte)",
@@ -70,6 +95,7 @@ CLAIMS = (
         "one small architecture trained here; generalization varied by data fraction, weight "
         "decay and learning rate; runs clustered by configuration; unadjusted "
         "(fixed_size_excess_vs_bpb) the excess also tracks the spectrum's shape",
+        LLMS,
     ),
     Claim(
         "The same with the paper's raw coupling",
@@ -79,6 +105,7 @@ CLAIMS = (
         +1,
         "raw m_K has a chance level that moves with the spectrum; the excess is the calibrated "
         "measure",
+        LLMS,
     ),
     Claim(
         "More coupled models have a smaller generalization gap",
@@ -87,6 +114,7 @@ CLAIMS = (
         "effective rank",
         -1,
         "gap at each run's last step; same runs as above",
+        LLMS,
     ),
     Claim(
         "Coupling emerges with training: higher at the end than at initialization",
@@ -94,6 +122,7 @@ CLAIMS = (
         "coupling_excess, last checkpoint - step 0, paired per run",
         +1,
         "small runs trained here; runs that share an initialization averaged first",
+        PYTHIA,
     ),
     Claim(
         "Coupling increases persistently through training (no decline after its peak)",
@@ -101,6 +130,7 @@ CLAIMS = (
         "coupling_excess, last checkpoint - the declared peak step (stats.peak_step)",
         +1,
         "the peak step is declared from a pilot run before this one",
+        PYTHIA,
     ),
     Claim(
         "Coupling becomes more pronounced between adjacent layers with training (locality)",
@@ -108,6 +138,7 @@ CLAIMS = (
         "(adjacent - all-pairs coupling_excess), last checkpoint - step 0",
         +1,
         "4-block models: adjacent pairs are 3 of 6",
+        PYTHIA,
     ),
     Claim(
         "Coupling across tokens emerges with training: self family (J_tt vs J_t't')",
@@ -115,6 +146,7 @@ CLAIMS = (
         "token-pair excess (t != t'), trained - twin",
         +1,
         "one token layer of one prompt per model; the fixed-size runs share one twin",
+        LLMS,
     ),
     Claim(
         "Coupling across tokens emerges with training: context (fixed input, fixed output)",
@@ -122,6 +154,7 @@ CLAIMS = (
         "token-pair excess (t != t'), mean of fixed input and fixed output, trained - twin",
         +1,
         "one token layer of one prompt per model; the fixed-size runs share one twin",
+        LLMS,
     ),
     Claim(
         "Stochastic depth increases coupling (ViT)",
@@ -129,13 +162,16 @@ CLAIMS = (
         "coupling_excess per unit drop-path rate, seed as a block",
         +1,
         "small ViTs on a small image set; fixed weight decay",
+        VIT,
     ),
     Claim(
         "At a fixed rate, more coupled ViTs are more accurate",
         "vit_accuracy_within_rate",
-        "test accuracy per sd of coupling_excess, rate fixed effects",
+        "test accuracy per sd of coupling_excess, rate and seed fixed effects",
         +1,
-        "small ViTs; within-rate variation comes from seeds",
+        "small ViTs; a seed fixes init and data order at every rate, so it is a block: the "
+        "slope rests on the seed-by-rate variation",
+        VIT,
     ),
     Claim(
         "Coupling correlates with the leaderboard score across pretrained models",
@@ -152,10 +188,21 @@ def claim_of(analysis: str) -> str:
     return next(claim.text for claim in CLAIMS if claim.analysis == analysis)
 
 
-def verdict(row: pd.Series | None, sign: int, effect: float = np.nan, power: float = np.nan) -> str:
+def verdict(
+    row: pd.Series | None,
+    sign: int,
+    effect: float = np.nan,
+    power: float = np.nan,
+    scale: str = "",
+    tost: pd.Series | None = None,
+    t_holm: float = np.nan,
+) -> str:
     """The verdict of one analysis row for a claim predicting ``sign`` (+1 or -1); a primary
     row's ``effect`` (declared, the estimate's units) and ``power`` (at that effect) say why
-    an inconclusive test is inconclusive (module docstring).
+    an inconclusive test is inconclusive, ``scale`` why an opposite result refutes nothing
+    (``Claim.scale``), ``tost`` its declared equivalence test's row, ``t_holm`` its Holm p from
+    the t tests' p alone (``claims_table``), to tell whether the two tests disagree at the
+    threshold the verdict uses (module docstring).
     """
     if row is None or not np.isfinite(row["estimate"]):
         return "not testable with this design"
@@ -167,17 +214,50 @@ def verdict(row: pd.Series | None, sign: int, effect: float = np.nan, power: flo
             return "exploratory: estimate only, no interval"
         side = "the paper's direction" if (row["estimate"] > 0) == (sign > 0) else "opposite"
         direction = "no direction (interval holds 0)" if low <= 0 <= high else side
-        return f"exploratory: {direction}, p = {p:.2g} unadjusted"
+        return f"exploratory: {direction}, p = {p:.2g}{_wild(row)} unadjusted"
     p = float(row["p_holm"])
     if bounded and np.isfinite(p) and p < ALPHA and not low <= 0 <= high:
-        return "reproduced" if (low > 0) == (sign > 0) else "refuted"
-    if bounded and np.isfinite(effect) and -effect < low and high < effect:
-        return f"inconclusive: no effect of the declared size (interval within +-{effect:g})"
+        if (low > 0) == (sign > 0):
+            return "reproduced"
+        return (
+            f"not reproduced in this design: the opposite direction, at another scale ({scale})"
+            if scale
+            else "refuted"
+        )
+    if tost is not None and float(tost["p_holm"]) < ALPHA:
+        where = " in this design" if scale else ""
+        return (
+            f"not reproduced{where}: no effect of the declared size ({tost['method']}, Holm p = "
+            f"{float(tost['p_holm']):.2g})" + (f", at another scale ({scale})" if scale else "")
+        )
+    if _disagree(row, t_holm):
+        return (
+            f"inconclusive: the t test (p = {float(row['p']):.2g}) and the wild cluster bootstrap "
+            f"(p = {float(row['p_wild']):.2g}) disagree about significance (Holm p "
+            f"{t_holm:.2g} from the t tests, {p:.2g} from the larger p); the larger p decides "
+            "(the verdict waits for both)"
+        )
     if not np.isfinite(power):
         return "inconclusive: its power at the declared effect is unknown (no pilot value)"
     if power < TARGET_POWER:
         return f"inconclusive: underpowered ({power:.2f} at the declared effect {effect:g})"
     return f"inconclusive: powered ({power:.2f}) for {effect:g}, which the interval holds"
+
+
+def _wild(row: pd.Series) -> str:
+    """``, wild p = ..`` when the row has a wild cluster bootstrap p, else empty."""
+    wild = float(row.get("p_wild", np.nan))
+    return f", wild p = {wild:.2g}" if np.isfinite(wild) else ""
+
+
+def _disagree(row: pd.Series, t_holm: float) -> bool:
+    """Whether the row's t test and its wild cluster bootstrap fall on either side of ``ALPHA``
+    after Holm: ``t_holm`` (Holm over the t tests' p) against the row's ``p_holm`` (Holm over
+    each test's larger p). Both tests must be there.
+    """
+    wild, decided = float(row.get("p_wild", np.nan)), float(row["p_holm"])
+    usable = np.isfinite([float(row["p"]), wild, t_holm, decided]).all()
+    return bool(usable and (t_holm < ALPHA) != (decided < ALPHA))
 
 
 def claims_table(
@@ -199,6 +279,10 @@ def claims_table(
     if power is not None:
         powers = {str(r["analysis"]): r for _, r in power.iterrows()}
     by_id = {row["analysis"]: row for _, row in analyses.iterrows()}
+    t_holm = {}  # Holm over the t tests' p of the rows Holm runs over (combine_analyses)
+    if len(analyses):
+        held = analyses[analyses["analysis"].isin([*names, *(n + EQUIVALENCE for n in names)])]
+        t_holm = dict(zip(held["analysis"], holm(held["p"].astype(float))))
     rows = []
     for claim in CLAIMS:
         row = by_id.get(claim.analysis)
@@ -210,6 +294,15 @@ def claims_table(
             effect = float(declared.get(claim.analysis, {}).get("effect", np.nan))
             source = declared.get(claim.analysis, {}).get("source")
             limits += f"; declared effect {effect:g} ({source})" if source else ""
+            tost = by_id.get(claim.analysis + EQUIVALENCE)
+            if tost is not None:
+                tested = np.isfinite(float(tost["p"]))
+                limits += f"; declared equivalence: {tost['method']}" + (
+                    f", p = {_number(tost['p'])}, Holm p = {_number(tost['p_holm'])}"
+                    if tested
+                    else ""
+                )
+                limits += f" ({tost['note']})"
             pilot = powers.get(claim.analysis)
             usable = pilot is not None and np.isfinite(float(pilot["power"]))
             if usable and np.isclose(float(pilot["effect"]), effect):
@@ -218,7 +311,8 @@ def claims_table(
                 if powered < TARGET_POWER:
                     need = pilot.get("n_for_target", np.nan)
                     limits += (
-                        f": 80% needs {int(need)} units, beyond this design's budget"
+                        f": 80% needs {int(need)} units (a CR1 test's: clusters), beyond "
+                        "this design's budget"
                         if np.isfinite(need)
                         else ": 80% needs more than 10 times the pilot's units"
                     )
@@ -230,7 +324,7 @@ def claims_table(
             limits += f"; {flags[claim.analysis]}"
         values = {
             key: (row[key] if row is not None else np.nan)
-            for key in ("estimate", "ci_low", "ci_high", "unit", "n", "p", "p_holm")
+            for key in ("estimate", "ci_low", "ci_high", "unit", "n", "p", "p_wild", "p_holm")
         }
         if row is not None:
             row = row.copy()
@@ -240,7 +334,15 @@ def claims_table(
             | values
             | dict(
                 primary=claim.analysis in names,
-                verdict=verdict(row, claim.sign, effect, powered),
+                verdict=verdict(
+                    row,
+                    claim.sign,
+                    effect,
+                    powered,
+                    claim.scale,
+                    by_id.get(claim.analysis + EQUIVALENCE),
+                    t_holm.get(claim.analysis, np.nan),
+                ),
                 limits=limits if row is not None else f"{limits}; not run with this design",
                 effect=effect,
                 power=powered,
@@ -262,12 +364,14 @@ def claims_markdown(claims: pd.DataFrame, commit: str) -> str:
     """
     lines = [
         f"Claims of the paper and their verdicts from the run at commit `{commit}` "
-        "(`results/stats/claims.csv`; p_holm: Holm over the declared primary tests; power: "
-        "at the declared effect and Holm's first threshold, from a pilot run before this one).",
+        "(`results/stats/claims.csv`; p: the CR1 or t test's; p_wild: the wild cluster "
+        "bootstrap's; p_holm: Holm over the declared primary tests of the larger of the two; "
+        "power: at the declared effect and Holm's first threshold, from a pilot run before this "
+        "one).",
         "",
-        "| claim | measure | estimate [95% CI] | unit (n) | p | p_holm | primary | effect "
+        "| claim | measure | estimate [95% CI] | unit (n) | p | p_wild | p_holm | primary | effect "
         "| power | verdict | limits |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, row in claims.iterrows():
         cells = [
@@ -276,6 +380,7 @@ def claims_markdown(claims: pd.DataFrame, commit: str) -> str:
             _interval(row),
             _unit(row),
             _number(row["p"]),
+            _number(row["p_wild"]),
             _number(row["p_holm"]),
             "yes" if row["primary"] else "no",
             _number(row["effect"]),
@@ -310,7 +415,7 @@ def claim_quote(row: pd.Series) -> str:
         return f"claim ({kind}): {row['verdict']}"
     numbers = ", ".join(
         f"{name} = {_number(float(row[key]))}"
-        for name, key in (("p", "p"), ("Holm p", "p_holm"))
+        for name, key in (("p", "p"), ("wild p", "p_wild"), ("Holm p", "p_holm"))
         if np.isfinite(float(row[key]))
     )
     unit = _unit(row)

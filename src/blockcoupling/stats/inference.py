@@ -3,7 +3,8 @@ run-level one-sample tests, and the analysis table every family writes.
 
 Every analysis row has the columns of ``ANALYSIS_COLUMNS``: ``analysis`` (the hypothesis id),
 ``estimate`` and its ``ci_low``/``ci_high``, the ``unit`` of replication and their number ``n``,
-``p``, ``p_holm`` (Holm over the declared primary hypotheses only), ``primary`` (declared in config
+``p``, ``p_holm`` (Holm over the declared primary hypotheses only, of each one's larger p of
+``p`` and ``p_wild``: a verdict only where both tests agree), ``primary`` (declared in config
 ``stats.primary``), the ``method``, a ``note`` (why a value is missing, the design's limits) and
 ``p_wild``: a second method's p for tests on few clusters, the wild cluster bootstrap
 (``wild_cluster_p``) beside CR1 t(G-1).
@@ -11,7 +12,7 @@ Every analysis row has the columns of ``ANALYSIS_COLUMNS``: ``analysis`` (the hy
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ from scipy import stats as sps
 from statsmodels.regression.linear_model import OLS
 
 from blockcoupling.stats.core import holm
+from blockcoupling.stats.power import df_of
 
 ANALYSIS_COLUMNS = (
     "analysis",
@@ -35,6 +37,7 @@ ANALYSIS_COLUMNS = (
     "note",
     "p_wild",
 )
+EQUIVALENCE = "_equivalence"  # the id suffix of a declared test's TOST row
 MIN_CLUSTERS = 5  # fewer clusters: no interval or p (a range at most)
 
 
@@ -77,20 +80,65 @@ def analysis_table(rows: Sequence[dict], primary: Sequence[str] = ()) -> pd.Data
     return frame
 
 
-def combine_analyses(frames: Sequence[pd.DataFrame], primary: Sequence[str]) -> pd.DataFrame:
+def combine_analyses(
+    frames: Sequence[pd.DataFrame], primary: Sequence[str] | Mapping[str, Mapping[str, object]]
+) -> pd.DataFrame:
     """Every family's analysis rows in one table: ``primary`` = the row's analysis is declared,
-    ``p_holm`` = Holm over the declared rows' finite p values (other rows: NaN, exploratory).
+    then one ``{id}_equivalence`` row (``tost_row``) per declared test whose config entry names
+    an ``equivalence`` bound, itself primary; ``p_holm`` = Holm over every primary row's
+    ``deciding_p`` (other rows: NaN, exploratory).
     """
     frames = [f for f in frames if len(f)]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     frame = frame.reindex(columns=list(ANALYSIS_COLUMNS))
     text = ["analysis", "unit", "method", "note"]
     frame[text] = frame[text].fillna("").astype(str)
-    frame["primary"] = frame["analysis"].isin(list(primary))
+    bounds = {
+        name: float(entry["equivalence"])
+        for name, entry in (primary.items() if isinstance(primary, Mapping) else ())
+        if entry.get("equivalence") is not None
+    }
+    tested = [
+        tost_row(r, bounds[r["analysis"]]) for _, r in frame.iterrows() if r["analysis"] in bounds
+    ]
+    if tested:
+        frame = pd.concat(
+            [frame, pd.DataFrame(tested, columns=list(ANALYSIS_COLUMNS))], ignore_index=True
+        )
+    frame["primary"] = frame["analysis"].isin([*primary, *(f"{n}{EQUIVALENCE}" for n in bounds)])
     frame["p_holm"] = np.nan
     chosen = frame["primary"].to_numpy()
-    frame.loc[chosen, "p_holm"] = holm(frame.loc[chosen, "p"].astype(float))
+    frame.loc[chosen, "p_holm"] = holm(deciding_p(frame.loc[chosen]))
     return frame
+
+
+def tost_row(row: Mapping[str, object], bound: float) -> dict:
+    """``{analysis}_equivalence``: the two one-sided t tests (TOST) of ``|estimate| < bound``
+    for an analysis row with a t interval (95%, its df stated in its note: ``power.df_of``); p =
+    the larger one-sided p (each test at the level the p is compared with, i.e. the 1 - 2 alpha
+    interval within +-bound). The estimate and interval are the row's own.
+    """
+    name = f"{row['analysis']}{EQUIVALENCE}"
+    method = f"TOST: two one-sided t tests of |estimate| < {bound:g}"
+    estimate, low, high = (float(row[k]) for k in ("estimate", "ci_low", "ci_high"))
+    df = df_of(row)
+    values = dict(estimate=estimate, ci_low=low, ci_high=high)
+    if df is None or not np.isfinite(high - low) or high <= low:
+        note = "no t interval with its df: no TOST"
+        return analysis_row(name, str(row["unit"]), int(row["n"]), method, **values, note=note)
+    se = (high - low) / (2 * sps.t.ppf(0.975, df))
+    p = max(sps.t.sf((estimate + bound) / se, df), sps.t.cdf((estimate - bound) / se, df))
+    note = f"equivalence bound +-{bound:g} (config stats.primary); t({df})"
+    return analysis_row(name, str(row["unit"]), int(row["n"]), method, **values, p=p, note=note)
+
+
+def deciding_p(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, the larger of ``p`` (CR1 or t) and ``p_wild`` (the wild cluster bootstrap; NaN:
+    only ``p``): where the two disagree about significance the larger decides. NaN without ``p``.
+    """
+    p = rows["p"].to_numpy(dtype=float)
+    wild = rows["p_wild"].to_numpy(dtype=float)
+    return np.where(np.isfinite(wild) & np.isfinite(p), np.fmax(p, wild), p)
 
 
 def cluster_slope(

@@ -5,7 +5,9 @@ slope with a t(G-1) reference): ``estimate / se`` against t(df). Its power at a 
 ``E`` is P(|T| > t_crit) for T = (E + se Z) / (se sqrt(chi2_df / df)), a noncentral t; here it
 is a seeded Monte Carlo of that statistic (``simulated_power``), checked against scipy's
 noncentral t in the tests. ``se`` comes from a pilot run (its interval's half width over
-t_{0.975}(df)) and scales with sqrt(n_pilot / n) to another design size.
+t_{0.975}(df)) and scales with sqrt(n_pilot / n) to another design size. The units are the
+test's independent ones: for a CR1 test its clusters (G, df = G - 1: rows added within a cluster,
+e.g. seeds of one configuration, add no degree of freedom), else its rows (each adds one df).
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ def df_of(row: Mapping[str, object]) -> int | None:
     return values[-1] if values else None
 
 
+def units_of(row: Mapping[str, object], df: int) -> int:
+    """The pilot's independent units: a CR1 test's clusters (``df + 1``, its note says
+    ``CR1``), else its ``n``.
+    """
+    return df + 1 if "CR1" in f"{row.get('method', '')} {row.get('note', '')}" else int(row["n"])
+
+
 def pilot_power(
     pilot: pd.DataFrame,
     primary: Mapping[str, Mapping[str, object]],
@@ -82,7 +91,8 @@ def pilot_power(
     seed: int = 0,
 ) -> pd.DataFrame:
     """One row per declared primary test (``POWER_COLUMNS``): its declared ``effect``, the pilot
-    run's estimate, standard error (from its 95% interval and df), n and df, the design's n (the
+    run's estimate, standard error (from its 95% interval and df), n (its independent units,
+    ``units_of``: clusters for a CR1 test) and df, the design's n in the same units (the
     pilot's unless ``design_n`` names another; df moves by the same difference) and the power at
     Holm's first threshold alpha / m, and the n that would give ``TARGET`` power (NaN: above
     10 x the pilot's). ``pilot``: a run's ``results/stats/analyses.csv``.
@@ -97,7 +107,7 @@ def pilot_power(
         if row is None or df is None or not np.isfinite(row["ci_high"]):
             rows.append(dict(analysis=analysis, effect=effect, alpha=level))
             continue
-        n0 = int(row["n"])
+        n0 = units_of(row, df)
         se0 = (float(row["ci_high"]) - float(row["ci_low"])) / (2 * sps.t.ppf(0.975, df))
         n = int((design_n or {}).get(analysis, n0))
         scaled = dict(effect=effect, se=se0, n0=n0, df0=df, alpha=level, seed=seed)

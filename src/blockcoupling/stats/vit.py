@@ -377,8 +377,9 @@ def vit_analyses(runs: pd.DataFrame, primary: Sequence[str] = (), ci: float = 0.
       as a block (``y ~ sd + C(seed)``, + ``C(wd)`` when several weight decays), t(n - p);
     - ``vit_sd_effect_accuracy``: the same for test accuracy;
     - ``vit_accuracy_within_rate[_{measure}]``: test accuracy per sd of the measure, pooled
-      within rates (``test_accuracy ~ z + C(sd)``, + ``C(wd)`` when several; seeds are the
-      within-rate variation, so no seed block).
+      within rates, seed as a block (``test_accuracy ~ z + C(sd) + C(seed)``, + ``C(wd)`` when
+      several): a seed fixes a ViT's init and data order at every rate, so runs sharing a seed
+      are not independent; the slope rests on the seed-by-rate variation.
     The measure is ``coupling_excess`` (no suffix); raw ``coupling`` and ``overlap_u`` are
     secondary. A missing measure gives a row saying so.
     """
@@ -396,7 +397,7 @@ def vit_analyses(runs: pd.DataFrame, primary: Sequence[str] = (), ci: float = 0.
         if measure != "test_accuracy":
             data = runs.assign(z=(runs[measure] - runs[measure].mean()) / runs[measure].std())
             name = f"vit_accuracy_within_rate{suffix}"
-            rows.append(_ols_row(data, name, "test_accuracy", "z", ["sd", "wd"], ci))
+            rows.append(_ols_row(data, name, "test_accuracy", "z", ["sd", "seed", "wd"], ci))
     return analysis_table(rows, primary)
 
 
