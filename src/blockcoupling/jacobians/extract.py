@@ -31,9 +31,14 @@ from blockcoupling.jacobians.datasets import (
     trajectory_dataset,
 )
 from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.gram import gram_top_k
 from blockcoupling.jacobians.options import MeasureConfig, PromptText
 from blockcoupling.jacobians.spectral import SVD, singular_values, svd, top_k
-from blockcoupling.jacobians.statistics import bases, basis_corners, cross_stats, spectrum_sums
+from blockcoupling.jacobians.statistics import (
+    basis_corners,
+    pair_stats,
+    spectrum_sums,
+)
 from blockcoupling.runtime.progress import track
 
 __all__ = ["MeasureConfig", "PromptText", "as_prompts", "measure", "measure_inputs"]
@@ -178,19 +183,12 @@ def _depth(
             jac = one.new_empty((n_layers, *one.shape))
         jac[layer - 1] = one
         del one
-    if config.svd.uses_dense(jac.shape[-1], config.k_max):  # every singular value comes free
-        full = svd(jac)
-        top, values = full.top(config.k_max), full.s if spectrum else None
-        sums = spectrum_sums(jac, full.s)
-    else:
-        top = top_k(jac, config.k_max, config.svd)
-        values = singular_values(jac) if spectrum else None
-        sums = spectrum_sums(jac, values)
-    stats = [cross_stats(jac, *bases(top, variant)) for variant in config.variants]
+    top, values, sums = _spectra(jac, config, spectrum)
+    stats = pair_stats(jac, top, config.variants)
     result = DepthResult(
         _np(top.s).astype(np.float64),
-        np.stack([_np(d) for d, _ in stats]),
-        np.stack([_np(c) for _, c in stats]),
+        _np(stats[0]),
+        _np(stats[1]),
         spectrum=None if values is None else _np(values).astype(np.float64),
         ucorner=_np(basis_corners(top.u, top.u)),
         vcorner=_np(basis_corners(top.v, top.v)),
@@ -200,6 +198,26 @@ def _depth(
     if config.store_factors:
         result.u, result.v = _np(top.u), _np(top.v)
     return result
+
+
+def _spectra(
+    jac: torch.Tensor, config: MeasureConfig, spectrum: bool
+) -> tuple[SVD, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor]]:
+    """Top-``k_max`` factors of ``jac (layer, d, d)``, every singular value ``(layer, d)`` when
+    ``spectrum`` (else None), and ``sum s^2``, ``sum s^4`` of each full spectrum ``(layer,)``.
+    A prompt that asks for the spectrum takes the dense SVD unless ``topk`` was resolved (at
+    d = 576 one SVD costs less than the Gram path plus ``svdvals``).
+    """
+    method = config.svd.resolve(jac.shape[-1], config.k_max)
+    if method == "dense" or (spectrum and method == "gram"):  # every singular value comes free
+        full = svd(jac)
+        return full.top(config.k_max), full.s if spectrum else None, spectrum_sums(jac, full.s)
+    if method == "gram":
+        factors, sum2, sum4 = gram_top_k(jac, config.k_max)
+        return factors, None, (sum2, sum4)
+    top = top_k(jac, config.k_max, config.svd)
+    values = singular_values(jac) if spectrum else None
+    return top, values, spectrum_sums(jac, values)
 
 
 def _token_families(
@@ -256,10 +274,10 @@ def _token_families(
     }
     for layer, t in itertools.product(layers, range(n)):
         jac = engine.diagonal(layer, t)[None]
-        for layer_ref, (v, variant) in itertools.product(layers, enumerate(variants)):
-            d_, c_ = cross_stats(jac, *bases(stacked[layer_ref], variant))
+        for layer_ref in layers:
+            d_, c_ = pair_stats(jac, stacked[layer_ref], variants)  # (variant, 1, n, K)
             diag, corner = result.families["self"][(layer, layer_ref)]
-            diag[v, t], corner[v, t] = _np(d_[0]), _np(c_[0])
+            diag[:, t], corner[:, t] = _np(d_[:, 0]), _np(c_[:, 0])
     for layer, layer_ref in itertools.product(layers, layers):
         ucorner, vcorner = result.bases["self"][(layer, layer_ref)]
         ucorner[...] = _np(basis_corners(stacked[layer].u, stacked[layer_ref].u))
@@ -294,12 +312,10 @@ def _family_stats(
     """
     fixed, members = where
     tops = {layer: top_k(jac, config.k_max, config.svd) for layer, jac in jacs.items()}
-    for (layer, layer_ref), (v, variant) in itertools.product(
-        itertools.product(jacs, jacs), enumerate(config.variants)
-    ):
-        d_, c_ = cross_stats(jacs[layer], *bases(tops[layer_ref], variant))
+    for layer, layer_ref in itertools.product(jacs, jacs):
+        d_, c_ = pair_stats(jacs[layer], tops[layer_ref], config.variants)
         diag, corner = family[(layer, layer_ref)]
-        diag[v, fixed, members, members], corner[v, fixed, members, members] = _np(d_), _np(c_)
+        diag[:, fixed, members, members], corner[:, fixed, members, members] = _np(d_), _np(c_)
     return tops
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from blockcoupling.coupling.formulas import VARIANTS, check_option
 
-SVD_METHODS = ("auto", "dense", "topk")
+SVD_METHODS = ("auto", "dense", "gram", "topk")
 AUTO_CHUNK_BYTES = 1 << 30  # activations of one vmapped batch of VJPs/JVPs when chunk_size is null
 AUTO_CHUNK_FLOATS = 8  # floats per token and d one VJP/JVP sample holds (measured ~5.6, d=4096)
 AUTO_CHUNK_CPU_BYTES = 4 << 20  # on CPU: one batch's gradient of a (token, d) tensor
@@ -63,10 +63,14 @@ def science_params(section: Mapping[str, Any]) -> dict[str, Any]:
 class SVDOptions:
     """How top-K factors are computed (``extract.svd``; see ``spectral.top_k``).
 
-    method: ``dense`` (``torch.linalg.svd``), ``topk`` (randomized block Krylov) or ``auto``
-    (dense when ``d <= dense_up_to``, else top-K); oversample: extra columns ``p`` of the
-    sketch; iters: the most Krylov iterations (blocks after the first); tol: relative change of
-    the top-K singular values below which iteration stops; seed: of the Gaussian sketch.
+    method: ``dense`` (``torch.linalg.svd``), ``gram`` (eigendecomposition of ``J^T J`` in
+    float64, the top K only: ``gram.gram_top_k``), ``topk`` (randomized block Krylov) or
+    ``auto`` (``gram`` when ``d <= dense_up_to``, else ``topk``; measured on one CPU thread,
+    seconds per top-50 of one Jacobian: d = 576 dense 0.061, gram 0.040, topk 0.155; d = 1024
+    dense 0.41, gram 0.25, topk 0.48; bench/runs/depth_speed_spectra.md); oversample: extra
+    columns ``p`` of the sketch; iters: the most Krylov iterations (blocks after the first);
+    tol: relative change of the top-K singular values below which iteration stops; seed: of
+    the Gaussian sketch.
     """
 
     method: str = "auto"
@@ -84,11 +88,19 @@ class SVDOptions:
                 f"got {self}"
             )
 
+    def resolve(self, d: int, k: int) -> str:
+        """The method ``(d, d)`` matrices get: ``dense``, ``gram`` or ``topk`` (a sketch as wide
+        as d saves nothing: ``topk`` then takes the dense SVD, ``auto`` the Gram path).
+        """
+        if self.method in ("dense", "gram"):
+            return self.method
+        if self.method == "auto":
+            return "gram" if d <= self.dense_up_to or k + self.oversample >= d else "topk"
+        return "dense" if k + self.oversample >= d else "topk"
+
     def uses_dense(self, d: int, k: int) -> bool:
-        """Whether ``(d, d)`` matrices get a dense SVD (a sketch as wide as d saves nothing)."""
-        if self.method == "dense" or k + self.oversample >= d:
-            return True
-        return self.method == "auto" and d <= self.dense_up_to
+        """Whether ``(d, d)`` matrices get an exact O(d^3) decomposition (dense SVD or Gram)."""
+        return self.resolve(d, k) != "topk"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Singular value decompositions of Jacobians: dense, or the top K by randomized subspace iteration.
+"""Top-K singular triplets of Jacobians: dense, from the Gram matrix (``gram``), or by
+randomized subspace iteration.
 
 The coupling statistics need only the top ``K_max`` triplets of every Jacobian (and their
 singular values for the normaliser of ``S_K``). At paper widths a dense SVD is O(d^3) and
@@ -12,46 +13,27 @@ to a dense SVD of the matrices that have not settled by ``iters`` or are predict
 from __future__ import annotations
 
 from collections import Counter
-from typing import NamedTuple
 
 import torch
 
+from blockcoupling.jacobians.factors import SVD, svd
+from blockcoupling.jacobians.gram import gram_top_k
 from blockcoupling.jacobians.options import SVDOptions
 
 __all__ = ["SVD", "SVDOptions", "randomized_top_k", "singular_values", "svd", "top_k"]
 
 
-class SVD(NamedTuple):
-    """``J = U diag(S) V^T``: ``u (..., d, r)``, ``s (..., r)`` descending, ``v (..., d, r)``."""
-
-    u: torch.Tensor
-    s: torch.Tensor
-    v: torch.Tensor
-
-    def top(self, k: int) -> SVD:
-        """The top-k triplets."""
-        if k > self.s.shape[-1]:
-            raise ValueError(f"K={k} exceeds the number of singular values {self.s.shape[-1]} (d)")
-        return SVD(self.u[..., :k], self.s[..., :k], self.v[..., :k])
-
-    def pick(self, index: int) -> SVD:
-        """The triplets of one matrix of a stack."""
-        return SVD(self.u[index], self.s[index], self.v[index])
-
-
-def svd(jac: torch.Tensor) -> SVD:
-    """Full thin SVD of ``(..., d, d)`` Jacobians."""
-    u, s, vh = torch.linalg.svd(jac, full_matrices=False)
-    return SVD(u, s, vh.mT)
-
-
 def top_k(jac: torch.Tensor, k: int, options: SVDOptions = SVDOptions()) -> SVD:
-    """The top-``k`` singular triplets of ``(..., m, n)`` matrices, dense or randomized as
-    ``options`` says; ``u (..., m, k)``, ``s (..., k)`` descending, ``v (..., n, k)``.
+    """The top-``k`` singular triplets of ``(..., m, n)`` matrices, dense, from the Gram matrix
+    or randomized as ``options.resolve`` says; ``u (..., m, k)``, ``s (..., k)`` descending,
+    ``v (..., n, k)``.
     """
     if k > min(jac.shape[-2:]):
         raise ValueError(f"K={k} exceeds the number of singular values {min(jac.shape[-2:])} (d)")
-    if options.uses_dense(min(jac.shape[-2:]), k):
+    method = options.resolve(min(jac.shape[-2:]), k)
+    if method == "gram":
+        return gram_top_k(jac, k).factors
+    if method == "dense":
         return svd(jac).top(k)
     return randomized_top_k(jac, k, options)
 

@@ -10,6 +10,8 @@ reading, p and normalisation follows with no Jacobian (``formulas.mis_coupling_f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -39,6 +41,41 @@ def cross_stats(
         diags.append(d)
         corners.append(c)
     return torch.stack(diags, dim=1), torch.stack(corners, dim=1)
+
+
+STATS_CHUNK_BYTES = 256 << 20  # the products of one chunk of Jacobians in ``pair_stats``
+
+
+def pair_stats(
+    jacs: torch.Tensor, factors: SVD, variants: Sequence[str], chunk_bytes: int = STATS_CHUNK_BYTES
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cross_stats`` of every pair and variant at once, as a few large products.
+
+    ``jacs (m, d, d)``; ``factors`` top-K of ``m'`` references (``u, v (m', d, K)``). Returns
+    ``diag (variant, m, m', K)`` and ``corner (variant, m, m', K)`` of
+    ``A_ij = P_j^T J_i Q_j`` (float64). Per chunk of ``c`` Jacobians: one product of the stacked
+    chunk with every right basis of every variant side by side, ``(c d, d) x (d, variant m' K)``
+    (the shape BLAS runs fastest: twice the rate of the transposed one here), then per Jacobian
+    one batched product ``P_j^T (J_i Q_j)`` over variants and references, reading ``J_i Q_j``
+    in place (a strided view, no copy). The chunk's ``J_i Q_j`` stay under ``chunk_bytes``
+    (at least one Jacobian per chunk).
+    """
+    pairs = [bases(factors, variant) for variant in variants]
+    left = torch.stack([p for p, _ in pairs])  # (V, m', d, K)
+    right = torch.stack([q for _, q in pairs])
+    n_var, n_ref, d, k = right.shape
+    groups = n_var * n_ref
+    columns = right.permute(2, 0, 1, 3).reshape(d, groups * k)  # (d, V m' K): every Q_j
+    rows = left.mT.reshape(groups, k, d)  # every P_j^T
+    step = max(1, chunk_bytes // (d * groups * k * jacs.element_size()))
+    m = jacs.shape[0]
+    a = jacs.new_empty(m, groups, k, k)
+    for start in range(0, m, step):
+        chunk = jacs[start : start + step]
+        x = (chunk.reshape(-1, d) @ columns).view(chunk.shape[0], d, groups, k)  # J_i Q_j
+        for i in range(chunk.shape[0]):
+            torch.bmm(rows, x[i].permute(1, 0, 2), out=a[start + i])  # P_j^T J_i Q_j
+    return matrix_stats(a.view(m, n_var, n_ref, k, k).transpose(0, 1))
 
 
 def basis_corners(basis: torch.Tensor, basis_ref: torch.Tensor) -> torch.Tensor:
