@@ -1,0 +1,55 @@
+"""The ``blockcoupling`` command: measure one model on a few prompts, check a workflow config.
+
+blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling of one model beside chance
+blockcoupling check-config FILE [--profile slurm]       validate a config as the workflow does
+blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
+blockcoupling verify results/                            every result against its recorded hash
+blockcoupling fetch REPO REVISION FOLDER                 one hub revision into the hub cache
+blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
+blockcoupling power PILOT/results/stats/analyses.csv       power of the primary tests (power.csv)
+blockcoupling docs docs/datasets.md                      the measure registry's table into the docs
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from blockcoupling.cli.config_commands import check_config_file, plan_report
+from blockcoupling.cli.measure import measure_summary
+from blockcoupling.cli.parser import build_parser
+from blockcoupling.cli.records import (
+    fetch_revision,
+    power_table,
+    render_claims,
+    render_docs,
+    verify_results,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``blockcoupling`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "check-config":
+            print(check_config_file(args.file, args.workflow_dir, args.profile))
+        elif args.command == "claims":
+            print(render_claims(args.results, args.readme))
+        elif args.command == "docs":
+            print(render_docs(args.file))
+        elif args.command == "power":
+            print(power_table(args))
+        elif args.command == "plan":
+            report, fits = plan_report(args)
+            print(report)
+            return 0 if fits else 1
+        elif args.command == "fetch":
+            print(fetch_revision(args.repo, args.revision, args.folder))
+        elif args.command == "verify":
+            return verify_results(args.folder)
+        else:
+            print(measure_summary(args))
+    except (ValueError, OSError) as error:
+        print(f"blockcoupling {args.command}: {error}", file=sys.stderr)
+        return 2
+    return 0

