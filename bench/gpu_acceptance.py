@@ -67,13 +67,11 @@ from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset  # noq
 from blockcoupling.jacobians import spectral  # noqa: E402
 from blockcoupling.jacobians.adapters import adapter_for, blocks_of  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
-from blockcoupling.jacobians.extract import (  # noqa: E402
-    MeasureConfig,
-    PromptText,
+from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs  # noqa: E402
+from blockcoupling.jacobians.run_mode import (  # noqa: E402
     eager_attention,
     eval_mode,
     matmul_precision,
-    measure_inputs,
 )
 from blockcoupling.jacobians.token_jacobian import token_jacobian  # noqa: E402
 from blockcoupling.lm.models import LoadOptions, load_model  # noqa: E402

@@ -21,8 +21,9 @@ from snakemake.utils import validate
 
 from blockcoupling.jacobians.adapters import adapter_for, architecture_key, blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.jacobians.extract import MeasureConfig, eager_attention, measure_inputs
+from blockcoupling.jacobians.extract import MeasureConfig, measure_inputs
 from blockcoupling.jacobians.options import PromptText
+from blockcoupling.jacobians.run_mode import eager_attention
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.plan import Plan

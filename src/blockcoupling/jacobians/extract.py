@@ -9,9 +9,8 @@ models); ``metrics.coupling_dataset`` then turns statistics into m_K.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -33,6 +32,7 @@ from blockcoupling.jacobians.datasets import (
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.gram import gram_top_k
 from blockcoupling.jacobians.options import MeasureConfig, PromptText
+from blockcoupling.jacobians.run_mode import eager_attention, eval_mode, matmul_precision
 from blockcoupling.jacobians.spectral import SVD, singular_values, svd, top_k
 from blockcoupling.jacobians.statistics import (
     basis_corners,
@@ -103,56 +103,6 @@ def tokenize(
             "set max_tokens"
         )
     return ids
-
-
-@contextlib.contextmanager
-def eager_attention(model: nn.Module) -> Iterator[None]:
-    """Run with eager attention (sdpa has no forward AD and a slow vmap backward on CPU), and
-    record masks under it (eager without a mask is not causal): Hugging Face models through
-    their attention implementation, timm-style modules by their ``fused_attn`` flag. Restores
-    the previous settings.
-    """
-    previous = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
-    fused = [m for m in model.modules() if getattr(m, "fused_attn", False) is True]
-    if switch:
-        model.set_attn_implementation("eager")
-    for module in fused:
-        module.fused_attn = False
-    try:
-        yield
-    finally:
-        if switch:
-            model.set_attn_implementation(previous)
-        for module in fused:
-            module.fused_attn = True
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Run in eval mode (no dropout, no drop path); restores the previous mode."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
-@contextlib.contextmanager
-def matmul_precision(tf32: bool) -> Iterator[None]:
-    """CUDA float32 matmuls and convolutions in TensorFloat-32 (``tf32``) or full IEEE float32
-    for the duration; restores the previous settings (CPU computations are unaffected).
-    """
-    backends = (torch.backends.cuda.matmul, torch.backends.cudnn)
-    previous = [backend.fp32_precision for backend in backends]
-    for backend in backends:
-        backend.fp32_precision = "tf32" if tf32 else "ieee"
-    try:
-        yield
-    finally:
-        for backend, value in zip(backends, previous):
-            backend.fp32_precision = value
 
 
 def _resolve_position(position: int, n: int, what: str) -> int:
