@@ -19,7 +19,7 @@ from blockcoupling.lm.evaluate import (
     evaluate,
     multiple_choice_accuracy,
 )
-from blockcoupling.lm.train import train_tokenizer
+from blockcoupling.lm.train_data import train_tokenizer
 
 TEXT = "Now is the winter of our discontent\nMade glorious summer by this sun of York;\n"
 CTX = 64

@@ -83,7 +83,7 @@ def test_a_bad_data_fraction_names_the_grid(fraction: float) -> None:
 
 
 def _tiny_tokenizer():
-    from blockcoupling.lm.train import train_tokenizer
+    from blockcoupling.lm.train_data import train_tokenizer
 
     return train_tokenizer(["to be or not to be, that is the question"], 300)
 
@@ -94,7 +94,8 @@ def test_every_recipe_field_outside_the_twin_key_leaves_the_twin_unchanged() -> 
     """
     from dataclasses import fields
 
-    from blockcoupling.lm.train import _texts, model_config
+    from blockcoupling.lm.train import model_config
+    from blockcoupling.lm.train_data import split_texts
 
     tokenizer = _tiny_tokenizer()
     base = TrainConfig(n_layers=2, d_model=64, n_heads=2, max_train_chars=2000)
@@ -111,7 +112,7 @@ def test_every_recipe_field_outside_the_twin_key_leaves_the_twin_unchanged() -> 
         other = TrainConfig(**{**base.__dict__, name: value})
         same_twin = (
             model_config(other, tokenizer).to_dict() == model_config(base, tokenizer).to_dict()
-            and _texts(other)[0] == _texts(base)[0]
+            and split_texts(other)[0] == split_texts(base)[0]
             and other.vocab_size == base.vocab_size
         )
         assert (other.twin_key() == base.twin_key()) == same_twin, name

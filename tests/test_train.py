@@ -20,15 +20,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from blockcoupling.files import manifest
 from blockcoupling.lm import corpus
 from blockcoupling.lm.schedule import TrainConfig, checkpoint_schedule
-from blockcoupling.lm.train import (
-    _generator,
-    _passages,
-    _texts,
-    _windows,
-    damage,
-    train,
-    training_subset,
-)
+from blockcoupling.lm.train import train
+from blockcoupling.lm.train_checkpoints import damage
+from blockcoupling.lm.train_data import generator, passages, split_texts, training_subset, windows
 
 TINY = TrainConfig(
     n_layers=2,
@@ -236,7 +230,7 @@ def test_published_checkpoints_are_recorded_copies_following_the_umask(tmp_path:
 
 def test_passages_cut_at_line_ends_and_rebuild_the_text() -> None:
     text = corpus.plays()["hamlet"][:20_000]
-    pieces = _passages(text, 500)
+    pieces = passages(text, 500)
     assert "".join(pieces) == text
     assert all(p.endswith("\n") and len(p) >= 500 for p in pieces[:-1])
     assert all(p.count("\n") == 1 or len(p[: p[:-1].rfind("\n") + 1]) < 500 for p in pieces[:-1])
@@ -272,16 +266,16 @@ def small_data_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainConfi
 def test_train_loss_is_the_checkpoint_loss_on_fixed_training_windows(small_data_run) -> None:
     cfg, out = small_data_run
     tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
-    texts = training_subset(_texts(cfg)[0], cfg.data_fraction, cfg.seed)
+    texts = training_subset(split_texts(cfg)[0], cfg.data_fraction, cfg.seed)
     ids = [t for text in texts for t in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
     stream = torch.tensor(ids)
-    windows = _windows(stream, cfg.n_val_windows, cfg.context_length, _generator(cfg.seed, 2, 0))
+    drawn = windows(stream, cfg.n_val_windows, cfg.context_length, generator(cfg.seed, 2, 0))
     joined = " ".join(map(str, ids))
-    assert all(" ".join(map(str, w.tolist())) in joined for w in windows)  # from the subset
+    assert all(" ".join(map(str, w.tolist())) in joined for w in drawn)  # from the subset
     for row in _history(out):
         model = AutoModelForCausalLM.from_pretrained(out / f"step{int(row['step'])}").eval()
         with torch.no_grad():  # HF's own shifted loss, per window, averaged (equal lengths)
-            losses = [model(input_ids=w[None], labels=w[None]).loss.item() for w in windows]
+            losses = [model(input_ids=w[None], labels=w[None]).loss.item() for w in drawn]
         assert row["train_loss"] == pytest.approx(float(np.mean(losses)), rel=1e-5)
 
 
