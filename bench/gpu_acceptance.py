@@ -510,7 +510,7 @@ def planner(rates: cost.Rates, out: Path) -> dict[str, Any]:
     path = out / "gpu_rates.json"
     cost.write_rates(rates, path, {"script": "bench/gpu_acceptance.py"})
     try:
-        from blockcoupling.cli import load_plan
+        from blockcoupling.cli.config_commands import load_plan
 
         plan = load_plan(ROOT / "config" / "paper.yaml", ROOT, check_memory=False)
     except ImportError as error:  # a GPU image without the workflow's packages

@@ -276,9 +276,9 @@ def test_a_partition_no_job_fits_stops_the_dry_run_in_one_line(tmp_path: Path) -
 
 
 def paper_plan():
-    from blockcoupling import cli
+    from blockcoupling.cli.config_commands import load_plan
 
-    return cli.load_plan(REPO / "config" / "paper.yaml", check_memory=False)
+    return load_plan(REPO / "config" / "paper.yaml", check_memory=False)
 
 
 @pytest.mark.parametrize("limit", [24 * 60, 18 * 60])
