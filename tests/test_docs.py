@@ -1,12 +1,8 @@
 """The README and the documentation site say what the code does: every ``blockcoupling.*`` name
 and ``src/blockcoupling/*.py`` path they mention exists, and every Python or shell block runs
-(here, or in the slow tier) or is preceded by ``<!-- not run: REASON -->`` naming why not.
-
-``docs/tutorial.md`` is left to its own executing test. Marker comments, on the line before a
-block's opening fence (blank lines between allowed):
-
-- ``<!-- not run: REASON -->``: not run (needs a cluster, the hub, a finished run, minutes);
-- ``<!-- slow: REASON -->``: run in the slow tier only (a real model).
+here or is preceded by ``<!-- not run: REASON -->`` naming why not (needs a cluster, the hub, a
+finished run, minutes; on the line before a block's opening fence, blank lines between allowed).
+A real model's example belongs in ``docs/tutorial.md``, which its own test executes (slow tier).
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ RUN_LANGUAGES = {"python", "bash", "sh", "console", "shell"}
 NAME = re.compile(r"(?<![\w./-])blockcoupling(?:\.[A-Za-z_]\w*)+")
 PATH = re.compile(r"(?<![\w/])src/blockcoupling/[\w/]+\.py\b")
 FENCE = re.compile(r"^```(\w*)\s*$")
-MARKER = re.compile(r"^<!--\s*(not run|slow):\s*(.*?)\s*-->$")
+MARKER = re.compile(r"^<!--\s*(not run):\s*(.*?)\s*-->$")
 
 
 @dataclass(frozen=True)
@@ -44,7 +40,7 @@ class Block:
     line: int  # of the opening fence, 1-based
     language: str
     code: str
-    marker: str | None  # "not run", "slow" or None
+    marker: str | None  # "not run" or None
     reason: str
 
     @property
@@ -143,12 +139,6 @@ def test_every_block_is_run_or_says_why_not() -> None:
 @pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if b.marker is None], ids=lambda b: b.id)
 def test_block_runs(block: Block, tmp_path: Path) -> None:
     run_block(block, tmp_path, timeout=300)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if b.marker == "slow"], ids=lambda b: b.id)
-def test_slow_block_runs(block: Block, tmp_path: Path) -> None:
-    run_block(block, tmp_path, timeout=1800)
 
 
 def test_the_readme_is_a_users_page() -> None:
