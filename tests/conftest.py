@@ -257,3 +257,15 @@ def save_tiny_folder(folder: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
     return folder
+
+
+# --- matrices of a given spectrum (test_spectral, test_gram) ---
+
+
+def with_spectrum(s: torch.Tensor, seed: int) -> torch.Tensor:
+    """A matrix ``U diag(s) V^T`` with Haar-random U, V."""
+    gen = torch.Generator().manual_seed(seed)
+    d = s.shape[0]
+    u = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=s.dtype)).Q
+    v = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=s.dtype)).Q
+    return (u * s) @ v.T

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import with_spectrum
 from tiny_models import DEVICE
 
 from blockcoupling.jacobians import gram
@@ -13,15 +14,6 @@ from blockcoupling.jacobians.gram import gram_top_k
 from blockcoupling.jacobians.options import SVDOptions
 from blockcoupling.jacobians.spectral import svd, top_k
 from blockcoupling.jacobians.statistics import bases, pair_stats
-
-
-def with_spectrum(s: torch.Tensor, seed: int) -> torch.Tensor:
-    """``U diag(s) V^T (d, d)`` with Haar-random U, V (float64)."""
-    gen = torch.Generator().manual_seed(seed)
-    d = s.shape[0]
-    u = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64)).Q
-    v = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64)).Q
-    return (u * s) @ v.T
 
 
 def decaying(d: int, last: float) -> torch.Tensor:

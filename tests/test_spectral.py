@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from conftest import with_spectrum
 from torch.overrides import TorchFunctionMode
 
 from blockcoupling.coupling.formulas import mis_coupling_from_stats
@@ -16,15 +17,6 @@ from blockcoupling.jacobians.spectral import randomized_top_k, svd, top_k
 from blockcoupling.jacobians.statistics import bases, cross_stats
 
 TOPK = SVDOptions(method="topk", dense_up_to=0)
-
-
-def with_spectrum(s: torch.Tensor, seed: int) -> torch.Tensor:
-    """A matrix ``U diag(s) V^T`` with Haar-random U, V."""
-    gen = torch.Generator().manual_seed(seed)
-    d = s.shape[0]
-    u = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=s.dtype)).Q
-    v = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=s.dtype)).Q
-    return (u * s) @ v.T
 
 
 def flat_spectrum(d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
