@@ -133,6 +133,17 @@ CLAIMS = (
         PYTHIA,
     ),
     Claim(
+        "Within a run, coupling grows as the model gets better (validation loss)",
+        "emergence_within_loss",
+        "per run, Fisher z of Spearman rho of coupling_excess with minus validation loss over "
+        "its checkpoints after step 0",
+        +1,
+        "small runs trained here, each its own seed (init and data); half at a small data "
+        "fraction trained long, where validation loss turns up, so a measure tracking training "
+        "time alone falls; no-effect level 0",
+        PYTHIA,
+    ),
+    Claim(
         "Coupling becomes more pronounced between adjacent layers with training (locality)",
         "emergence_locality",
         "(adjacent - all-pairs coupling_excess), last checkpoint - step 0",
