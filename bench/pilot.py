@@ -5,6 +5,7 @@ pilot power of each primary test (``blockcoupling.stats.power.decision_power``).
 
     python bench/pilot.py within  [--seeds 100 101 ...] [--out resources/pilot_within.csv]
     python bench/pilot.py across  [--seeds 120 ...]     [--out resources/pilot_across.csv]
+    python bench/pilot.py power   [--config config.yaml] [--out resources/power.csv]
 
 ``within``: checkpoint suites (1,000 steps, 12 checkpoints), half at full data, half at a 1%
 data fraction (validation loss turns up). ``across``: 300-step runs, each its own seed,
@@ -100,14 +101,132 @@ def summarize(depth, tokens) -> dict:
     return out
 
 
+def design_steps(config: dict) -> list[int]:
+    """The checkpoint steps of the config's emergence suites."""
+    return list(config["train"]["grids"]["emergence"]["base"]["checkpoint_steps"])
+
+
+def pilot_units(within: pd.DataFrame, across: pd.DataFrame, k: int, steps: list[int]) -> dict:
+    """Per-unit pilot values of each primary: within-run Fisher z and last - first excess per
+    suite (at the design's checkpoint steps), trained - twin token self excess per run, and the
+    across-runs (excess, -val_loss) pairs.
+    """
+    from blockcoupling.stats.checkpoints import within_loss_z
+
+    col = f"excess_k{k}"
+    suites = within[within["step"].isin(steps)].assign(neg_val_loss=lambda f: -f["val_loss"])
+    z, growth = [], []
+    for _, rows in suites.groupby("run"):
+        rows = rows.sort_values("step")
+        z.append(within_loss_z(rows.rename(columns={col: "coupling_excess"})))
+        growth.append(float(rows[col].iloc[-1] - rows[col].iloc[0]))
+    return {
+        "emergence_within_loss": np.array(z),
+        "emergence_final_vs_init": np.array(growth),
+        "tokens_self_trained_vs_random": (across["tok_self"] - across["twin_tok_self"]).to_numpy(),
+        "fixed_size_excess_vs_bpb": (across[col].to_numpy(), -across["val_loss"].to_numpy()),
+    }
+
+
+def power_table(units: dict, primary: dict, design_n: dict, seed: int = 0) -> pd.DataFrame:
+    """``stats.power.POWER_COLUMNS`` rows: each declared primary's power under the verdict's
+    rule at the design's n and Holm's first threshold, with the n that reaches 80%.
+    """
+    from blockcoupling.stats import power as pw
+
+    alpha = pw.holm_first_alpha(len(primary))
+    rows = []
+    for analysis, declared in primary.items():
+        effect, n = float(declared["effect"]), int(design_n[analysis])
+        values = units.get(analysis)
+        if values is None:
+            rows.append(dict(analysis=analysis, effect=effect, n=n, alpha=alpha))
+            continue
+        if isinstance(values, tuple):
+            x, y = values
+
+            def at(m, x=x, y=y, effect=effect):
+                return pw.slope_decision_power(x, y, effect, m, alpha, seed=seed)
+
+            keep = np.isfinite(x) & np.isfinite(y)
+            estimate = float(np.corrcoef(x[keep], y[keep])[0, 1])
+            n0 = int(keep.sum())
+            se = np.sqrt((1 - estimate**2) / max(n0 - 2, 1))
+        else:
+
+            def at(m, v=values, effect=effect):
+                return pw.decision_power(v, effect, m, alpha, seed=seed)
+
+            finite = values[np.isfinite(values)]
+            n0, estimate = finite.size, float(finite.mean())
+            se = float(finite.std(ddof=1) / np.sqrt(n0))
+        power = at(n)
+        need = n if power >= pw.TARGET else pw.n_for_power(at, n + 1, 4 * n)
+        rows.append(
+            dict(
+                analysis=analysis,
+                effect=effect,
+                pilot_estimate=estimate,
+                pilot_se=se,
+                pilot_n=n0,
+                pilot_df=n0 - 1,
+                n=n,
+                df=n - 1,
+                alpha=alpha,
+                power=power,
+                n_for_target=need,
+            )
+        )
+    return pd.DataFrame(rows, columns=list(pw.POWER_COLUMNS))
+
+
+def write_power(args: argparse.Namespace) -> int:
+    """The ``power`` command: resources/power.csv from the two pilot tables."""
+    import yaml
+
+    from blockcoupling.pipeline.grids import expand_grids
+
+    config = yaml.safe_load(Path(args.config).read_text())
+    primary = config["stats"]["primary"]
+    k = int(config["stats"]["k"])
+    grids = config["train"]["grids"]
+    n_fixed = len(next(iter(grids["fixed_size"]["axes"].values())))
+    n_suites = len(next(iter(grids["emergence"]["axes"].values())))
+    expand_grids(config)  # the design must expand (paired axes of equal length)
+    design_n = {
+        "fixed_size_excess_vs_bpb": n_fixed,
+        "tokens_self_trained_vs_random": n_fixed,
+        "emergence_within_loss": n_suites,
+        "emergence_final_vs_init": n_suites,
+    }
+    within = pd.read_csv(args.within)
+    across = pd.read_csv(args.across)
+    units = pilot_units(within, across, k, design_steps(config))
+    table = power_table(units, primary, design_n, seed=args.seed)
+    out = Path(args.out or "resources/power.csv")
+    if out.is_file():  # keep config/paper.yaml's ViT rows (their own, earlier pilot)
+        kept = pd.read_csv(out)
+        kept = kept[kept["analysis"].str.startswith("vit_")]
+        table = pd.concat([table, kept[~kept["analysis"].isin(table["analysis"])]])
+    table.to_csv(out, index=False)
+    print(table.to_string(index=False))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("design", choices=("within", "across"))
+    parser.add_argument("design", choices=("within", "across", "power"))
+    parser.add_argument("--config", default="config.yaml", help="power: the declaring config")
+    parser.add_argument("--within", default="resources/pilot_within.csv")
+    parser.add_argument("--across", default="resources/pilot_across.csv")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--prompts", default="results/prompts/default.jsonl")
     parser.add_argument("--out", default=None)
     parser.add_argument("--work", default=None, help="training folder (default: a temp dir)")
     args = parser.parse_args(argv)
+    if args.design == "power":
+        return write_power(args)
     torch.set_num_threads(1)
     seeds = args.seeds or (
         list(range(100, 106)) if args.design == "within" else list(range(120, 136))

@@ -133,3 +133,71 @@ def test_claims_verdict_uses_the_decision_power_column():
     )
     got = out.set_index("claim").loc[claims.claim_of("emergence_within_loss")]
     assert got["power"] == 0.9 and got["verdict"].startswith("inconclusive: powered (0.90)")
+
+
+def _fixed_size_table(overlap: float):
+    rows = [
+        inference.analysis_row(
+            "fixed_size_excess_vs_bpb",
+            "run (20 configurations)",
+            20,
+            "OLS",
+            0.6,
+            0.4,
+            0.8,
+            1e-5,
+            "CR1 by group, t(19)",
+            p_wild=1e-4,
+        ),
+        inference.analysis_row(
+            "fixed_size_overlap_u_vs_bpb",
+            "run (20 configurations)",
+            20,
+            "OLS",
+            overlap,
+            overlap - 0.2,
+            overlap + 0.2,
+            0.01,
+            "CR1 by group, t(19)",
+            p_wild=0.01,
+        ),
+    ]
+    table = inference.combine_analyses(
+        [inference.analysis_table(rows)], ["fixed_size_excess_vs_bpb"]
+    )
+    declared = {"fixed_size_excess_vs_bpb": {"effect": 0.5, "source": "r = 0.5"}}
+    out = claims.claims_table(table, declared).set_index("claim")
+    return out.loc[claims.claim_of("fixed_size_excess_vs_bpb")]
+
+
+def test_across_runs_primary_is_reproduced_only_when_the_overlap_agrees_in_sign():
+    assert _fixed_size_table(0.5)["verdict"] == "reproduced"
+    disagree = _fixed_size_table(-0.5)["verdict"]
+    assert disagree.startswith("inconclusive: significant, but fixed_size_overlap_u_vs_bpb")
+
+
+def test_claims_print_the_runs_own_power_beside_the_pilots():
+    """power_achieved: the run's power at the declared effect from its own interval and df,
+    at Holm's first threshold; 0 for 6 units (the wild bootstrap's floor 2/64 > 0.05/m)."""
+    row = _fixed_size_table(0.5)
+    se = 0.4 / (2 * sps.t.ppf(0.975, 19))
+    assert row["power_achieved"] == pytest.approx(power.simulated_power(0.5, se, 19, 0.05))
+    few = inference.analysis_row(
+        "emergence_final_vs_init",
+        "initialization (6 runs)",
+        6,
+        "t",
+        0.1,
+        0.08,
+        0.12,
+        1e-5,
+        "one-sample t(5) over initializations",
+        p_wild=0.03,
+    )
+    table = inference.combine_analyses([inference.analysis_table([few])], ["a", "b"])
+    declared = {
+        "emergence_final_vs_init": {"effect": 0.05, "source": "x"},
+        "emergence_within_loss": {"effect": 0.5, "source": "y"},
+    }
+    out = claims.claims_table(table, declared).set_index("claim")
+    assert out.loc[claims.claim_of("emergence_final_vs_init"), "power_achieved"] == 0.0
