@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", default="results/prompts/default.jsonl")
     parser.add_argument("--out", default=None)
     parser.add_argument("--work", default=None, help="training folder (default: a temp dir)")
+    parser.add_argument(
+        "--data-fraction", type=float, default=None, help="every run at this data fraction"
+    )
     args = parser.parse_args(argv)
     if args.design == "power":
         return write_power(args)
@@ -245,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     work = Path(args.work or tempfile.mkdtemp(prefix=f"pilot_{args.design}_"))
     rows = []
-    for spec in specs(args.design, seeds):
+    runs = specs(args.design, seeds)
+    if args.data_fraction is not None:
+        runs = [dict(spec, data_fraction=args.data_fraction) for spec in runs]
+    for spec in runs:
         run = f"{args.design}-s{spec['seed']}-f{spec['data_fraction']}"
         start = time.perf_counter()
         cfg = TrainConfig(**spec)
