@@ -128,13 +128,16 @@ def pilot_units(within: pd.DataFrame, across: pd.DataFrame, k: int, steps: list[
     }
 
 
-def power_table(units: dict, primary: dict, design_n: dict, seed: int = 0) -> pd.DataFrame:
+def power_table(
+    units: dict, primary: dict, design_n: dict, seed: int = 0, n_sim: int | None = None
+) -> pd.DataFrame:
     """``stats.power.POWER_COLUMNS`` rows: each declared primary's power under the verdict's
     rule at the design's n and Holm's first threshold, with the n that reaches 80%.
     """
     from blockcoupling.stats import power as pw
 
     alpha = pw.holm_first_alpha(len(primary))
+    sims = n_sim or pw.DECISION_SIM
     rows = []
     for analysis, declared in primary.items():
         effect, n = float(declared["effect"]), int(design_n[analysis])
@@ -146,7 +149,7 @@ def power_table(units: dict, primary: dict, design_n: dict, seed: int = 0) -> pd
             x, y = values
 
             def at(m, x=x, y=y, effect=effect):
-                return pw.slope_decision_power(x, y, effect, m, alpha, seed=seed)
+                return pw.slope_decision_power(x, y, effect, m, alpha, sims, seed)
 
             keep = np.isfinite(x) & np.isfinite(y)
             estimate = float(np.corrcoef(x[keep], y[keep])[0, 1])
@@ -155,7 +158,7 @@ def power_table(units: dict, primary: dict, design_n: dict, seed: int = 0) -> pd
         else:
 
             def at(m, v=values, effect=effect):
-                return pw.decision_power(v, effect, m, alpha, seed=seed)
+                return pw.decision_power(v, effect, m, alpha, sims, seed)
 
             finite = values[np.isfinite(values)]
             n0, estimate = finite.size, float(finite.mean())

@@ -201,3 +201,58 @@ def test_claims_print_the_runs_own_power_beside_the_pilots():
     }
     out = claims.claims_table(table, declared).set_index("claim")
     assert out.loc[claims.claim_of("emergence_final_vs_init"), "power_achieved"] == 0.0
+
+
+def test_n_for_power_is_the_smallest_n_reaching_the_target():
+    assert power.n_for_power(lambda n: n / 100, 1, 200) == 80
+    assert np.isnan(power.n_for_power(lambda n: 0.1, 1, 50))
+
+
+def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
+    """bench/pilot.py power: one row per declared primary, at the design's n and Holm's
+    first threshold, from per-unit pilot values (within-run z at the config's steps only)."""
+    from conftest import load_bench
+
+    pilot = load_bench("pilot")
+    rng = np.random.default_rng(4)
+    steps = [0, 4, 16, 64, 256, 1000]
+    within = pd.DataFrame(
+        [
+            dict(
+                run=f"w{i}",
+                step=s,
+                val_loss=7 - np.log1p(s) / 3,
+                excess_k2=0.01 * np.log1p(s) + rng.normal(scale=0.01),
+            )
+            for i in range(4)
+            for s in steps
+        ]
+    )
+    across = pd.DataFrame(
+        dict(
+            excess_k2=rng.normal(size=8),
+            val_loss=rng.normal(size=8) + 5,
+            tok_self=rng.normal(0.3, 0.02, 8),
+            twin_tok_self=0.4,
+        )
+    )
+    units = pilot.pilot_units(within, across, 2, [0, 4, 16, 64, 256])
+    assert units["emergence_within_loss"].shape == (4,)
+    declared = {
+        "emergence_within_loss": {"effect": 0.5},
+        "emergence_final_vs_init": {"effect": 0.05},
+        "tokens_self_trained_vs_random": {"effect": 0.05},
+        "fixed_size_excess_vs_bpb": {"effect": 0.5},
+    }
+    n = {
+        "emergence_within_loss": 10,
+        "emergence_final_vs_init": 10,
+        "tokens_self_trained_vs_random": 20,
+        "fixed_size_excess_vs_bpb": 20,
+    }
+    table = pilot.power_table(units, declared, n, n_sim=40).set_index("analysis")
+    assert set(table.index) == set(declared) and (table["alpha"] == 0.0125).all()
+    assert table["power"].between(0, 1).all() and (table["pilot_n"] > 0).all()
+    assert table.loc["tokens_self_trained_vs_random", "pilot_estimate"] == pytest.approx(
+        (across["tok_self"] - 0.4).mean()
+    )

@@ -222,8 +222,17 @@ def slope_decision_power(
 
 
 def n_for_power(power_at: Callable[[int], float], start: int, stop: int) -> float:
-    """The smallest n in [start, stop] whose ``power_at(n)`` reaches ``TARGET`` (NaN: none)."""
-    for n in range(start, stop + 1):
-        if power_at(n) >= TARGET:
-            return float(n)
-    return np.nan
+    """The smallest n in [start, stop] whose ``power_at(n)`` reaches ``TARGET`` (NaN: none),
+    by bisection (power rises with n; a simulated power's Monte Carlo error can move the
+    answer by a unit or two).
+    """
+    if start > stop or not power_at(stop) >= TARGET:
+        return np.nan
+    low, high = start, stop  # power_at(high) reaches the target
+    while low < high:
+        mid = (low + high) // 2
+        if power_at(mid) >= TARGET:
+            high = mid
+        else:
+            low = mid + 1
+    return float(high)
