@@ -654,7 +654,7 @@ def test_panels_quote_their_claims_row_as_claims_md_prints_it(
         row = next(line for line in markdown.splitlines() if line.startswith(f"| {claim} |"))
         cells = [cell.strip() for cell in row.strip("| ").split(" | ")]
         estimate, unit, p, wild, p_holm = cells[2], cells[3], cells[4], cells[5], cells[6]
-        expected = [f"{estimate} {unit}", cells[10].strip("*")]
+        expected = [f"{estimate} {unit}", cells[11].strip("*")]  # after power, power (run)
         expected += ([f"p = {p}"] if p else []) + ([f"wild p = {wild}"] if wild else [])
         expected += [f"Holm p = {p_holm}"] if p_holm else []
         quoting = [t for t in titles if f"{estimate} {unit}" in t]

@@ -136,3 +136,25 @@ def test_runs_with_identical_twins_measure_one_twin() -> None:
         assert (RANDOM in entry.measured_steps) == (own and RANDOM in entry.steps)
         assert entry.measured_as(FINAL) == name
     assert entries["wide-s1"].measured_steps == entries["wide-s1"].steps  # checkpoint suites
+
+
+def test_paired_axes_make_one_independent_run_per_seed() -> None:
+    """``paired``: the i-th data fraction goes with the i-th seed (3 runs, not 9), each run its
+    own group (an independent unit of the CR1 tests); unequal lengths are refused."""
+    grid = {
+        "axes": {"data_fraction": [0.01, 0.1, 1.0], "seed": [10, 11, 12]},
+        "paired": True,
+        "base": {"n_layers": 4, "d_model": 64},
+        "models": {"checkpoints": False},
+    }
+    config = expand_grids(_config({"fixed_size": grid}))
+    assert sorted(config["train"]["runs"]) == [
+        "fixed_size-f0.01-s10",
+        "fixed_size-f0.1-s11",
+        "fixed_size-f1.0-s12",
+    ]
+    groups = {m["meta"]["group"] for m in config["models"].values()}
+    assert len(groups) == 3
+    grid["axes"]["seed"] = [10, 11]
+    with pytest.raises(ConfigError, match="paired axes need equal lengths"):
+        expand_grids(_config({"fixed_size": grid}))

@@ -45,4 +45,4 @@ def test_the_default_config_lists_loaded_and_trained_models():
     text = report_models(plan)
     assert text.startswith("loaded, 2 at final weights, each beside its random-init twin: ")
     assert all(f"``{name}``" in text for name in plan.models)
-    assert "6 at checkpoints 0, 4, 16, 32, 64, 128, 256, 512, 1000" in text
+    assert "10 at checkpoints 0, 16, 64, 128, 256, 384, 512, 768, 1000" in text

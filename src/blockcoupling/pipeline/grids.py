@@ -32,10 +32,8 @@ def grid_runs(name: str, grid: dict[str, Any]) -> dict[str, dict[str, Any]]:
     ``base``, named ``<name>-L2-d64-s0`` (axis abbreviations, in the axes' order); ``n_heads``
     is ``d_model / head_dim`` unless given.
     """
-    axes = grid["axes"]
     runs = {}
-    for values in itertools.product(*axes.values()):
-        point = dict(zip(axes, values))
+    for point in grid_points(name, grid):
         spec = {**grid.get("base", {}), **point}
         if "n_heads" not in spec:
             d_model = spec.get("d_model", TrainConfig.d_model)
@@ -48,6 +46,23 @@ def grid_runs(name: str, grid: dict[str, Any]) -> dict[str, dict[str, Any]]:
         label = "-".join(_axis_label(k, v) for k, v in point.items())
         runs[f"{name}-{label}"] = spec
     return runs
+
+
+def grid_points(name: str, grid: dict[str, Any]) -> list[dict[str, Any]]:
+    """The design points of ``train.grids.<name>``: every combination of the ``axes`` values,
+    or with ``paired`` the i-th value of every axis for run i (equal lengths: one data
+    fraction per seed, each run an independent unit).
+    """
+    axes = grid["axes"]
+    if grid.get("paired"):
+        lengths = {axis: len(values) for axis, values in axes.items()}
+        if len(set(lengths.values())) != 1:
+            raise ConfigError(
+                f"train.grids.{name}: paired axes need equal lengths, got "
+                + ", ".join(f"{a}: {n}" for a, n in lengths.items())
+            )
+        return [dict(zip(axes, values)) for values in zip(*axes.values())]
+    return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
 
 
 def run_group(name: str, grid: dict[str, Any], point: dict[str, Any]) -> str:
@@ -73,7 +88,7 @@ def expand_grids(config: dict[str, Any]) -> dict[str, Any]:
     config = {**config, "train": dict(config["train"]), "models": dict(config.get("models") or {})}
     config["train"]["runs"] = dict(config["train"].get("runs") or {})
     for name, grid in grids.items():
-        points = [dict(zip(grid["axes"], v)) for v in itertools.product(*grid["axes"].values())]
+        points = grid_points(name, grid)
         for point, (run, spec) in zip(points, grid_runs(name, grid).items(), strict=True):
             if run in config["train"]["runs"]:
                 raise ConfigError(f"train.grids.{name}: run {run!r} is also under train.runs")

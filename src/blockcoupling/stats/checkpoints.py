@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import xarray as xr
+from scipy import stats as sps
 
 from blockcoupling.stats.core import (
     CALIBRATED,
@@ -322,7 +323,7 @@ def emergence_analyses(
                     note=f"peak step {res['peak_step']} chosen on the other half",
                 )
             )
-    rows += paired_claims(coupling_checkpoints, models, selection, variable, peak_step, ci)
+    rows += paired_claims(coupling_checkpoints, models, selection, variable, peak_step, ci, part)
     return analysis_table(rows, primary)
 
 
@@ -349,6 +350,7 @@ def paired_claims(
     variable: str = "coupling_excess",
     peak_step: int | None = None,
     ci: float = 0.95,
+    table: pd.DataFrame | None = None,
 ) -> list[dict]:
     """The paper's emergence claims, one test each over initializations.
 
@@ -360,7 +362,12 @@ def paired_claims(
     - ``emergence_relaxation``: last step - ``peak_step`` (declared before the run, config
       ``stats.peak_step``; the paper: coupling "increases persistently", so >= 0);
     - ``emergence_locality``: (adjacent - all-pairs excess) at the last step minus the same at
-      the first step (the paper: coupling becomes more pronounced between adjacent layers).
+      the first step (the paper: coupling becomes more pronounced between adjacent layers);
+    - ``emergence_within_loss`` (with ``table``, ``checkpoint_table``'s rows): per run, the
+      Fisher z of the Spearman rho over its checkpoints after step 0 between ``variable`` and
+      minus validation loss (``within_loss_z``): does coupling grow with performance within a
+      run? Runs whose validation loss turns up (a small data fraction trained long) let it
+      show either sign; a measure that only tracks training time falls there.
     Locality is defined on the excess only (raw m_K has no adjacent chance level); ids get
     ``_{variable}`` unless ``variable`` is ``coupling_excess``.
     """
@@ -423,7 +430,36 @@ def paired_claims(
                 "(adjacent - all pairs) at the last step minus at the first",
             )
         )
+    if table is not None and {"model", "step", variable, "neg_val_loss"} <= set(table):
+        rows.append(
+            row(
+                "emergence_within_loss",
+                {m: within_loss_z(table[table["model"] == m], variable) for m in models},
+                "per run: Fisher z of Spearman rho (checkpoints after step 0) of the measure "
+                "with minus validation loss",
+            )
+        )
     return rows
+
+
+WITHIN_MIN_STEPS = 4  # checkpoints after step 0 a run needs for a within-run rho
+RHO_CLIP = 0.999  # |rho| = 1 has an infinite Fisher z: clipped (z = 3.8)
+
+
+def within_loss_z(rows: pd.DataFrame, variable: str = "coupling_excess") -> float:
+    """One run's within-run association: the Fisher z (arctanh) of the Spearman rho between
+    ``variable`` and ``neg_val_loss`` over its checkpoints after step 0 (step 0 is the init,
+    where every run has both its lowest coupling and its worst loss: it would add the same
+    concordant point to every run). NaN below ``WITHIN_MIN_STEPS`` checkpoints or when either
+    is constant.
+    """
+    rows = rows[rows["step"] > 0].dropna(subset=[variable, "neg_val_loss"])
+    if len(rows) < WITHIN_MIN_STEPS:
+        return np.nan
+    if rows[variable].nunique() < 2 or rows["neg_val_loss"].nunique() < 2:
+        return np.nan
+    rho = sps.spearmanr(rows[variable], rows["neg_val_loss"]).statistic
+    return float(np.arctanh(np.clip(rho, -RHO_CLIP, RHO_CLIP)))
 
 
 def _z(values: pd.Series) -> pd.Series:

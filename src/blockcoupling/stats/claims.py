@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
+from blockcoupling.stats import power as power_of
 from blockcoupling.stats.core import holm
 from blockcoupling.stats.inference import EQUIVALENCE
 
@@ -46,6 +48,7 @@ CLAIM_COLUMNS = (
     "limits",
     "effect",
     "power",
+    "power_achieved",
 )
 ALPHA = 0.05
 TARGET_POWER = 0.8
@@ -64,6 +67,7 @@ class Claim:
     sign: int
     limits: str
     scale: str = ""
+    agree: str = ""  # another analysis whose estimate must share the sign for "reproduced"
 
 
 LLMS = "the paper's: pretrained LLMs of 117M-70B parameters; here: small models trained here"
@@ -88,13 +92,21 @@ CLAIMS = (
     ),
     Claim(
         "More coupled models generalize better (held-out bits per byte)",
-        "fixed_size_excess_vs_bpb_rank_adjusted",
-        "sd of -bits per byte per sd of coupling_excess (held-out Shakespeare prompts), adjusted "
-        "for the runs' log effective rank",
+        "fixed_size_excess_vs_bpb",
+        "sd of -bits per byte per sd of coupling_excess at stats.k (held-out Shakespeare prompts)",
         +1,
-        "one small architecture trained here; generalization varied by data fraction, weight "
-        "decay and learning rate; runs clustered by configuration; unadjusted "
-        "(fixed_size_excess_vs_bpb) the excess also tracks the spectrum's shape",
+        "one small architecture trained here; generalization varied by the data fraction at one "
+        "size; each run its own seed (init and data): runs are the units; reproduced only if the "
+        "subspace overlap's slope (fixed_size_overlap_u_vs_bpb) has the same sign",
+        LLMS,
+        agree="fixed_size_overlap_u_vs_bpb",
+    ),
+    Claim(
+        "The same beyond the spectrum's shape (secondary)",
+        "fixed_size_excess_vs_bpb_rank_adjusted",
+        "sd of -bits per byte per sd of coupling_excess, adjusted for the runs' log effective rank",
+        +1,
+        "the excess also tracks the spectrum's shape across runs (docs/science.md, 'Which K')",
         LLMS,
     ),
     Claim(
@@ -130,6 +142,17 @@ CLAIMS = (
         "coupling_excess, last checkpoint - the declared peak step (stats.peak_step)",
         +1,
         "the peak step is declared from a pilot run before this one",
+        PYTHIA,
+    ),
+    Claim(
+        "Within a run, coupling grows as the model gets better (validation loss)",
+        "emergence_within_loss",
+        "per run, Fisher z of Spearman rho of coupling_excess with minus validation loss over "
+        "its checkpoints after step 0",
+        +1,
+        "small runs trained here, each its own seed (init and data); half at a small data "
+        "fraction trained long, where validation loss turns up, so a measure tracking training "
+        "time alone falls; no-effect level 0",
         PYTHIA,
     ),
     Claim(
@@ -196,13 +219,16 @@ def verdict(
     scale: str = "",
     tost: pd.Series | None = None,
     t_holm: float = np.nan,
+    agree: pd.Series | None = None,
 ) -> str:
     """The verdict of one analysis row for a claim predicting ``sign`` (+1 or -1); a primary
     row's ``effect`` (declared, the estimate's units) and ``power`` (at that effect) say why
     an inconclusive test is inconclusive, ``scale`` why an opposite result refutes nothing
     (``Claim.scale``), ``tost`` its declared equivalence test's row, ``t_holm`` its Holm p from
     the t tests' p alone (``claims_table``), to tell whether the two tests disagree at the
-    threshold the verdict uses (module docstring).
+    threshold the verdict uses (module docstring); ``agree`` the row of a declared
+    sign-agreement condition (``Claim.agree``): "reproduced" only if its estimate has the same
+    sign (else "inconclusive", naming it).
     """
     if row is None or not np.isfinite(row["estimate"]):
         return "not testable with this design"
@@ -218,6 +244,12 @@ def verdict(
     p = float(row["p_holm"])
     if bounded and np.isfinite(p) and p < ALPHA and not low <= 0 <= high:
         if (low > 0) == (sign > 0):
+            if agree is not None and not (float(agree["estimate"]) > 0) == (low > 0):
+                return (
+                    f"inconclusive: significant, but {agree['analysis']} (estimate "
+                    f"{float(agree['estimate']):.3g}) does not have the same sign, which the "
+                    "design requires for reproduced"
+                )
             return "reproduced"
         return (
             f"not reproduced in this design: the opposite direction, at another scale ({scale})"
@@ -343,13 +375,51 @@ def claims_table(
                     claim.scale,
                     by_id.get(claim.analysis + EQUIVALENCE),
                     t_holm.get(claim.analysis, np.nan),
+                    _agree_row(by_id, claim),
                 ),
                 limits=limits if row is not None else f"{limits}; not run with this design",
                 effect=effect,
                 power=powered,
+                power_achieved=(
+                    achieved_power(row, effect, len(names))
+                    if claim.analysis in names and row is not None
+                    else np.nan
+                ),
             )
         )
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
+
+
+def _agree_row(by_id: Mapping[str, pd.Series], claim: Claim) -> pd.Series | None:
+    """The id and estimate a claim's sign-agreement condition reads (None: no condition; a
+    NaN estimate when its row is absent, which never agrees).
+    """
+    if not claim.agree:
+        return None
+    row = by_id.get(claim.agree)
+    estimate = float(row["estimate"]) if row is not None else np.nan
+    return pd.Series({"analysis": claim.agree, "estimate": estimate})
+
+
+def achieved_power(row: pd.Series, effect: float, n_primary: int) -> float:
+    """The run's own power at the declared ``effect`` (not at its estimate): its standard error
+    from its interval and the t reference its note states (else n - 1 df), at Holm's first
+    threshold over ``n_primary`` tests; 0 when its units are too few for the wild bootstrap's
+    p (at least 2/2^units) to pass that threshold. NaN without an interval.
+    """
+    low, high = float(row["ci_low"]), float(row["ci_high"])
+    if not (np.isfinite(low) and np.isfinite(high) and np.isfinite(effect)):
+        return np.nan
+    n = int(row["n"]) if pd.notna(row["n"]) else 0
+    df = power_of.df_of(row)
+    df = df if df is not None else n - 1
+    if df < 1:
+        return np.nan
+    alpha = power_of.holm_first_alpha(n_primary, ALPHA)
+    if np.isfinite(float(row.get("p_wild", np.nan))) and 2.0 / 2 ** (df + 1) >= alpha:
+        return 0.0
+    se = (high - low) / (2 * sps.t.ppf(0.975, df))
+    return power_of.simulated_power(effect, se, df, alpha)
 
 
 def _number(value: object) -> str:
@@ -368,11 +438,11 @@ def claims_markdown(claims: pd.DataFrame, commit: str) -> str:
         "(`results/stats/claims.csv`; p: the CR1 or t test's; p_wild: the wild cluster "
         "bootstrap's; p_holm: Holm over the declared primary tests of the larger of the two; "
         "power: at the declared effect and Holm's first threshold, from a pilot run before this "
-        "one).",
+        "one, on other seeds; power (run): the same from this run's own interval).",
         "",
         "| claim | measure | estimate [95% CI] | unit (n) | p | p_wild | p_holm | primary | effect "
-        "| power | verdict | limits |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| power | power (run) | verdict | limits |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, row in claims.iterrows():
         cells = [
@@ -386,6 +456,7 @@ def claims_markdown(claims: pd.DataFrame, commit: str) -> str:
             "yes" if row["primary"] else "no",
             _number(row["effect"]),
             _number(row["power"]),
+            _number(row.get("power_achieved", np.nan)),
             f"**{row['verdict']}**",
             row["limits"],
         ]

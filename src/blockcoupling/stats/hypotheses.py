@@ -28,7 +28,7 @@ def _ids() -> tuple[str, ...]:
             ("", "_coupling"),
         )
     ]
-    emergence.append("emergence_locality")
+    emergence += ["emergence_locality", "emergence_within_loss"]
     suffixes = [measures.test_suffix(m) for m in measures.primary_first()]
     vit = [f"vit_sd_effect{s}" for s in (*suffixes, "_accuracy")]
     vit += [f"vit_accuracy_within_rate{s}" for s in suffixes]
