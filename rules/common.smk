@@ -5,6 +5,7 @@
 import os
 import re
 import sys
+from types import SimpleNamespace as Namespace
 
 from blockcoupling.jacobians.options import science_params
 from blockcoupling.lm.sources import is_local_gguf

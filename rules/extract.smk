@@ -18,7 +18,7 @@ rule extract:
     benchmark:
         "benchmarks/extract/{model}/{step}.tsv"
     wildcard_constraints:
-        model=constraint(PLAN.sharded(False)),
+        model=constraint(set(PLAN.sharded(False)) - set(PLAN.run_models)),
     retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"

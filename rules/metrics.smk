@@ -12,6 +12,8 @@ rule metrics:
         "logs/metrics/{model}/{step}.log",
     benchmark:
         "benchmarks/metrics/{model}/{step}.tsv"
+    wildcard_constraints:
+        model=constraint(set(PLAN.models) - set(PLAN.run_models)),  # theirs: metrics_<run>
     group:
         job_group("metrics")
     conda:

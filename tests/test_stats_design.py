@@ -209,11 +209,10 @@ def test_n_for_power_is_the_smallest_n_reaching_the_target():
 
 
 def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
-    """bench/pilot.py power: one row per declared primary, at the design's n and Holm's
+    """blockcoupling pilot power: one row per declared primary, at the design's n and Holm's
     first threshold, from per-unit pilot values (within-run z at the config's steps only)."""
-    from conftest import load_bench
+    from blockcoupling.stats import pilot_power as pilot
 
-    pilot = load_bench("pilot")
     rng = np.random.default_rng(4)
     steps = [0, 4, 16, 64, 256, 1000]
     within = pd.DataFrame(

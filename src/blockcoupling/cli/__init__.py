@@ -7,6 +7,7 @@ blockcoupling verify results/                            every result against it
 blockcoupling fetch REPO REVISION FOLDER                 one hub revision into the hub cache
 blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
 blockcoupling power PILOT/results/stats/analyses.csv       power of the primary tests (power.csv)
+blockcoupling pilot within|across|power                    pilot runs (seeds 100+) and their power
 blockcoupling docs docs/datasets.md                      the measure registry's table into the docs
 """
 
@@ -39,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(render_docs(args.file))
         elif args.command == "power":
             print(power_table(args))
+        elif args.command == "pilot":
+            from blockcoupling.cli.pilot import run_pilot, write_power
+
+            print(write_power(args) if args.design == "power" else run_pilot(args))
         elif args.command == "plan":
             report, fits = plan_report(args)
             print(report)

@@ -183,6 +183,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write the table (default resources/power.csv, config stats.power_file)",
     )
     power.add_argument("--seed", type=int, default=0, help="seed of the simulation")
+    pilot = commands.add_parser(
+        "pilot",
+        help="pilot runs for the primary tests (seeds 100+) and their power: resources/power.csv",
+        description=(
+            "within / across: train small GPT-NeoX runs on seeds disjoint from the run's and "
+            "measure them in this process (resources/pilot_within.csv, pilot_across.csv; "
+            "about 10 minutes per suite, 1 per run, on one core). power: each declared "
+            "primary's power at its effect under the verdict's rule (the t test and the wild "
+            "bootstrap both below Holm's first threshold), from those tables at the config's "
+            "design (blockcoupling.stats.pilot_power), into its stats.power_file."
+        ),
+    )
+    pilot.add_argument("design", choices=("within", "across", "power"))
+    pilot.add_argument(
+        "--config",
+        type=Path,
+        nargs="+",
+        default=[Path("config.yaml")],
+        metavar="FILE",
+        help="power: the declaring config, layered as --configfile layers them",
+    )
+    pilot.add_argument("--within", type=Path, default=Path("resources/pilot_within.csv"))
+    pilot.add_argument("--across", type=Path, default=Path("resources/pilot_across.csv"))
+    pilot.add_argument("--seed", type=int, default=0, help="power: seed of the simulation")
+    pilot.add_argument(
+        "--seeds", type=int, nargs="+", default=None, help="within/across: the runs' seeds"
+    )
+    pilot.add_argument(
+        "--prompts",
+        type=Path,
+        default=Path("results/prompts/default.jsonl"),
+        help="within/across: the prompts (a default run's)",
+    )
+    pilot.add_argument("--out", type=Path, default=None, metavar="FILE.csv")
+    pilot.add_argument("--work", type=Path, default=None, help="training folder (a temp dir)")
+    pilot.add_argument(
+        "--data-fraction", type=float, default=None, help="every run at this data fraction"
+    )
     docs = commands.add_parser(
         "docs",
         help="render the measure registry's table into the docs",

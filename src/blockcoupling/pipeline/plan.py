@@ -241,6 +241,29 @@ class Plan:
         """The models extracted in several shards (``True``) or in one job (``False``)."""
         return [name for name in self.models if (len(self.shards(name)) > 1) == sharded]
 
+    def run_measured(self, run: str) -> list[tuple[str, str]]:
+        """``(model, step)`` of every measurement of the models trained by ``run`` (one
+        extraction job each, not sharded): the ``measure_<run>`` job extracts (and scores) them
+        all, ``metrics_<run>`` computes their measures, in one process each.
+        """
+        return [
+            (name, step)
+            for name in self.run_models
+            if self.models[name].source["train"] == run
+            for step in self.models[name].measured_steps
+        ]
+
+    @property
+    def run_models(self) -> list[str]:
+        """The models measured by their run's jobs (trained here, extracted in one job): a
+        small model's per-job start-up (~10 s of imports) outweighs its Jacobians (~1 s).
+        """
+        return [
+            name
+            for name, entry in self.models.items()
+            if entry.is_trained_here and len(self.shards(name)) == 1
+        ]
+
     def token_jobs(self, model: str) -> list[int]:
         """The prompts whose token families a sharded model extracts in jobs of their own, one
         prompt each (the families live on the first prompts and cost ~n^3: in the shards they

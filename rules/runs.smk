@@ -1,0 +1,97 @@
+# Models trained here are measured per run: one job extracts every model and step of a run
+# (and scores its final models), one computes their measures. Each writes exactly the files
+# of the per-model rules (extract, evaluate, metrics), which the other models keep: for a
+# width-64 model the start-up of a job (~10 s of imports) is ten times its Jacobians.
+
+
+def run_job(run, model, step):
+    """What one (model, step) of a run's jobs needs: its load spec, extract options, files."""
+    entry = Namespace(model=model, step=step)
+    scored = model in PLAN.evaluated(PLAN.models) and step in PLAN.models[model].scored_steps
+    return {
+        "where": f"model {model}, step {step}",
+        "model": model_params(entry),
+        "extract": science_params(PLAN.extract_options(model)),
+        "extracted": {k: f"results/extract/{model}/{step}/{k}.nc" for k in EXTRACTED},
+        "evaluation": f"results/evaluate/{model}/{step}.nc" if scored else None,
+        "metrics": {
+            "depth": f"results/metrics/{model}/{step}/coupling.nc",
+            "tokens": f"results/metrics/{model}/{step}/token_coupling.nc",
+        },
+    }
+
+
+for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
+    _jobs = [run_job(_run, m, s) for m, s in PLAN.run_measured(_run)]
+    _scored = [job["evaluation"] for job in _jobs if job["evaluation"]]
+
+    rule:
+        f"""Extract (and score) every model and step of the run {_run} in one job."""
+        name:
+            f"measure_{rule_suffix(_run)}"
+        input:
+            prompts=prompt_file(),
+            heldout=["results/evaluate/heldout.txt"] if _scored else [],
+            checkpoints=sorted(
+                {
+                    path
+                    for m, s in PLAN.run_measured(_run)
+                    for path in model_inputs(Namespace(model=m, step=s))
+                }
+            ),
+        output:
+            [path for job in _jobs for path in job["extracted"].values()] + _scored,
+        log:
+            f"logs/measure/{_run}.log",
+        benchmark:
+            f"benchmarks/measure/{_run}.tsv"
+        retries: 1  # a node fault or a run past its time (retried on twice the time)
+        conda:
+            "../envs/torch.yaml"
+        threads: PLAN.threads("extract")
+        resources:
+            **JOBS.own(TRAIN_MEM_MB, TRAIN_RUNTIME),
+            device=device_of(PLAN.run_measured(_run)[0][0]),  # changes no result: not a param
+        params:
+            math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs
+            jobs=[{k: v for k, v in job.items() if k != "metrics"} for job in _jobs],
+            context_length=PLAN.context_length,
+            vjp_chunk=PLAN.measure.chunk_size or 0,
+            code=script_hash("measure_run"),
+        script:
+            "../scripts/measure_run.py"
+
+    rule:
+        f"""Coupling measures (m_K, excess, overlaps) of every model and step of the run {_run}."""
+        name:
+            f"metrics_{rule_suffix(_run)}"
+        input:
+            [
+                path
+                for job in _jobs
+                for path in (job["extracted"]["depth"], job["extracted"]["tokens"])
+            ],
+        output:
+            [path for job in _jobs for path in job["metrics"].values()],
+        log:
+            f"logs/metrics/{_run}.log",
+        benchmark:
+            f"benchmarks/metrics/{_run}.tsv"
+        conda:
+            "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
+        params:
+            metrics=PLAN.metric,
+            jobs=[
+                {
+                    "where": job["where"],
+                    "depth": job["extracted"]["depth"],
+                    "tokens": job["extracted"]["tokens"],
+                    "out": job["metrics"],
+                }
+                for job in _jobs
+            ],
+            code=script_hash("metrics_run"),
+        script:
+            "../scripts/metrics_run.py"

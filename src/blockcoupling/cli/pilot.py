@@ -1,0 +1,207 @@
+"""``blockcoupling pilot``: pilot runs for the default's primary tests, on seeds disjoint from
+the run's (100+), and their power. ``within`` and ``across`` train small GPT-NeoX runs and
+measure them in this process, one row per (run, checkpoint) in ``resources/pilot_<design>.csv``;
+``power`` writes each declared primary's power from those tables
+(``blockcoupling.stats.pilot_power``).
+
+``within``: checkpoint suites (1,000 steps, 12 checkpoints), half at full data, half at a 1%
+data fraction (validation loss turns up). ``across``: 300-step runs, each its own seed,
+data fraction log-uniform over 1-100%, measured at the last step and (token families on) with
+the random-init twin. Columns: design, run, seed, data_fraction, step, val_loss, train_loss,
+excess_k{K}, overlap_k{K} (the U overlap minus its chance level K/d), eff_rank (median), and for
+``across`` the token-pair excess of the trained model and its twin; elapsed_s per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+KS = (2, 4, 8)
+AT = dict(reading="authors", variant="ujv", norm="p")
+BASE = dict(n_layers=4, d_model=64, n_heads=2, vocab_size=2048, batch_size=8)
+WITHIN_STEPS = [0, 4, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1000]
+WITHIN_SEEDS = list(range(100, 106))
+ACROSS_SEEDS = list(range(120, 136))
+
+
+def specs(design: str, seeds: list[int]) -> list[dict[str, Any]]:
+    """The pilot runs of ``design``, one per seed."""
+    if design == "within":
+        half = len(seeds) // 2
+        return [
+            dict(
+                BASE,
+                seed=s,
+                learning_rate=0.001,
+                total_steps=1000,
+                checkpoint_steps=WITHIN_STEPS,
+                data_fraction=1.0 if i < half else 0.01,
+            )
+            for i, s in enumerate(seeds)
+        ]
+    n = len(seeds)
+    fractions = 10 ** (-2 + 2 * (np.arange(n) + 0.5) / n)  # log-uniform, stratified
+    order = np.random.default_rng(seeds[0]).permutation(n)
+    return [
+        dict(
+            BASE,
+            seed=s,
+            total_steps=300,
+            checkpoint_steps=[0, 300],
+            data_fraction=float(np.round(fractions[order[i]], 4)),
+        )
+        for i, s in enumerate(seeds)
+    ]
+
+
+def summarize(depth: Any, tokens: Any) -> dict[str, float]:
+    """The excess and overlap (minus chance) at each K, mean over prompts; median eff. rank."""
+    from blockcoupling.coupling.metrics import (
+        MetricConfig,
+        coupling_dataset,
+        token_coupling_dataset,
+    )
+    from blockcoupling.stats.core import select
+
+    metrics = coupling_dataset(depth, MetricConfig(ks=KS))
+    out = {"eff_rank": float(np.nanmedian(metrics["effective_rank"].values))}
+    for k in KS:
+        sel = dict(AT, k=k)
+        out[f"excess_k{k}"] = float(select(metrics["coupling_excess"], **sel).mean())
+        over = select(metrics["overlap_u"], **sel) - select(metrics["overlap_null"], **sel)
+        out[f"overlap_k{k}"] = float(over.mean())
+    if tokens is not None and len(tokens.data_vars):
+        tok = token_coupling_dataset(tokens, MetricConfig(ks=KS))
+        for part in ("self", "fixed_in", "fixed_out"):
+            name = f"{part}_excess"
+            if name in tok:
+                values = select(tok[name], **dict(AT, k=4))
+                values = values.where(values["token"] != values["token_ref"])
+                out[f"tok_{part}"] = float(values.mean(skipna=True))
+    return out
+
+
+def layered(files: list[Path]) -> dict[str, Any]:
+    """Config files merged in order as the workflow layers them (later keys win, nested
+    sections merged).
+    """
+
+    def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        for key, value in top.items():
+            both = isinstance(value, dict) and isinstance(out.get(key), dict)
+            out[key] = merge(out[key], value) if both else value
+        return out
+
+    config: dict[str, Any] = {}
+    for file in files:
+        config = merge(config, yaml.safe_load(Path(file).read_text(encoding="utf-8")) or {})
+    return config
+
+
+def write_power(args: argparse.Namespace) -> str:
+    """``pilot power``: the power table of the declared primaries from the two pilot tables,
+    written to ``--out`` (default: the config's ``stats.power_file``); returns it as text.
+    """
+    from blockcoupling.stats.pilot_power import (
+        design_steps,
+        design_units,
+        pilot_units,
+        power_table,
+    )
+
+    config = layered(args.config)
+    primary = config["stats"]["primary"]
+    units = pilot_units(
+        pd.read_csv(args.within),
+        pd.read_csv(args.across),
+        int(config["stats"]["k"]),
+        design_steps(config),
+    )
+    table = power_table(units, primary, design_units(config), seed=args.seed)
+    out = Path(args.out or config["stats"].get("power_file", "resources/power.csv"))
+    table.to_csv(out, index=False)
+    return f"{out}:\n{table.to_string(index=False)}"
+
+
+def run_pilot(args: argparse.Namespace) -> str:
+    """``pilot within|across``: train and measure the pilot runs, one CSV row per (run, step),
+    rewritten after each run (an interrupted pilot keeps its finished runs).
+    """
+    from blockcoupling.runtime import blas, isa
+
+    isa.pin()
+    blas.route_if_pinned()
+    import torch
+
+    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.lm import prompts as prompt_io
+    from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin
+    from blockcoupling.lm.sources import parse_source
+    from blockcoupling.lm.train import TrainConfig, train
+
+    torch.set_num_threads(1)
+    seeds = args.seeds or (WITHIN_SEEDS if args.design == "within" else ACROSS_SEEDS)
+    out = Path(args.out or f"resources/pilot_{args.design}.csv")
+    items = prompt_io.read_jsonl(args.prompts)
+    tokens_on = args.design == "across"
+    config = MeasureConfig(
+        k_max=max(KS),
+        variants=("ujv",),
+        max_tokens=16,
+        token_layers=(2, -1) if tokens_on else (),
+        token_prompts=3 if tokens_on else 0,
+        token_max_tokens=12,
+        spectra_prompts=0,
+    )
+    work = Path(args.work or tempfile.mkdtemp(prefix=f"pilot_{args.design}_"))
+    rows = []
+    runs = specs(args.design, seeds)
+    if args.data_fraction is not None:
+        runs = [dict(spec, data_fraction=args.data_fraction) for spec in runs]
+    for spec in runs:
+        run = f"{args.design}-s{spec['seed']}-f{spec['data_fraction']}"
+        start = time.perf_counter()
+        cfg = TrainConfig(**spec)
+        train(cfg, work / run, threads=1)
+        trained = time.perf_counter() - start
+        history = pd.read_csv(work / run / "history.csv").set_index("step")
+        steps = cfg.steps if args.design == "within" else [cfg.total_steps]
+        twin = None
+        for step in steps:
+            source = parse_source({"path": str(work / run / f"step{step}")})
+            model, tok = load_model(source, LoadOptions(device="cpu"))
+            data = measure(model, tok, items, config, progress=False)
+            row = summarize(data["depth"], data.get("tokens") if tokens_on else None)
+            if tokens_on and twin is None:
+                model, tok = load_random_twin(source, 0, LoadOptions(device="cpu"))
+                tw = measure(model, tok, items, config, progress=False)
+                twin = summarize(tw["depth"], tw.get("tokens"))
+                row |= {f"twin_{k}": v for k, v in twin.items()}
+            rows.append(
+                dict(
+                    design=args.design,
+                    run=run,
+                    seed=spec["seed"],
+                    data_fraction=spec["data_fraction"],
+                    step=step,
+                    val_loss=float(history.loc[step, "val_loss"]),
+                    train_loss=float(history.loc[step, "train_loss"]),
+                    train_s=trained,
+                    elapsed_s=time.perf_counter() - start,
+                )
+                | row
+            )
+        pd.DataFrame(rows).to_csv(out, index=False)
+        print(
+            f"{run}: train {trained:.0f} s, total {time.perf_counter() - start:.0f} s", flush=True
+        )
+    return f"{out}: {len(rows)} rows"
