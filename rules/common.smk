@@ -128,7 +128,7 @@ def model_params(wildcards):
         "source": source,
         "load": {key: value for key, value in entry.load.items() if key != "device"},
         "random_twin": wildcards.step == RANDOM,
-        "twin_seed": PLAN.twin_seed,
+        "twin_seed": PLAN.twin_seed if entry.twin_seed is None else entry.twin_seed,
         **({"fetched": fetched} if fetched else {}),
         **({"converted": converted} if converted else {}),
     }

@@ -30,6 +30,7 @@ class ModelEntry:
     revision_template: str = "step{step}"
     token_families: bool = True  # False: depth-wise only (e.g. a long checkpoint suite)
     twin_of: str | None = None  # the model whose identical random-init twin stands for this one's
+    twin_seed: int | None = None  # its twin's own seed (``random_init.per_run``), else the config's
 
     @property
     def measured_steps(self) -> tuple[str, ...]:
@@ -141,6 +142,7 @@ def train_config(run: str, spec: dict[str, Any], key: str | None = None) -> Trai
 def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
     """All models of a config: the model table's rows, then ``models:`` (which may override)."""
     random_init = config.get("random_init", {}).get("enabled", True)
+    per_run = config.get("random_init", {}).get("per_run", False)
     entries: dict[str, ModelEntry] = {}
     if config.get("model_table"):
         entries.update(table_entries(config["model_table"], random_init))
@@ -172,14 +174,20 @@ def model_entries(config: dict[str, Any]) -> dict[str, ModelEntry]:
             resources=dict(spec.get("resources", {})),
             revision_template=spec.get("revision_template", "step{step}"),
             token_families=spec.get("token_families", True),
+            twin_seed=(
+                train_config(source["train"], runs[source["train"]]).seed
+                if per_run and "train" in source
+                else None
+            ),
         )
     return _share_twins(entries, runs)
 
 
 def _share_twins(entries: dict[str, ModelEntry], runs: dict[str, Any]) -> dict[str, ModelEntry]:
     """Final models of runs trained here whose random-init twins are byte-identical (equal
-    ``TrainConfig.twin_key``, one twin seed) measure the twin once: every other one gets
-    ``twin_of`` = the first of them by name (a grid of 20 runs at one size: 1 twin, not 20).
+    ``TrainConfig.twin_key`` and twin seed) measure the twin once: every other one gets
+    ``twin_of`` = the first of them by name (a grid of 20 runs at one size with one twin seed:
+    1 twin, not 20; with ``random_init.per_run``, each run's seed: 20 independent twins).
     """
     first: dict[tuple, str] = {}
     for name in sorted(entries):
@@ -187,6 +195,7 @@ def _share_twins(entries: dict[str, ModelEntry], runs: dict[str, Any]) -> dict[s
         if not (entry.is_trained_here and RANDOM in entry.steps):
             continue
         key = train_config(entry.source["train"], runs[entry.source["train"]]).twin_key()
+        key = (*key, entry.twin_seed)
         if key in first:
             entries[name] = replace(entry, twin_of=first[key])
         else:

@@ -168,7 +168,10 @@ CLAIMS = (
         "tokens_self_trained_vs_random",
         "token-pair excess (t != t'), trained - twin",
         +1,
-        "one token layer of one prompt per model; the fixed-size runs share one twin",
+        (
+            "extract.token_layers x token_prompts per model, averaged within it; the twin is "
+            "the run's own (random_init.per_run) or one shared by the runs"
+        ),
         LLMS,
     ),
     Claim(
@@ -176,7 +179,10 @@ CLAIMS = (
         "tokens_context_trained_vs_random",
         "token-pair excess (t != t'), mean of fixed input and fixed output, trained - twin",
         +1,
-        "one token layer of one prompt per model; the fixed-size runs share one twin",
+        (
+            "extract.token_layers x token_prompts per model, averaged within it; the twin is "
+            "the run's own (random_init.per_run) or one shared by the runs"
+        ),
         LLMS,
     ),
     Claim(

@@ -6,8 +6,9 @@ pairs (token != token_ref) of the token layers and prompts, at the statistics se
 
 - ``tokens_{self|context}_trained_vs_random``: trained minus twin per run of the fixed-size
   family (context: the mean of the fixed-input and fixed-output families), seeds of a
-  configuration averaged first, a t test over configurations (the runs share one twin when
-  their architecture is one: its value is a constant, its Monte Carlo error is not in the test);
+  configuration averaged first, a t test over configurations (with ``random_init.per_run``
+  each run has its own twin, an independent pair; otherwise the runs of one architecture share
+  one twin, a constant whose own variation is not in the test);
 - ``...:<model>``: the same difference for each pretrained model (one model: estimate only).
 """
 
