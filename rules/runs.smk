@@ -52,11 +52,11 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
         resources:
             **JOBS.own(TRAIN_MEM_MB, TRAIN_RUNTIME),
             device=device_of(PLAN.run_measured(_run)[0][0]),  # changes no result: not a param
+            vjp_chunk=PLAN.measure.chunk_size or 0,  # likewise
         params:
             math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs
             jobs=[{k: v for k, v in job.items() if k != "metrics"} for job in _jobs],
             context_length=PLAN.context_length,
-            vjp_chunk=PLAN.measure.chunk_size or 0,
             code=script_hash("measure_run"),
         script:
             "../scripts/measure_run.py"

@@ -14,7 +14,7 @@ def main(sm):
         logging.info("%s (%d of %d)", job["where"], number, len(sm.params.jobs))
         loaded = model_jobs.load(job["model"], sm.resources.device)
         model_jobs.extract(
-            loaded, items, job["extract"], job["extracted"], chunk=sm.params.vjp_chunk
+            loaded, items, job["extract"], job["extracted"], chunk=sm.resources.vjp_chunk
         )
         if job["evaluation"]:
             model_jobs.score(

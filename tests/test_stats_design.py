@@ -231,8 +231,8 @@ def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
         dict(
             excess_k2=rng.normal(size=8),
             val_loss=rng.normal(size=8) + 5,
-            tok_self=rng.normal(0.3, 0.02, 8),
-            twin_tok_self=0.4,
+            tok_self_k2=rng.normal(0.3, 0.02, 8),
+            twin_tok_self_k2=rng.normal(0.4, 0.02, 8),
         )
     )
     units = pilot.pilot_units(within, across, 2, [0, 4, 16, 64, 256])
@@ -253,5 +253,5 @@ def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
     assert set(table.index) == set(declared) and (table["alpha"] == 0.0125).all()
     assert table["power"].between(0, 1).all() and (table["pilot_n"] > 0).all()
     assert table.loc["tokens_self_trained_vs_random", "pilot_estimate"] == pytest.approx(
-        (across["tok_self"] - 0.4).mean()
+        (across["tok_self_k2"] - across["twin_tok_self_k2"]).mean()
     )

@@ -209,16 +209,16 @@ def test_a_deleted_intermediate_is_rebuilt(done: Path, tmp_path: Path) -> None:
     folder = variant(done, tmp_path, lambda c, f: None)
     (folder / "results/extract/tiny/random/depth.nc").unlink()
     jobs = planned(folder)
-    assert jobs.get("extract") == 1 and "train_tiny" not in jobs
+    assert jobs.get("measure_tiny") == 1 and "train_tiny" not in jobs
 
 
 def test_changing_k_or_reading_reruns_metrics_not_jacobians(done: Path, tmp_path: Path) -> None:
     jobs = planned(variant(done, tmp_path, lambda c, f: c["metrics"].update(ks=[2, 3])))
-    assert jobs.get("metrics") == 4 and "extract" not in jobs and "train_tiny" not in jobs
+    assert jobs.get("metrics_tiny") == 1 and "measure_tiny" not in jobs and "train_tiny" not in jobs
     jobs = planned(
         variant(done, tmp_path / "b", lambda c, f: c["metrics"].update(readings=["offdiag"]))
     )
-    assert "extract" not in jobs and jobs.get("metrics") == 4
+    assert "measure_tiny" not in jobs and jobs.get("metrics_tiny") == 1
 
 
 def test_run_only_settings_rerun_nothing(done: Path, tmp_path: Path) -> None:
@@ -236,7 +236,7 @@ def test_threads_rerun_the_jobs_whose_numbers_depend_on_them(done: Path, tmp_pat
     assert changed and all(rule.startswith("train_") for rule in changed), changed
     extract = variant(done, tmp_path / "extract", lambda c, f: c["extract"].update(threads=2))
     _, changed = dry_run(extract)
-    assert changed == {"extract", "evaluate"}, changed
+    assert changed == {"measure_tiny"}, changed
 
 
 def test_n_boot_reruns_the_bootstrap_jobs_and_only_the_figures_that_draw_them(
@@ -260,8 +260,8 @@ def test_adding_a_model_runs_only_its_jobs(done: Path, tmp_path: Path) -> None:
             "random_init": False,
         }
 
-    jobs = planned(variant(done, tmp_path, add))
-    assert jobs.get("extract") == 1 and jobs.get("metrics") == 1 and jobs.get("evaluate") == 1
+    jobs = planned(variant(done, tmp_path, add))  # a run's models are measured in one job
+    assert jobs.get("measure_tiny") == 1 and jobs.get("metrics_tiny") == 1
     assert "train_tiny" not in jobs
 
 
@@ -271,7 +271,7 @@ def test_changing_prompts_reruns_extraction(done: Path, tmp_path: Path) -> None:
         (folder / "prompts.jsonl").write_text("\n".join([*PROMPTS, extra]) + "\n")
 
     jobs = planned(variant(done, tmp_path, edit))
-    assert jobs.get("sample_prompts") == 1 and jobs.get("extract") == 4
+    assert jobs.get("sample_prompts") == 1 and jobs.get("measure_tiny") == 1
     assert "train_tiny" not in jobs
 
 
@@ -290,7 +290,14 @@ def test_training_changes_retrain_from_scratch(done: Path, tmp_path: Path) -> No
 
 
 def _script_of(rule: str) -> str:
-    for prefix, script in (("figure_", "figure"), ("combine_", "combine"), ("train_", "train")):
+    prefixes = (
+        ("figure_", "figure"),
+        ("combine_", "combine"),
+        ("train_", "train"),
+        ("measure_", "measure_run"),
+        ("metrics_", "metrics_run"),
+    )
+    for prefix, script in prefixes:
         if rule.startswith(prefix):
             return script
     return rule
@@ -331,12 +338,11 @@ ANCESTORS = {
     "sample_prompts": set(),
     "train_tiny": set(),
     "heldout_text": set(),
-    "extract": {"sample_prompts", "train_tiny"},
-    "evaluate": {"sample_prompts", "train_tiny", "heldout_text"},
-    "metrics": {"sample_prompts", "train_tiny", "extract"},
-    "combine_checkpoints": {"sample_prompts", "train_tiny", "extract", "metrics"},
+    "measure_tiny": {"sample_prompts", "train_tiny", "heldout_text"},
+    "metrics_tiny": {"sample_prompts", "train_tiny", "heldout_text", "measure_tiny"},
 }
-ANCESTORS["combine_models"] = ANCESTORS["metrics"] | ANCESTORS["evaluate"] | {"metrics", "evaluate"}
+ANCESTORS["combine_checkpoints"] = ANCESTORS["metrics_tiny"] | {"metrics_tiny"}
+ANCESTORS["combine_models"] = ANCESTORS["metrics_tiny"] | {"metrics_tiny"}
 ANCESTORS["stats"] = ANCESTORS["combine_models"] | {"combine_models"}
 ANCESTORS["stats_summary"] = ANCESTORS["stats"]
 ANCESTORS["figure_depth_heatmaps"] = ANCESTORS["stats"]
@@ -347,8 +353,8 @@ ANCESTORS["stats_emergence"] = ANCESTORS["stats_checkpoints"]
 # that extract does not.
 EVERY_JOBS_ANCESTORS = {
     **ANCESTORS,
-    "combine_models": ANCESTORS["extract"] | {"extract"},
-    "combine_checkpoints": ANCESTORS["extract"] | {"extract"},
+    "combine_models": ANCESTORS["measure_tiny"] | {"measure_tiny"},
+    "combine_checkpoints": ANCESTORS["measure_tiny"] | {"measure_tiny"},
 }
 
 

@@ -9,7 +9,8 @@ data fraction (validation loss turns up). ``across``: 300-step runs, each its ow
 data fraction log-uniform over 1-100%, measured at the last step and (token families on) with
 the random-init twin. Columns: design, run, seed, data_fraction, step, val_loss, train_loss,
 excess_k{K}, overlap_k{K} (the U overlap minus its chance level K/d), eff_rank (median), and for
-``across`` the token-pair excess of the trained model and its twin; elapsed_s per run.
+``across`` the token-pair excess at each K of the trained model and of its own twin (the
+run's seed); elapsed_s per run.
 """
 
 from __future__ import annotations
@@ -83,9 +84,10 @@ def summarize(depth: Any, tokens: Any) -> dict[str, float]:
         for part in ("self", "fixed_in", "fixed_out"):
             name = f"{part}_excess"
             if name in tok:
-                values = select(tok[name], **dict(AT, k=4))
-                values = values.where(values["token"] != values["token_ref"])
-                out[f"tok_{part}"] = float(values.mean(skipna=True))
+                for k in KS:
+                    values = select(tok[name], **dict(AT, k=k))
+                    values = values.where(values["token"] != values["token_ref"])
+                    out[f"tok_{part}_k{k}"] = float(values.mean(skipna=True))
     return out
 
 
@@ -182,7 +184,8 @@ def run_pilot(args: argparse.Namespace) -> str:
             data = measure(model, tok, items, config, progress=False)
             row = summarize(data["depth"], data.get("tokens") if tokens_on else None)
             if tokens_on and twin is None:
-                model, tok = load_random_twin(source, 0, LoadOptions(device="cpu"))
+                # the run's own twin (its seed), as random_init.per_run gives each run
+                model, tok = load_random_twin(source, spec["seed"], LoadOptions(device="cpu"))
                 tw = measure(model, tok, items, config, progress=False)
                 twin = summarize(tw["depth"], tw.get("tokens"))
                 row |= {f"twin_{k}": v for k, v in twin.items()}

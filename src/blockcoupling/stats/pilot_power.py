@@ -54,7 +54,9 @@ def pilot_units(
     return {
         "emergence_within_loss": np.array(z),
         "emergence_final_vs_init": np.array(growth),
-        "tokens_self_trained_vs_random": (across["tok_self"] - across["twin_tok_self"]).to_numpy(),
+        "tokens_self_trained_vs_random": (
+            across[f"tok_self_k{k}"] - across[f"twin_tok_self_k{k}"]
+        ).to_numpy(),
         "fixed_size_excess_vs_bpb": (across[col].to_numpy(), -across["val_loss"].to_numpy()),
     }
 
