@@ -726,8 +726,8 @@ def test_vit_accuracy_legends_clear_the_axis_labels(tmp_path, monkeypatch):
     assert not found, "; ".join(found)
 
 
-# the default run's shapes (config.yaml): 20 fixed-size runs with long names beside 2 pretrained
-# models, and metrics.ks [4, 8, 10, 30, 50]
+# the shapes of a default run: 20 fixed-size runs with long names (the design before issue 41's;
+# config/across_runs.yaml has 52) beside 2 pretrained models, and metrics.ks [4, 8, 10, 30, 50]
 DEFAULT_MODELS = [
     f"fixed_size-f{f}-wd{w}-s{s}-final"
     for f in (0.02, 0.06, 0.2, 1.0)

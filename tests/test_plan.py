@@ -102,14 +102,13 @@ def test_a_model_without_token_families_is_left_out_of_the_combined_tokens() -> 
     from dataclasses import replace
 
     config = load("config.yaml")
-    config["models"]["gemma3-270m"]["token_families"] = False
+    assert config["models"]["smollm2-135m"]["token_families"] is False  # depth only
     plan = checked(config)
     tokens = plan.combine_inputs("init", "tokens")
-    assert tokens and not [f for f in tokens if "/gemma3-270m/" in f]
-    assert not [f for f in tokens if "/smollm2-135m/" in f]  # depth only in the default too
-    assert [f for f in tokens if "/fixed_size-f0.891-s29-final/" in f]
-    assert "results/metrics/gemma3-270m/final/token_coupling.nc" in plan.targets()
-    assert "results/metrics/gemma3-270m/final/coupling.nc" in plan.combine_inputs(
+    assert tokens and not [f for f in tokens if "/smollm2-135m/" in f]
+    assert [f for f in tokens if "/fixed_size-f0.7943-s19-final/" in f]
+    assert "results/metrics/smollm2-135m/final/token_coupling.nc" in plan.targets()
+    assert "results/metrics/smollm2-135m/final/coupling.nc" in plan.combine_inputs(
         "init", "coupling"
     )
     models = {n: replace(e, token_families=False) for n, e in plan.models.items()}
