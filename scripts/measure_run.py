@@ -3,8 +3,7 @@ models scored) in one process, into the files of the extract and evaluate rules.
 
 import logging
 
-from blockcoupling.lm import prompts
-from blockcoupling.runtime import model_jobs
+from blockcoupling.lm import model_jobs, prompts
 from blockcoupling.runtime.runner import run_script
 
 

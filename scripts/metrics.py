@@ -1,11 +1,11 @@
 """Rule metrics: m_K for the configured K list, readings and norms, from stored statistics."""
 
-from blockcoupling.runtime import model_jobs
+from blockcoupling.files.metric_files import write_metrics
 from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):
-    model_jobs.metrics(
+    write_metrics(
         sm.input.depth,
         sm.input.tokens,
         sm.params.metrics,  # the checked MetricConfig

@@ -1,13 +1,13 @@
 """Rule metrics_<run>: the measures of every model and step of a run trained here, in one
 process, into the files of the metrics rule."""
 
-from blockcoupling.runtime import model_jobs
+from blockcoupling.files.metric_files import write_metrics
 from blockcoupling.runtime.runner import run_script
 
 
 def main(sm):
     for job in sm.params.jobs:
-        model_jobs.metrics(
+        write_metrics(
             job["depth"],
             job["tokens"],
             sm.params.metrics,

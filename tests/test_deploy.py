@@ -36,7 +36,9 @@ def dry_run(*args: str, env: dict[str, str] | None = None, sinfo: str | None = N
 
 
 def planned_models(text: str) -> set[str]:
-    return set(re.findall(r"wildcards: model=([^,\s]+)", text))
+    """The models whose extraction files a dry run plans (per-model rules and the per-run rules
+    of models trained here alike)."""
+    return set(re.findall(r"results/extract/([^/,\s]+)/", text))
 
 
 def job_resources(text: str, rule: str) -> dict[str, dict[str, str]]:

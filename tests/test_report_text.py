@@ -43,6 +43,6 @@ def test_the_smoke_config_lists_its_trained_models():
 def test_the_default_config_lists_loaded_and_trained_models():
     plan = plan_of("config.yaml")
     text = report_models(plan)
-    assert text.startswith("loaded, 2 at final weights, each beside its random-init twin: ")
+    assert text.startswith("loaded, 1 at final weights, each beside its random-init twin: ")
     assert all(f"``{name}``" in text for name in plan.models)
     assert "10 at checkpoints 0, 16, 64, 128, 256, 384, 512, 768, 1000" in text

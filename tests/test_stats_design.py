@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
-from blockcoupling.stats import checkpoints, claims, inference, power
+from blockcoupling.stats import checkpoints, claims, inference, pilot_power, power
 from blockcoupling.stats.selection import Bootstrap, Selection
 
 
@@ -86,8 +86,8 @@ def test_decision_power_sees_the_wild_bootstrap_floor():
     pilot = rng.normal(scale=0.02, size=6)
     se = pilot.std(ddof=1) / np.sqrt(6)
     assert power.simulated_power(0.05, se, 5, 0.01) > 0.8
-    assert power.decision_power(pilot, 0.05, 6, 0.01, n_sim=50) == 0.0
-    assert power.decision_power(pilot, 0.05, 10, 0.0125, n_sim=100) > 0.9
+    assert pilot_power.decision_power(pilot, 0.05, 6, 0.01, n_sim=50) == 0.0
+    assert pilot_power.decision_power(pilot, 0.05, 10, 0.0125, n_sim=100) > 0.9
 
 
 def test_decision_power_matches_the_t_test_when_the_bootstrap_has_room():
@@ -95,7 +95,7 @@ def test_decision_power_matches_the_t_test_when_the_bootstrap_has_room():
     error), at the effect the pilot's spread is scaled to."""
     pilot = np.random.default_rng(2).normal(size=400)
     pilot = (pilot - pilot.mean()) / pilot.std(ddof=1)
-    got = power.decision_power(pilot, 0.5, 30, 0.0125, n_sim=300, draws=199)
+    got = pilot_power.decision_power(pilot, 0.5, 30, 0.0125, n_sim=300, draws=199)
     expected = power.simulated_power(0.5, 1 / np.sqrt(30), 29, 0.0125)
     assert got == pytest.approx(expected, abs=0.1)
 
@@ -104,10 +104,10 @@ def test_slope_decision_power_rises_with_n_and_is_alpha_under_no_effect():
     rng = np.random.default_rng(3)
     x = rng.normal(size=20)
     y = 0.4 * x + rng.normal(size=20)
-    small = power.slope_decision_power(x, y, 0.5, 15, 0.0125, n_sim=150, draws=199)
-    large = power.slope_decision_power(x, y, 0.5, 90, 0.0125, n_sim=150, draws=199)
+    small = pilot_power.slope_decision_power(x, y, 0.5, 15, 0.0125, n_sim=150, draws=199)
+    large = pilot_power.slope_decision_power(x, y, 0.5, 90, 0.0125, n_sim=150, draws=199)
     assert large > 0.85 > 0.5 > small
-    null = power.slope_decision_power(x, y, 1e-9, 30, 0.05, n_sim=300, draws=199)
+    null = pilot_power.slope_decision_power(x, y, 1e-9, 30, 0.05, n_sim=300, draws=199)
     assert null < 0.1
 
 

@@ -91,6 +91,30 @@ def summarize(depth: Any, tokens: Any) -> dict[str, float]:
     return out
 
 
+def design_units(config: dict[str, Any]) -> dict[str, int]:
+    """The independent units of each primary in a config's design: its fixed-size runs (family
+    ``fixed_size``, one seed each) for the across-runs and token-wise tests, its checkpoint
+    suites (family ``emergence``) for the within-run and emergence tests.
+    """
+    from blockcoupling.pipeline.grids import expand_grids
+
+    models = expand_grids(config).get("models", {})
+    family = {name: (spec.get("meta") or {}).get("family") for name, spec in models.items()}
+    runs = sum(f == "fixed_size" and n.endswith("-final") for n, f in family.items())
+    suites = sum(f == "emergence" and not n.endswith("-final") for n, f in family.items())
+    return {
+        "fixed_size_excess_vs_bpb": runs,
+        "tokens_self_trained_vs_random": runs,
+        "emergence_within_loss": suites,
+        "emergence_final_vs_init": suites,
+    }
+
+
+def design_steps(config: dict[str, Any]) -> list[int]:
+    """The checkpoint steps of the config's emergence suites."""
+    return list(config["train"]["grids"]["emergence"]["base"]["checkpoint_steps"])
+
+
 def layered(files: list[Path]) -> dict[str, Any]:
     """Config files merged in order as the workflow layers them (later keys win, nested
     sections merged).
@@ -113,12 +137,7 @@ def write_power(args: argparse.Namespace) -> str:
     """``pilot power``: the power table of the declared primaries from the two pilot tables,
     written to ``--out`` (default: the config's ``stats.power_file``); returns it as text.
     """
-    from blockcoupling.stats.pilot_power import (
-        design_steps,
-        design_units,
-        pilot_units,
-        power_table,
-    )
+    from blockcoupling.stats.pilot_power import pilot_units, power_table
 
     config = layered(args.config)
     primary = config["stats"]["primary"]

@@ -8,33 +8,98 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import scipy.stats as sps
 
 from blockcoupling.stats import power as pw
 from blockcoupling.stats.checkpoints import within_loss_z
+from blockcoupling.stats.inference import _cr1_t, wild_cluster_p
+
+DECISION_SIM = 1000  # simulated studies per power value (the decision rule's power)
+WILD_DRAWS = 999  # sign vectors per wild bootstrap inside the simulation (exact up to 2^12)
 
 
-def design_units(config: dict[str, Any]) -> dict[str, int]:
-    """The independent units of each primary in a config's design: its fixed-size runs (family
-    ``fixed_size``, one seed each) for the across-runs and token-wise tests, its checkpoint
-    suites (family ``emergence``) for the within-run and emergence tests.
+def _decision_p(y: np.ndarray, x: np.ndarray, column: int, draws: int, seed: int) -> float:
+    """The p the verdict uses for coefficient ``column`` of ``y ~ x`` with one cluster per row
+    (independent units): the larger of the CR1 t(G-1) p and the wild cluster bootstrap p
+    (``inference.wild_cluster_p``), as ``claims.verdict`` reads them.
     """
-    from blockcoupling.pipeline.grids import expand_grids
-
-    models = expand_grids(config).get("models", {})
-    family = {name: (spec.get("meta") or {}).get("family") for name, spec in models.items()}
-    runs = sum(f == "fixed_size" and n.endswith("-final") for n, f in family.items())
-    suites = sum(f == "emergence" and not n.endswith("-final") for n, f in family.items())
-    return {
-        "fixed_size_excess_vs_bpb": runs,
-        "tokens_self_trained_vs_random": runs,
-        "emergence_within_loss": suites,
-        "emergence_final_vs_init": suites,
-    }
+    n = len(y)
+    groups = np.arange(n)
+    a = np.linalg.pinv(x)[column]
+    t = float(_cr1_t(a, y[:, None], x, groups)[0])
+    p_t = 2 * sps.t.sf(abs(t), n - 1)
+    p_wild = wild_cluster_p(y, x, column, groups, draws=draws, seed=seed)
+    return max(p_t, p_wild)
 
 
-def design_steps(config: dict[str, Any]) -> list[int]:
-    """The checkpoint steps of the config's emergence suites."""
-    return list(config["train"]["grids"]["emergence"]["base"]["checkpoint_steps"])
+def decision_power(
+    pilot: np.ndarray,
+    effect: float,
+    n: int,
+    alpha: float,
+    n_sim: int = DECISION_SIM,
+    seed: int = 0,
+    draws: int = WILD_DRAWS,
+) -> float:
+    """Power of a one-sample test over ``n`` independent units (a paired difference or a
+    per-run statistic per unit) under the verdict's rule: both the t test and the sign-flip
+    (wild) bootstrap below ``alpha`` (``claims.verdict`` takes the larger p). Each simulated
+    study resamples ``n`` values from the ``pilot``'s units, centred, and adds ``effect``: the
+    pilot gives the spread and shape, the declared effect the mean. With few units the
+    bootstrap's p cannot fall below 2 / 2^n, and the power is 0 when that is above ``alpha``
+    (the t test alone would not see it).
+    """
+    pilot = np.asarray(pilot, dtype=float)
+    pilot = pilot[np.isfinite(pilot)]
+    if pilot.size < 2 or n < 2 or not np.isfinite(effect):
+        return np.nan
+    if 2.0 / 2**n >= alpha:  # the exact sign-flip bootstrap's floor: no study can pass
+        return 0.0
+    rng = np.random.default_rng(seed)
+    centred = pilot - pilot.mean()
+    ones = np.ones((n, 1))
+    hits = 0
+    for i in range(n_sim):
+        y = effect + rng.choice(centred, size=n, replace=True)
+        hits += _decision_p(y, ones, 0, draws, seed + i) < alpha
+    return hits / n_sim
+
+
+def slope_decision_power(
+    x: np.ndarray,
+    y: np.ndarray,
+    effect: float,
+    n: int,
+    alpha: float,
+    n_sim: int = DECISION_SIM,
+    seed: int = 0,
+    draws: int = WILD_DRAWS,
+) -> float:
+    """Power of the standardized slope of ``y`` on ``x`` over ``n`` independent runs (one
+    cluster each) under the verdict's rule (CR1 t(n-1) and the wild bootstrap both below
+    ``alpha``), when the true standardized slope is ``effect``. Each simulated study resamples
+    ``n`` of the pilot's runs: their z-scored ``x``, and as noise the pilot's residuals of z(y)
+    on z(x), rescaled to variance 1 - effect^2 (so z(y) has unit variance); the pilot gives the
+    distribution of the measure and of the noise, the declared effect the slope.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if x.size < 4 or n < 4 or not 0 < abs(effect) < 1:
+        return np.nan
+    zx = (x - x.mean()) / x.std(ddof=1)
+    zy = (y - y.mean()) / y.std(ddof=1)
+    resid = zy - np.polyfit(zx, zy, 1)[0] * zx
+    resid = (resid - resid.mean()) / resid.std(ddof=1) * np.sqrt(1 - effect**2)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for i in range(n_sim):
+        pick = rng.integers(0, x.size, size=n)
+        xs = zx[pick]
+        ys = effect * xs + resid[rng.integers(0, x.size, size=n)]
+        design = np.column_stack([np.ones(n), xs])
+        hits += _decision_p(ys, design, 1, draws, seed + i) < alpha
+    return hits / n_sim
 
 
 def pilot_units(
@@ -72,7 +137,7 @@ def power_table(
     rule at the design's n and Holm's first threshold, with the n that reaches 80%.
     """
     alpha = pw.holm_first_alpha(len(primary))
-    sims = n_sim or pw.DECISION_SIM
+    sims = n_sim or DECISION_SIM
     rows = []
     for analysis, declared in primary.items():
         effect, n = float(declared["effect"]), int(design_n[analysis])
@@ -84,7 +149,7 @@ def power_table(
             x, y = values
 
             def at(m, x=x, y=y, effect=effect):
-                return pw.slope_decision_power(x, y, effect, m, alpha, sims, seed)
+                return slope_decision_power(x, y, effect, m, alpha, sims, seed)
 
             keep = np.isfinite(x) & np.isfinite(y)
             estimate = float(np.corrcoef(x[keep], y[keep])[0, 1])
@@ -93,7 +158,7 @@ def power_table(
         else:
 
             def at(m, v=values, effect=effect):
-                return pw.decision_power(v, effect, m, alpha, sims, seed)
+                return decision_power(v, effect, m, alpha, sims, seed)
 
             finite = values[np.isfinite(values)]
             n0, estimate = finite.size, float(finite.mean())

@@ -1,6 +1,7 @@
-"""The work of one model at one step, shared by the per-model rules (extract, metrics,
-evaluate) and the per-run rules of models trained here (measure_<run>, metrics_<run>): each
-writes exactly the files its per-model rule writes.
+"""The work on one model at one step, shared by the per-model rules (extract, evaluate) and
+the per-run rules of models trained here (measure_<run>): loading it, its Jacobians into the
+extraction files, its scores; each writes exactly the files its per-model rule writes (the
+measures from those files: ``files.metric_files``).
 """
 
 from __future__ import annotations
@@ -10,14 +11,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.coupling.finite import (
-    SUMMARIES,
-    require_finite,
-    require_rank,
-    scores_defined,
-)
-from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
-from blockcoupling.files.io import provenance, read_netcdf, write_netcdf
+from blockcoupling.coupling.finite import require_finite, scores_defined
+from blockcoupling.files.io import provenance, write_netcdf
 from blockcoupling.jacobians.extract import MeasureConfig, measure
 from blockcoupling.lm import prompts
 from blockcoupling.lm.evaluate import evaluate
@@ -86,19 +81,3 @@ def score(
     require_finite(result, scores_defined(result), where)
     result.attrs.update(provenance({"context_length": context_length}, **attrs))
     write_netcdf(result, out)
-
-
-def metrics(
-    depth: str, tokens: str, config: MetricConfig, depth_out: str, tokens_out: str, where: str
-) -> None:
-    """m_K, the excess and the overlaps for every K of ``config`` from one model's extracted
-    files; a rank below the largest K or a non-finite summary stops the job naming ``where``.
-    """
-    extracted = read_netcdf(depth)
-    width = int(extracted.attrs.get("hidden_size", extracted.sizes["rank"]))
-    require_rank(extracted["singular_values"], max(config.ks), width, where)
-    coupling = coupling_dataset(extracted, config)
-    if coupling.sizes["layer"] > 1:  # each is a mean over layer pairs: defined from two layers
-        require_finite(coupling, [name for name in SUMMARIES if name in coupling], where)
-    write_netcdf(coupling, depth_out)
-    write_netcdf(token_coupling_dataset(read_netcdf(tokens), config), tokens_out)
