@@ -259,6 +259,33 @@ NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
         (NULL, True, 1, 0.1, 0.3, "inconclusive: underpowered"),  # no declared TOST
         (NULL, True, 1, 0.05, 0.3, "inconclusive: underpowered"),
         (NULL | dict(ci_low=np.nan, ci_high=np.nan), True, 1, 0.1, np.nan, "inconclusive: its"),
+        # powered, not significant: the interval holds the declared effect, or excludes it (the
+        # default's run at 3729328: [-0.205, 0.476] and 0.5, once read "which the interval holds")
+        (
+            NULL,
+            True,
+            1,
+            0.05,
+            0.9,
+            "inconclusive: powered (0.90) for 0.05, which the interval holds",
+        ),
+        (NULL, True, 1, 0.1, 0.9, "inconclusive: powered (0.90) for 0.1, which the interval excl"),
+        (
+            NULL,
+            True,
+            -1,
+            0.03,
+            0.9,
+            "inconclusive: powered (0.90) for 0.03, which the interval holds",
+        ),
+        (
+            NULL,
+            True,
+            -1,
+            0.05,
+            0.9,
+            "inconclusive: powered (0.90) for 0.05, which the interval excl",
+        ),
         # exploratory rows: a direction and an unadjusted p, never reproduced / refuted
         (SIGNIFICANT, False, 1, np.nan, np.nan, "exploratory: the paper's direction, p = 0.01"),
         (SIGNIFICANT, False, -1, np.nan, np.nan, "exploratory: opposite, p = 0.01"),

@@ -279,7 +279,13 @@ def verdict(
         return "inconclusive: its power at the declared effect is unknown (no pilot value)"
     if power < TARGET_POWER:
         return f"inconclusive: underpowered ({power:.2f} at the declared effect {effect:g})"
-    return f"inconclusive: powered ({power:.2f}) for {effect:g}, which the interval holds"
+    target = sign * abs(effect)  # the declared effect, in the paper's direction
+    if bounded and low <= target <= high:
+        return f"inconclusive: powered ({power:.2f}) for {effect:g}, which the interval holds"
+    return (
+        f"inconclusive: powered ({power:.2f}) for {effect:g}, which the interval excludes "
+        "(no equivalence test is declared: not a finding of no effect)"
+    )
 
 
 def _wild(row: pd.Series) -> str:
