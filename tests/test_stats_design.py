@@ -95,7 +95,7 @@ def test_decision_power_matches_the_t_test_when_the_bootstrap_has_room():
     error), at the effect the pilot's spread is scaled to."""
     pilot = np.random.default_rng(2).normal(size=400)
     pilot = (pilot - pilot.mean()) / pilot.std(ddof=1)
-    got = pilot_power.decision_power(pilot, 0.5, 30, 0.0125, n_sim=300, draws=199)
+    got = pilot_power.decision_power(pilot, 0.5, 30, 0.0125, n_sim=300, draws=999)
     expected = power.simulated_power(0.5, 1 / np.sqrt(30), 29, 0.0125)
     assert got == pytest.approx(expected, abs=0.1)
 
