@@ -4,7 +4,7 @@
 # width-64 model the start-up of a job (~10 s of imports) is ten times its Jacobians.
 
 
-def run_job(run, model, step):
+def run_job(model, step):
     """What one (model, step) of a run's jobs needs: its load spec, extract options, files."""
     entry = Namespace(model=model, step=step)
     scored = model in PLAN.evaluated(PLAN.models) and step in PLAN.models[model].scored_steps
@@ -22,7 +22,8 @@ def run_job(run, model, step):
 
 
 for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
-    _jobs = [run_job(_run, m, s) for m, s in PLAN.run_measured(_run)]
+    _measured = PLAN.run_measured(_run)
+    _jobs = [run_job(m, s) for m, s in _measured]
     _scored = [job["evaluation"] for job in _jobs if job["evaluation"]]
 
     rule:
@@ -33,11 +34,7 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
             prompts=prompt_file(),
             heldout=["results/evaluate/heldout.txt"] if _scored else [],
             checkpoints=sorted(
-                {
-                    path
-                    for m, s in PLAN.run_measured(_run)
-                    for path in model_inputs(Namespace(model=m, step=s))
-                }
+                {path for m, s in _measured for path in model_inputs(Namespace(model=m, step=s))}
             ),
         output:
             [path for job in _jobs for path in job["extracted"].values()] + _scored,
@@ -51,7 +48,7 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
         threads: PLAN.threads("extract")
         resources:
             **JOBS.own(TRAIN_MEM_MB, TRAIN_RUNTIME),
-            device=device_of(PLAN.run_measured(_run)[0][0]),  # changes no result: not a param
+            device=device_of(_measured[0][0]),  # changes no result: not a param
             vjp_chunk=PLAN.measure.chunk_size or 0,  # likewise
         params:
             math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs

@@ -116,20 +116,14 @@ def design_steps(config: dict[str, Any]) -> list[int]:
 
 
 def layered(files: list[Path]) -> dict[str, Any]:
-    """Config files merged in order as the workflow layers them (later keys win, nested
-    sections merged).
+    """Config files merged in order by Snakemake's own merge, as ``--configfile`` layers them
+    (later keys win, nested sections merged).
     """
-
-    def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-        out = dict(base)
-        for key, value in top.items():
-            both = isinstance(value, dict) and isinstance(out.get(key), dict)
-            out[key] = merge(out[key], value) if both else value
-        return out
+    from snakemake.utils import update_config
 
     config: dict[str, Any] = {}
     for file in files:
-        config = merge(config, yaml.safe_load(Path(file).read_text(encoding="utf-8")) or {})
+        update_config(config, yaml.safe_load(Path(file).read_text(encoding="utf-8")) or {})
     return config
 
 

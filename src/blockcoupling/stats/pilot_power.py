@@ -4,6 +4,7 @@ pilot values of each primary and their power under the verdict's rule at the des
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,23 @@ def _decision_p(y: np.ndarray, x: np.ndarray, column: int, draws: int, seed: int
     return max(p_t, p_wild)
 
 
+def _decided_share(
+    studies: Iterator[tuple[np.ndarray, np.ndarray]],
+    column: int,
+    alpha: float,
+    draws: int,
+    seed: int,
+    n_sim: int,
+) -> float:
+    """The share of ``n_sim`` simulated studies ``(y, x)`` whose verdict p (``_decision_p``
+    of coefficient ``column``, study i's bootstrap seeded ``seed + i``) is below ``alpha``.
+    """
+    hits = sum(
+        _decision_p(y, x, column, draws, seed + i) < alpha for i, (y, x) in enumerate(studies)
+    )
+    return hits / n_sim
+
+
 def decision_power(
     pilot: np.ndarray,
     effect: float,
@@ -58,11 +76,8 @@ def decision_power(
     rng = np.random.default_rng(seed)
     centred = pilot - pilot.mean()
     ones = np.ones((n, 1))
-    hits = 0
-    for i in range(n_sim):
-        y = effect + rng.choice(centred, size=n, replace=True)
-        hits += _decision_p(y, ones, 0, draws, seed + i) < alpha
-    return hits / n_sim
+    studies = ((effect + rng.choice(centred, size=n, replace=True), ones) for _ in range(n_sim))
+    return _decided_share(studies, 0, alpha, draws, seed, n_sim)
 
 
 def slope_decision_power(
@@ -92,14 +107,13 @@ def slope_decision_power(
     resid = zy - np.polyfit(zx, zy, 1)[0] * zx
     resid = (resid - resid.mean()) / resid.std(ddof=1) * np.sqrt(1 - effect**2)
     rng = np.random.default_rng(seed)
-    hits = 0
-    for i in range(n_sim):
-        pick = rng.integers(0, x.size, size=n)
-        xs = zx[pick]
+
+    def study() -> tuple[np.ndarray, np.ndarray]:
+        xs = zx[rng.integers(0, x.size, size=n)]
         ys = effect * xs + resid[rng.integers(0, x.size, size=n)]
-        design = np.column_stack([np.ones(n), xs])
-        hits += _decision_p(ys, design, 1, draws, seed + i) < alpha
-    return hits / n_sim
+        return ys, np.column_stack([np.ones(n), xs])
+
+    return _decided_share((study() for _ in range(n_sim)), 1, alpha, draws, seed, n_sim)
 
 
 def pilot_units(
