@@ -20,18 +20,37 @@ def _workflow_dir(given: Path | None) -> Path:
     raise ValueError("cannot find schemas/config.schema.yaml; give --workflow-dir")
 
 
+def read_config(file: Path) -> dict[str, Any]:
+    """A config file's YAML mapping, or a one-line ValueError naming the file: unreadable, not
+    UTF-8, a YAML error (its first line), nested too deeply to parse, or not a mapping.
+    """
+    try:
+        config = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(
+            f"{file}: YAML error{where}: {error.problem or error.context}; fix the file"
+        ) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"{file}: {str(error).splitlines()[0]}") from None
+    except RecursionError:
+        raise ValueError(
+            f"{file}: nested too deeply to parse (Python's recursion limit); a config is a "
+            "few levels of sections: flatten it"
+        ) from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{file}: not a YAML mapping")
+    return config
+
+
 def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool = True) -> Any:
     """The workflow's ``Plan`` of a config file: schema defaults and every check applied."""
     from blockcoupling.pipeline.checks import check_config
     from blockcoupling.pipeline.schema_check import validate_config
 
     folder = _workflow_dir(workflow_dir)
-    try:
-        config = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"{file}: {str(error).splitlines()[0]}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{file}: not a YAML mapping")
+    config = read_config(file)
     try:
         validate_config(config, folder / "schemas" / "config.schema.yaml")
     except ValueError as error:

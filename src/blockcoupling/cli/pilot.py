@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 KS = (2, 4, 8)
 AT = dict(reading="authors", variant="ujv", norm="p")
@@ -121,10 +120,37 @@ def layered(files: list[Path]) -> dict[str, Any]:
     """
     from snakemake.utils import update_config
 
+    from blockcoupling.cli.config_commands import read_config
+
     config: dict[str, Any] = {}
     for file in files:
-        update_config(config, yaml.safe_load(Path(file).read_text(encoding="utf-8")) or {})
+        update_config(config, read_config(Path(file)))
     return config
+
+
+def pilot_table(path: Path, columns: list[str]) -> pd.DataFrame:
+    """A pilot CSV whose ``columns`` are present and finite, or a one-line ValueError naming the
+    file and the column (a NaN would give a NaN power, or count fewer units, without a word).
+    """
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a pilot table ({error})") from None
+    for column in columns:
+        if column not in table:
+            raise ValueError(
+                f"{path}: no column {column!r}: not a pilot table; write it with "
+                "blockcoupling pilot within|across"
+            )
+        values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise ValueError(
+                f"{path}: column {column!r} has {int(bad.sum())} of {bad.size} values not finite "
+                f"numbers (row {int(np.argmax(bad)) + 1}: {table[column].iloc[int(np.argmax(bad))]}"
+                "); rerun that pilot run, or drop its rows"
+            )
+    return table
 
 
 def write_power(args: argparse.Namespace) -> str:
@@ -134,12 +160,24 @@ def write_power(args: argparse.Namespace) -> str:
     from blockcoupling.stats.pilot_power import pilot_units, power_table
 
     config = layered(args.config)
-    primary = config["stats"]["primary"]
+    files = " ".join(map(str, args.config))
+    stats = config.get("stats") if isinstance(config.get("stats"), dict) else {}
+    primary = stats.get("primary")
+    if not isinstance(primary, dict) or not primary:
+        raise ValueError(f"{files}: no stats.primary tests declared; give --config FILE")
+    try:
+        k, steps = int(stats["k"]), design_steps(config)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(
+            f"{files}: needs stats.k and train.grids.emergence.base.checkpoint_steps (missing "
+            f"or not numbers: {error!r}); layer it over config.yaml"
+        ) from None
+    col = f"excess_k{k}"
     units = pilot_units(
-        pd.read_csv(args.within),
-        pd.read_csv(args.across),
-        int(config["stats"]["k"]),
-        design_steps(config),
+        pilot_table(args.within, ["step", "val_loss", col]),
+        pilot_table(args.across, ["val_loss", col, f"tok_self_k{k}", f"twin_tok_self_k{k}"]),
+        k,
+        steps,
     )
     table = power_table(units, primary, design_units(config), seed=args.seed)
     out = Path(args.out or config["stats"].get("power_file", "resources/power.csv"))
@@ -151,6 +189,21 @@ def run_pilot(args: argparse.Namespace) -> str:
     """``pilot within|across``: train and measure the pilot runs, one CSV row per (run, step),
     rewritten after each run (an interrupted pilot keeps its finished runs).
     """
+    seeds = args.seeds or (WITHIN_SEEDS if args.design == "within" else ACROSS_SEEDS)
+    out = Path(args.out or f"resources/pilot_{args.design}.csv")
+    if out.suffix != ".csv" or out.is_dir() or not out.parent.is_dir():
+        raise ValueError(
+            f"--out {out}: name a .csv file in an existing folder (checked before training)"
+        )
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(
+            f"--seeds {' '.join(map(str, seeds))}: a seed comes twice; give each run its own seed"
+        )
+    if not Path(args.prompts).is_file():
+        raise ValueError(
+            f"--prompts {args.prompts}: no such file; give a default run's "
+            "results/prompts/default.jsonl"
+        )
     from blockcoupling.runtime import blas, isa
 
     isa.pin()
@@ -164,8 +217,6 @@ def run_pilot(args: argparse.Namespace) -> str:
     from blockcoupling.lm.train import TrainConfig, train
 
     torch.set_num_threads(1)
-    seeds = args.seeds or (WITHIN_SEEDS if args.design == "within" else ACROSS_SEEDS)
-    out = Path(args.out or f"resources/pilot_{args.design}.csv")
     items = prompt_io.read_jsonl(args.prompts)
     tokens_on = args.design == "across"
     config = MeasureConfig(

@@ -8,8 +8,7 @@ import argparse
 import stat
 import sys
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 
 def render_claims(results: Path, readme: Path) -> str:
@@ -19,7 +18,13 @@ def render_claims(results: Path, readme: Path) -> str:
     source = results / "stats" / "claims.md"
     if not source.is_file():
         raise ValueError(f"{source} not found: run the workflow's stats_claims rule first")
-    _rewrite_block(readme, START, END, source.read_text(encoding="utf-8"))
+    body = source.read_text(encoding="utf-8")
+    if START in body or END in body:
+        raise ValueError(
+            f"{source} holds the markers {START} / {END} itself (the README would get two "
+            "pairs): it is not the table stats_claims writes; rerun the workflow's stats_claims"
+        )
+    _rewrite_block(readme, START, END, body)
     return f"{readme}: claims table from {source}"
 
 
@@ -29,13 +34,10 @@ def power_table(args: argparse.Namespace) -> str:
     """
     import pandas as pd
 
+    from blockcoupling.cli.config_commands import read_config
     from blockcoupling.stats.power import keep_other_rows, pilot_power
 
-    try:
-        config = yaml.safe_load(args.config.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise ValueError(f"{args.config}: {str(error).splitlines()[0]}") from None
-    primary = ((config or {}).get("stats") or {}).get("primary")
+    primary = (read_config(args.config).get("stats") or {}).get("primary")
     if not isinstance(primary, dict) or not primary:
         raise ValueError(f"{args.config}: no stats.primary tests declared; give --config FILE")
     design = {}
@@ -44,11 +46,33 @@ def power_table(args: argparse.Namespace) -> str:
         if key not in primary or not value.isdigit() or int(value) < 2:
             raise ValueError(f"--n {item}: give ID=N, a test of stats.primary and N >= 2 units")
         design[key] = int(value)
-    table = pilot_power(pd.read_csv(args.pilot), primary, design, seed=args.seed)
+    table = pilot_power(analysis_table(args.pilot), primary, design, seed=args.seed)
     if args.only:
         table = keep_other_rows(table, pd.read_csv(args.out), args.only)
     table.to_csv(args.out, index=False)
     return table.to_string(index=False) + f"\nwrote {args.out}"
+
+
+ANALYSIS_COLUMNS = ("analysis", "estimate", "ci_low", "ci_high", "n")
+
+
+def analysis_table(path: Path) -> Any:
+    """A run's ``stats/analyses.csv`` (the columns ``pilot_power`` reads), or a one-line
+    ValueError naming the file and what it lacks (e.g. a power table given instead).
+    """
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not an analysis table ({error})") from None
+    missing = [column for column in ANALYSIS_COLUMNS if column not in table]
+    if missing:
+        raise ValueError(
+            f"{path}: no column(s) {', '.join(missing)}: not an analysis table; give a pilot "
+            "run's PILOT/results/stats/analyses.csv"
+        )
+    return table
 
 
 def render_docs(file: Path) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from blockcoupling.jacobians.options import MeasureConfig
 from blockcoupling.lm.models import LoadOptions
-from blockcoupling.pipeline.entries import ModelEntry, model_entries, train_config
+from blockcoupling.pipeline.entries import RANDOM, ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
 from blockcoupling.pipeline.hub_settings import HubSettings
@@ -169,6 +169,8 @@ def check_config(
     _rule_names_unique("model", list(models))
     _check_name_lengths("model", list(models), config.get("model_table"))
     _check_name_lengths("train run", list(runs), None)
+    if config["random_init"].get("per_run"):
+        _check_per_run_seeds(models, runs)
     for name, entry in models.items():
         _check_source(name, entry)
         try:
@@ -261,6 +263,25 @@ def check_config(
         except ValueError as error:
             raise ConfigError(str(error)) from None
     return plan
+
+
+def _check_per_run_seeds(models: dict[str, ModelEntry], runs: dict[str, Any]) -> None:
+    """With ``random_init.per_run``, the twins of runs trained here take their runs' seeds and
+    the token-wise test counts one independent twin per run: two runs with one seed would share
+    a twin (``_share_twins`` measures it once) that the test counted twice.
+    """
+    by_seed: dict[int, list[str]] = {}
+    for entry in models.values():
+        if entry.twin_seed is not None and RANDOM in entry.steps:
+            by_seed.setdefault(entry.twin_seed, []).append(entry.source["train"])
+    for seed, named in sorted(by_seed.items()):
+        if len(set(named)) > 1:
+            raise ConfigError(
+                f"random_init.per_run: training runs {', '.join(sorted(set(named)))} share seed "
+                f"{seed} (key seed, under train.runs or a train.grids axis): their twins would be "
+                "one twin the token-wise test counts as independent units; give each run its own "
+                "seed, or set random_init.per_run: false"
+            )
 
 
 def _check_lock(plan: Plan) -> None:

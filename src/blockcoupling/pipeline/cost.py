@@ -27,7 +27,6 @@ matmul rate.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,6 +78,22 @@ CPU = Rates(  # bench/runs/depth_speed_quiet.md: one thread, Llama block d=4096,
     overhead=20.0,
 )
 RATES_FIELDS = tuple(f.name for f in fields(Rates) if f.name != "name")
+# What a rates file may hold, generously around any device (a rate outside gives hours that
+# overflow or round to nothing): each field's unit and its (lowest, highest) value.
+RATE_UNITS = {
+    "matmul": "FLOP/s",
+    "dense_svd": "seconds per d^3",
+    "svdvals": "seconds per d^3",
+    "topk": "seconds per d^2 (K + oversample)",
+    "overhead": "seconds per job",
+}
+RATE_RANGE = {
+    "matmul": (1e6, 1e18),
+    "dense_svd": (1e-18, 1e-3),
+    "svdvals": (1e-18, 1e-3),
+    "topk": (1e-18, 1e-3),
+    "overhead": (1e-3, 86400.0),
+}
 GPU_RATES = Path(__file__).with_name("gpu_rates.json")  # written by bench/gpu_acceptance.py
 
 
@@ -91,17 +106,25 @@ def load_rates(path: Path) -> Rates:
 
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
-        values = {key: float(record[key]) for key in RATES_FIELDS}
+        values = {key: record[key] for key in RATES_FIELDS}
         name = str(record["name"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(
             f"{path}: not a rates file ({type(error).__name__}: {error}); it needs name and "
             f"{', '.join(RATES_FIELDS)}, as bench/gpu_acceptance.py writes it"
         ) from None
-    bad = [key for key, value in values.items() if not 0 < value < math.inf]
-    if bad:
-        raise ValueError(f"{path}: {bad[0]} = {values[bad[0]]!r}; every rate must be above 0")
-    return Rates(name, **values)
+    for key, value in values.items():
+        low, high = RATE_RANGE[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{path}: {key} = {value!r} is not a number; give {RATE_UNITS[key]}")
+        if not value > 0:
+            raise ValueError(f"{path}: {key} = {float(value)!r}; every rate must be above 0")
+        if not low <= value <= high:
+            raise ValueError(
+                f"{path}: {key} = {value!r} is outside {low:g}..{high:g} "
+                f"({RATE_UNITS[key]}); give the rate bench/gpu_acceptance.py measured"
+            )
+    return Rates(name, **{key: float(value) for key, value in values.items()})
 
 
 if TYPE_CHECKING:  # the plan imports no cost: the checks pass it in

@@ -44,6 +44,11 @@ def grid_runs(name: str, grid: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 )
             spec["n_heads"] = d_model // grid.get("head_dim", 32)
         label = "-".join(_axis_label(k, v) for k, v in point.items())
+        if f"{name}-{label}" in runs:
+            raise ConfigError(
+                f"train.grids.{name}.axes: the point {point} comes twice (run {name}-{label}); "
+                "give each run distinct axis values (e.g. seed: [0, 1], not [0, 0])"
+            )
         runs[f"{name}-{label}"] = spec
     return runs
 
