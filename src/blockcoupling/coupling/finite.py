@@ -72,7 +72,9 @@ def require_rank(singular_values: xr.DataArray, k: int, width: int, where: str) 
     (``s_K <= s_1 * width * eps``: a zero block, or rank below K). Its top-K bases are then
     arbitrary and m_K undefined (0/0 for a zero block); averaging over the remaining pairs would
     report a finite, wrong coupling. ``singular_values (..., rank)``, descending; ``width``: d.
+    A NaN or inf among them is named as such first (``require_finite``), not as a low rank.
     """
+    require_finite(xr.Dataset({"singular_values": singular_values}), ["singular_values"], where)
     values = singular_values.transpose(..., "rank")
     s = values.values
     top, kth = s[..., 0], s[..., k - 1]

@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import xarray as xr
 
+from blockcoupling.coupling.arguments import expect, expect_dataset, expect_ints
+from blockcoupling.coupling.finite import WEIGHTS, require_finite
 from blockcoupling.coupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
 from blockcoupling.coupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
 from blockcoupling.coupling.registry import MEASURES, Measure, PairStats, chance_descriptions
@@ -37,6 +39,13 @@ class MetricConfig(_MetricFields):
     def __new__(cls, *args: Any, **kwargs: Any) -> MetricConfig:
         """Built as a NamedTuple, then checked (one-line ValueError naming the key)."""
         self = super().__new__(cls, *args, **kwargs)
+        expect_ints(self.ks, "MetricConfig(ks=...)")
+        for key in ("readings", "norms"):
+            if isinstance(getattr(self, key), str):
+                raise TypeError(f"MetricConfig({key}=...): expected a tuple of names, got a str")
+        expect(self.p, (int, float), "MetricConfig(p=...)")
+        expect(self.null_draws, int, "MetricConfig(null_draws=...)")
+        expect(self.null_seed, int, "MetricConfig(null_seed=...)")
         for reading in self.readings:
             check_option("reading", reading, READINGS)
         for norm in self.norms:
@@ -157,6 +166,23 @@ def _summary_chance(entry: Measure, stats: PairStats) -> xr.DataArray:
     return -level if entry.sign < 0 else level
 
 
+# The statistics of a depth dataset that coupling_dataset reads: a NaN or inf in one would give
+# NaN (or silently wrong) measures for its prompt.
+DEPTH_INPUTS = (
+    "singular_values",
+    "sv_sum2",
+    "sv_sum4",
+    "depth_diag",
+    "depth_corner",
+    "depth_ucorner",
+    "depth_vcorner",
+)
+
+
+def _of_model(dataset: xr.Dataset) -> str:
+    return f" of {dataset.attrs['model']}" if "model" in dataset.attrs else ""
+
+
 def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
     """Every registered per-pair measure (``coupling.registry.MEASURES``) of the depth family, its
     null, the effective rank of every Jacobian, and the per-prompt summaries over block pairs.
@@ -170,6 +196,11 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
     ``adjacent_excess`` the mean excess, ``overlap_u``/``overlap_v`` the mean overlap over
     l != l', and ``overlap_null (k)`` = K/d.
     """
+    expect_dataset(depth, "depth", "coupling_dataset(depth=...)")
+    expect(config, MetricConfig, "coupling_dataset(config=...)")
+    require_finite(
+        depth, DEPTH_INPUTS, f"coupling_dataset: depth dataset{_of_model(depth)}", WEIGHTS
+    )
     d = _hidden_size(depth)
     s_i = depth["singular_values"]
     depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), s_i, config)

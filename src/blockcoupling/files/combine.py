@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from blockcoupling.coupling.arguments import expect, expect_dataset
+
 # Model metadata that become coords along ``model``, and the init label of each step wildcard.
 META_FIELDS = (
     "params",
@@ -55,6 +57,35 @@ def _meta_coord(values: list[Any]) -> np.ndarray:
     return np.array(["" if v is None else str(v) for v in values])
 
 
+def _check_parts(parts: Any, name: Any, along: Any, meta: Any) -> None:
+    """``combine``'s arguments, each refused in one line naming what was expected: the kind of
+    every dataset (``coupling`` parts are coupling datasets, never an extraction's depth one),
+    the step labels ``along`` takes, the metadata mapping.
+    """
+    expect(name, str, "combine(name=...)")
+    if name not in NAMES:
+        raise ValueError(f"unknown combined dataset {name!r}; one of {', '.join(NAMES)}")
+    if along not in ("init", "step"):
+        raise ValueError(f"combine(along=...): expected 'init' or 'step', got {along!r}")
+    expect(parts, dict, "combine(parts=...)")
+    expect(meta, dict, "combine(meta=...)")
+    if not parts:
+        raise ValueError("nothing to combine")
+    kinds = (name, "empty") if name in ("tokens", "spectra") else (name,)
+    for key, dataset in parts.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+            raise TypeError(f"combine(parts=...): expected (model, step) keys of str, got {key!r}")
+        model, step = key
+        steps_ok = step in TRAINED_INITS if along == "init" else step.isdigit()
+        if not steps_ok:
+            expected = "final or random" if along == "init" else "a checkpoint number, e.g. '64'"
+            raise ValueError(
+                f"combine(parts=...): step {step!r} of {model!r} along {along!r}: expected "
+                f"{expected}"
+            )
+        expect_dataset(dataset, kinds, f"combine(parts[{key!r}])")
+
+
 def combine(
     parts: dict[tuple[str, str], xr.Dataset], name: str, along: str, meta: dict[str, dict[str, Any]]
 ) -> xr.Dataset:
@@ -62,10 +93,7 @@ def combine(
     (checkpoint ints). Outer join: NaN where a model has fewer layers or a prompt fewer tokens.
     Model metadata (docs/datasets.md) become coords along ``model``.
     """
-    if name not in NAMES:
-        raise ValueError(f"unknown combined dataset {name!r}; one of {', '.join(NAMES)}")
-    if not parts:
-        raise ValueError("nothing to combine")
+    _check_parts(parts, name, along, meta)
     per_model: dict[str, list[xr.Dataset]] = {}
     for (model, step), dataset in parts.items():
         dataset = dataset.reset_coords([c for c in PER_MODEL_COORDS if c in dataset.coords])

@@ -18,6 +18,7 @@ from typing import Any
 
 import xarray as xr
 
+from blockcoupling.coupling.arguments import expect, expect_path
 from blockcoupling.files.cf import label
 
 
@@ -144,6 +145,8 @@ def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
     string coord read with 8 characters and concatenated with longer ones would otherwise be
     written truncated to 8.
     """
+    expect(dataset, xr.Dataset, "write_netcdf(dataset=...)")
+    expect_path(path, "write_netcdf(path=...)")
     dataset = label(dataset)
     for key, value in versions().items():
         dataset.attrs.setdefault(key, value)
@@ -174,6 +177,7 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
     """Open a dataset fully into memory (the file is closed afterwards); a file that cannot be
     read (truncated by a killed run, say) is one error naming it and the remedy.
     """
+    expect_path(path, "read_netcdf(path=...)")
     try:
         with xr.open_dataset(path, engine="netcdf4") as dataset:
             return dataset.load()

@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from blockcoupling.coupling.arguments import expect_path
 from blockcoupling.files import run_record
 from blockcoupling.files.run_record import write_file
 
@@ -165,6 +166,7 @@ def verify(root: str | Path) -> list[str]:
     does not list or lists with another hash, a file it lists whose record is gone too (deleted
     together), or a run record that does not read; empty when all hold.
     """
+    expect_path(root, "verify(root=...)")
     root = Path(root)
     if not (root / MANIFEST).is_dir() or (root / MANIFEST).is_symlink():
         raise ValueError(

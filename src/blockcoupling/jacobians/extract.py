@@ -10,7 +10,7 @@ models); ``metrics.coupling_dataset`` then turns statistics into m_K.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -19,6 +19,7 @@ import torch
 import xarray as xr
 from torch import nn
 
+from blockcoupling.coupling.arguments import expect
 from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.capture import states
 from blockcoupling.jacobians.datasets import (
@@ -55,16 +56,28 @@ def as_prompts(prompts: Sequence[Any]) -> list[PromptText]:
     """Accept strings, mappings with ``text`` (and optional ``id``, ``source``), or objects with
     ``id``, ``source``, ``text`` attributes (e.g. ``prompts.Prompt``).
     """
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Iterable):
+        raise TypeError(
+            f"prompts: expected a list of prompts (e.g. [{str(prompts)[:30]!r}]), got "
+            f"{type(prompts).__name__}: a string would be measured per character"
+        )
     result = []
     for i, prompt in enumerate(prompts):
-        if isinstance(prompt, str):
-            result.append(PromptText(f"p{i:04d}", "text", prompt))
-            continue
-        text = _field(prompt, "text", None)
+        text = prompt if isinstance(prompt, str) else _field(prompt, "text", None)
         if not isinstance(text, str):
             raise ValueError(
                 f"prompt {i}: needs a text (a string, or a mapping/object with 'text')"
             )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"prompt {i}: not UTF-8 text (a lone surrogate at character {error.start}, "
+                "e.g. bytes decoded with surrogateescape); give UTF-8 text"
+            ) from None
+        if isinstance(prompt, str):
+            result.append(PromptText(f"p{i:04d}", "text", prompt))
+            continue
         pid, source = _field(prompt, "id", f"p{i:04d}"), _field(prompt, "source", "text")
         result.append(PromptText(str(pid), str(source), text))
     if not result:
@@ -288,6 +301,10 @@ def measure(
     and ``trajectories``, with the dims of docs/datasets.md; runs wherever the model sits.
     ``attrs`` are added to every dataset (model id, revision, ...).
     """
+    expect(model, nn.Module, "measure(model=...)")
+    expect(config, MeasureConfig, "measure(config=...)")
+    if attrs is not None:
+        expect(attrs, dict, "measure(attrs=...)")
     items = as_prompts(prompts)
     limit = context_length(model)
     device = next(model.parameters()).device

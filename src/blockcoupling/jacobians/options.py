@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from blockcoupling.coupling.arguments import expect, expect_ints
 from blockcoupling.coupling.formulas import VARIANTS, check_option
 
 SVD_METHODS = ("auto", "dense", "gram", "topk")
@@ -139,6 +140,7 @@ class MeasureConfig:
     jacobian_prompts: int | None = None
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.jacobian_prompts is not None and self.jacobian_prompts < 0:
             raise ValueError(
                 f"extract.jacobian_prompts must be >= 1 or null, got {self.jacobian_prompts}"
@@ -161,6 +163,24 @@ class MeasureConfig:
             raise ValueError(f"extract.token_prompts must be >= 0, got {self.token_prompts}")
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(f"extract.chunk_size must be >= 1 or null, got {self.chunk_size}")
+
+    def _check_types(self) -> None:
+        """A one-line TypeError naming the field whose value has the wrong type."""
+        for name in ("k_max", "depth_token", "token_prompts", "pca_components"):
+            expect(getattr(self, name), int, f"MeasureConfig({name}=...)")
+        optional = ("max_tokens", "chunk_size", "spectra_prompts", "token_max_tokens")
+        for name in (*optional, "jacobian_prompts"):
+            if getattr(self, name) is not None:
+                expect(getattr(self, name), int, f"MeasureConfig({name}=...) (or None)")
+        for name in ("store_factors", "tf32"):
+            expect(getattr(self, name), bool, f"MeasureConfig({name}=...)")
+        if isinstance(self.variants, str) or not isinstance(self.variants, (tuple, list)):
+            raise TypeError(
+                f"MeasureConfig(variants=...): expected a tuple such as ('ujv',), got "
+                f"{self.variants!r}"
+            )
+        expect_ints(self.token_layers, "MeasureConfig(token_layers=...)")
+        expect(self.svd, SVDOptions, "MeasureConfig(svd=...)")
 
     def for_shard(self, first: int) -> MeasureConfig:
         """The options for a shard whose first prompt is prompt ``first`` of the whole set: token

@@ -13,6 +13,7 @@ import pandas as pd
 import xarray as xr
 
 from blockcoupling.coupling import registry as measures
+from blockcoupling.coupling.arguments import expect, expect_dataset, expect_ints
 from blockcoupling.stats.claims import CLAIMS
 from blockcoupling.stats.core import select
 from blockcoupling.stats.selection import Selection
@@ -42,6 +43,16 @@ def calibration_table(
     and ``overlap_u``, ``overlap_null`` (K/d), the median ``effective_rank`` over prompts and
     blocks, and the number of prompts with a value.
     """
+    expect_dataset(coupling, "coupling", "calibration_table(coupling=...)")
+    expect_ints(ks, "calibration_table(ks=...)")
+    expect(selection, Selection, "calibration_table(selection=...)")
+    missing = [dim for dim in ("model", "init") if dim not in coupling.dims]
+    if missing:
+        raise TypeError(
+            f"calibration_table(coupling=...): expected a combined coupling dataset (dims model "
+            f"and init, results/combined/coupling.nc), got one without {', '.join(missing)}; "
+            "prompt_table reads one model's"
+        )
     rows = []
     for model in coupling["model"].values:
         for init in coupling["init"].values:
@@ -80,6 +91,14 @@ def prompt_table(coupling: xr.Dataset, selection: Selection) -> pd.DataFrame:
     K/d; dimensionless) and ``effective_rank``, the median over blocks (over prompts and blocks
     in the mean row).
     """
+    expect_dataset(coupling, "coupling", "prompt_table(coupling=...)")
+    expect(selection, Selection, "prompt_table(selection=...)")
+    several = [dim for dim in ("model", "init", "step") if dim in coupling.dims]
+    if several:
+        raise TypeError(
+            f"prompt_table(coupling=...): expected one model's coupling dataset, got one with "
+            f"dims {', '.join(several)}; select one, e.g. coupling.sel(model=..., init=...)"
+        )
     frame = pd.DataFrame(
         {
             name: np.broadcast_to(

@@ -7,6 +7,7 @@ changes (Snakemake compares only builtin params).
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, NamedTuple
 
 COORDINATES = ("k", "reading", "variant", "norm")
@@ -21,6 +22,11 @@ class Selection(dict):
     def __init__(
         self, k: int | None = 10, reading: str = "authors", variant: str = "ujv", norm: str = "p"
     ) -> None:
+        if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral)):
+            raise TypeError(f"Selection(k=...): expected an int or None, got {k!r}")
+        for key, value in (("reading", reading), ("variant", variant), ("norm", norm)):
+            if not isinstance(value, str):
+                raise TypeError(f"Selection({key}=...): expected a str, got {value!r}")
         super().__init__(k=k, reading=reading, variant=variant, norm=norm)
 
     @property
