@@ -132,6 +132,12 @@ def hub_fault(
             "network (fetch rules run where Snakemake runs: the login node), HF_ENDPOINT and "
             f"HTTPS_PROXY, then rerun{command}"
         )
+    if "JSONDecodeError" in names:  # an answer, but not the hub API's JSON (a web page, say)
+        return HubCacheError(
+            f"the hub endpoint {endpoint()} answered the API call for {repo} at revision "
+            f"{revision} with something that is not JSON ({short}; an HTML page?): set "
+            "HF_ENDPOINT to a Hugging Face hub's address (unset: huggingface.co), then rerun"
+        )
     if "HfHubHTTPError" in names and pinned:
         commit, lock = pinned
         return HubCacheError(

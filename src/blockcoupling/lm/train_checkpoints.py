@@ -5,6 +5,7 @@ newest only (the resume point), and history.csv.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from safetensors import SafetensorError
 from transformers import GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
 from blockcoupling.files.io import atomic_write, permissions, write_text
@@ -22,6 +24,25 @@ from blockcoupling.lm.schedule import TrainConfig
 
 HISTORY_COLUMNS = ("step", "train_loss", "val_loss", "val_accuracy", "tokens_seen", "elapsed_s")
 CHECKSUMS, RESUME = "checksums.json", "optimizer.pt"
+
+
+def disk_full(error: Exception, folder: Path, needed: int) -> OSError | None:
+    """An ``ENOSPC`` OSError naming ``folder`` (its partial files removed) when writing it failed
+    for want of space: safetensors says "os error 28", torch's writer only "unexpected pos", so
+    the free space is also compared with ``needed`` bytes; None for any other failure.
+    """
+    said = isinstance(error, OSError) and error.errno == errno.ENOSPC
+    said = said or "os error 28" in str(error) or "No space left" in str(error)
+    shutil.rmtree(folder, ignore_errors=True)
+    free = shutil.disk_usage(folder.parent).free
+    if not said and free >= needed + (1 << 20):
+        return None
+    return OSError(
+        errno.ENOSPC,
+        f"No space left on device writing a checkpoint ({free:,} bytes free, about {needed:,} "
+        f"needed; {type(error).__name__}: {str(error).splitlines()[0][:120]})",
+        str(folder),
+    )
 
 
 def write_history(out_dir: Path, history: list[dict[str, float]]) -> None:
@@ -99,13 +120,19 @@ def save_checkpoint(
     state["python_rng"] = random.getstate()
     final, tmp = out_dir / f"step{step}", out_dir / f"step{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-        tmp / RESUME,
-    )
-    torch.save(state, tmp / "trainer_state.pt")
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        torch.save(
+            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+            tmp / RESUME,
+        )
+        torch.save(state, tmp / "trainer_state.pt")
+    except (SafetensorError, RuntimeError, OSError) as error:
+        full = disk_full(error, tmp, 3 * sum(p.nbytes for p in model.state_dict().values()))
+        if full is None:
+            raise
+        raise full from None
     files = sorted(p for p in tmp.rglob("*") if p.is_file())
     for path in files:
         permissions(path)  # save_pretrained writes model.safetensors 0600
