@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-import yaml
 from conftest import REPO, refusal, save_tiny_folder, smoke
 
 import blockcoupling as bc
@@ -235,7 +234,8 @@ def test_threads_beyond_the_cpus_are_refused_before_torch_loads(tiny: Path) -> N
     out = subprocess.run(
         [sys.executable, "-m", "blockcoupling.cli", "measure", str(tiny), "hi", "--threads",
          "100000"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )  # fmt: skip
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
