@@ -134,6 +134,11 @@ def pilot_table(path: Path, columns: list[str]) -> pd.DataFrame:
     """
     try:
         table = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ValueError(
+            f"{path}: no such file; write it with blockcoupling pilot within|across, or name "
+            "it with --within/--across"
+        ) from None
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: not a pilot table ({error})") from None
     for column in columns:
