@@ -390,15 +390,18 @@ def paths(model: nn.Module, vocab: int, tokens: int, device: str) -> dict[str, A
                 row["tolerance"] = _storage_tolerance(call.block)
             blocks[str(layer)] = row
             print(f"    block {layer}: {json.dumps(row, default=str)}", flush=True)
-        engine.diagonal(1, last)  # warm
-        activities = [ProfilerActivity.CPU] + (
-            [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
-        )
-        with profile(activities=activities) as prof:
-            engine.diagonal(1, last)
-            sync()
-    sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort, row_limit=12)
+        taken = [int(b) for b, row in blocks.items() if not row["method"].startswith("stopped")]
+        table = "no block took a single-token path: nothing profiled"
+        if taken:
+            engine.diagonal(taken[0], last)  # warm
+            activities = [ProfilerActivity.CPU] + (
+                [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+            )
+            with profile(activities=activities) as prof:
+                engine.diagonal(taken[0], last)
+                sync()
+            sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+            table = f"block {taken[0]}:\n" + prof.key_averages().table(sort_by=sort, row_limit=12)
     print(table, flush=True)
     methods = Counter(row["method"] for row in blocks.values())
     return {
