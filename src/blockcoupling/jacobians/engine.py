@@ -363,7 +363,7 @@ class JacobianEngine:
         self.full = record_calls(model, **inputs)
         self.n_tokens = int(self.full[0].input.shape[0])  # tokens as the blocks see them
         self._calls[self.n_tokens] = self.full
-        self.methods: Counter[tuple[int, str]] = Counter()  # (layer, method) -> J_tt taken so
+        self.methods: Counter[tuple[int, str]] = Counter()  # (layer, method) -> J_tt taken by it
         self.refused: list[Refusal] = []  # every refused single-token path, in order
         self.slow: list[str] = []  # the watchdog's lines
         self.loop_fallbacks = 0  # VJP/JVP batches torch.func refused: plain autograd loops
