@@ -710,7 +710,7 @@ def jacobian_check(folder: Path, kind: str, device: str, ids: torch.Tensor, rows
     began = time.perf_counter()
     model, _ = load_model(ModelSource("path", str(folder)), load_options(kind, device))
     loaded = time.perf_counter() - began
-    engine = JacobianEngine(model, {"input_ids": ids}, 64)
+    engine = JacobianEngine(model, {"input_ids": ids}, 64, allow_full_sequence=True)  # 16 tokens
     twin = float32_twin(model)
     last = engine.n_tokens - 1
     full, diagonal = [], []
