@@ -730,7 +730,8 @@ def jacobian_check(folder: Path, kind: str, device: str, ids: torch.Tensor, rows
         "full-sequence VJPs, relative error per block": [f"{e:.2e}" for e in full],
         "depth-wise J_tt, relative error per block": [f"{e:.2e}" for e in diagonal],
         "passed": max(full) < 1e-4 and max(diagonal) < bound,
-        "paths": {"composed": engine.composed, "autograd": engine.not_composed,
+        "paths": {"composed": engine.composed, "autograd": engine.not_composed - engine.fallbacks,
+                  "full sequence": engine.fallbacks,
                   "refusals": [r.describe() for r in engine.refused]},
     }  # fmt: skip
 
