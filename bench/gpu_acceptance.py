@@ -1,38 +1,49 @@
 """The GPU acceptance run: paper scale on one GPU, measured in one prepared command.
 
-Usage: python bench/gpu_acceptance.py [--out DIR] [--budget-s 450] [--dry-run]
+Usage: python bench/gpu_acceptance.py [--out DIR] [--budget-s 420] [--dry-run]
        (``--dry-run``: the same steps on the CPU at a tiny shape, bitsandbytes left out; the test
        suite runs it)
 
-Steps, in order of what a cluster user most needs; each adds its result to
+Fits 8 minutes of device time: no step starts after ``--budget-s`` seconds (default 420, the
+model's build included), none runs past it or past its own limit, and a step that needs more of
+the budget than is left is skipped and says so. Each step adds its result to
 ``OUT/acceptance.json`` (and a line to standard output) as it ends, so a run stopped at its time
-limit keeps what it measured, and a step that would start after ``--budget-s`` seconds is
-skipped and says so:
+limit keeps what it measured. In order (step, its limit in seconds):
 
-1. ``fd``: the Jacobians' finite-difference tests on the device
-   (``BLOCKCOUPLING_TEST_DEVICE=cuda pytest tests/test_jacobians.py``).
-2. ``build``: a Llama-3-8B-shaped model (32 blocks, width 4096, MLP 14336, 8 key-value heads,
-   vocabulary 128,256) with trained-like decaying block spectra (``trained_like.py``), built
-   on the device in bfloat16.
-3. ``prompts``: config/paper.yaml's extraction (k_max 50, top-K SVDs, VJP chunks of 64, TF32
-   off; float32 Jacobians of the bfloat16 blocks) on 128 random tokens: a warm-up prompt, a
-   depth-wise prompt and one with the full spectra, each split into forward, Jacobians (of
-   which the blocks' float32 upcast), spectra and pair statistics; the top-K path's outcomes
-   and the host synchronizations its SVDs made.
-4. ``vjp``: the depth-wise Jacobians of 4 blocks by d one-token VJPs (the path of
-   architectures without a composition from the weights, e.g. GPT-NeoX/Pythia), for the cost
-   model's matmul rate.
-5. ``svd``: one block's Jacobian of this model and of a random-init one (a flat spectrum):
-   dense SVD and the top-K path (the flat one predicted dense at its first check).
-6. ``rates``: the measured rates in the form ``pipeline/cost.py`` reads (``OUT/gpu_rates.json``)
-   and the paper suite's GPU-hours under the rates before and after.
-7. ``loads``: the model's first two blocks saved in bfloat16, loaded by ``load_model`` in
-   bfloat16, with ``device_map: auto``, in 4-bit NF4 and in 8-bit (bitsandbytes); each block's
-   ``J_tt`` from ``measure``'s engine against autograd inside a full forward of a float32 model
-   carrying the loaded model's (dequantized) weights, at the loaded model's own block inputs.
-8. ``full_loads``: the whole model saved, then loaded with ``device_map: auto``, in 4-bit and
-   in 8-bit: seconds to load, GPU memory, one depth-wise prompt's seconds and its largest m_K
-   difference from the built model's.
+- ``build``: a Llama-3-8B-shaped model (32 blocks, width 4096, MLP 14336, 8 key-value heads,
+  vocabulary 128,256) with trained-like decaying block spectra (``trained_like.py``), built on
+  the device in bfloat16.
+- ``paths`` (60): one 128-token prompt's depth-wise ``J_tt`` block by block as ``measure``
+  takes them on the device (the timed choice of the single-token path, no full-sequence path):
+  each block's method or the refusals that stopped it, both guards' differences (the
+  single-token call at the full pass's input, what the engine checks; at its own recorded
+  input, what it checked before) and their tolerance, the watchdog's lines, and a
+  ``torch.profiler`` table of one warm ``diagonal`` call.
+- ``fd`` (80): the Jacobians' finite-difference tests on the device
+  (``BLOCKCOUPLING_TEST_DEVICE=cuda pytest tests/test_jacobians.py``); ``imports`` (30): a
+  job's start, a fresh Python importing the extraction.
+- ``composition`` (30): one block's ``J_tt`` composed and by one-token VJPs, timed, the
+  composition's parts and costliest ops.
+- ``first`` (40), ``depth-wise`` (30): config/paper.yaml's extraction (k_max 50, top-K SVDs,
+  VJP chunks of 64, TF32 off; float32 Jacobians of the bfloat16 blocks) on 128 random tokens,
+  each split into forward, Jacobians (of which the blocks' float32 upcast), spectra and pair
+  statistics; the paths record of the depth file; the top-K path's outcomes and the host
+  synchronizations its SVDs made.
+- ``vjp`` (15): the depth-wise Jacobians of 2 blocks by d one-token VJPs (the path of
+  architectures without a composition from the weights, e.g. GPT-NeoX/Pythia), for the cost
+  model's matmul rate.
+- ``svd`` (25): one block's Jacobian of this model and of a random-init one (a flat spectrum):
+  dense SVD and the top-K path.
+- ``rates`` (20, again at the end): the measured rates in the form ``pipeline/cost.py`` reads
+  (``OUT/gpu_rates.json``) and the paper suite's GPU-hours under the rates before and after.
+- ``loads`` (60): the model's first two blocks saved in bfloat16, loaded by ``load_model`` in
+  bfloat16, with ``device_map: auto``, in 4-bit NF4 and in 8-bit (bitsandbytes); each block's
+  ``J_tt`` from ``measure``'s engine against autograd inside a full forward of a float32 model
+  carrying the loaded model's (dequantized) weights, at the loaded model's own block inputs.
+- ``full spectra`` (60): the prompt with every block's full spectrum.
+- ``full_loads`` (150): the whole model saved, then loaded with ``device_map: auto``, in 4-bit
+  and in 8-bit: seconds to load, GPU memory, one depth-wise prompt's seconds and its largest
+  m_K difference from the built model's.
 """
 
 from __future__ import annotations
@@ -276,33 +287,17 @@ def timed_prompt(
         print(f"    top-K of {tuple(jac.shape)}: {dict(found_outcomes)}", flush=True)
         return result
 
-    diagonal = JacobianEngine.diagonal
-    engines: list[JacobianEngine] = []  # the prompt's engine, for its paths
-
-    def watched(engine: JacobianEngine, layer: int, t: int) -> torch.Tensor:
-        """The diagonal, and a line whenever it refused a single-token path."""
-        engines[:] = [engine]
-        before = sum(engine.refusals.values())
-        jac = diagonal(engine, layer, t)
-        if sum(engine.refusals.values()) > before or engine.fallbacks:
-            print(f"    block {layer}: fallbacks {engine.fallbacks}, {dict(engine.refusals)}")
-        if engine.fallbacks:  # the full-sequence VJPs: not the path this prompt measures
-            raise RuntimeError(f"block {layer} fell back to the full sequence: {engine.refusals}")
-        return jac
-
     spectral.randomized_top_k = counted
-    JacobianEngine.diagonal = watched
     sync()
     began = time.perf_counter()
     try:
-        with depth_speed.library_timers(phases), composition_setting():
+        with depth_speed.library_timers(phases):
             data = measure_inputs(
                 model, [{"input_ids": ids}], [PromptText("p", "text", "")], config, None, False
             )
         sync()
     finally:
         spectral.randomized_top_k = top_k
-        JacobianEngine.diagonal = diagonal
     total = time.perf_counter() - began
     split = {name: round(value, 3) for name, value in phases.seconds.items()}
     split["of which upcast"] = round(phases.nested.get("upcast", 0.0), 3)
@@ -312,13 +307,19 @@ def timed_prompt(
         "split": split,
         "top-K": dict(outcomes),
         "top-K host syncs": syncs.get("syncs"),
-        "paths": {
-            "composed": engines[0].composed,
-            "autograd": engines[0].not_composed,
-            "fallbacks": engines[0].fallbacks,
-            **engines[0].refusals,
-        },
+        "paths": paths_of(data["depth"].attrs),
     }, data
+
+
+def paths_of(attrs: dict[str, Any]) -> dict[str, Any]:
+    """A depth file's record of how its ``J_tt`` were taken: counts, choice, refusals."""
+    return {
+        "composed": attrs["jtt_composed"],
+        "autograd": attrs["jtt_autograd"],
+        "full sequence": attrs["jtt_full_sequence"],
+        "choice": attrs["jtt_choice"],
+        "refusals": json.loads(attrs["jtt_refusals"]),
+    }
 
 
 def prompts(model: nn.Module, vocab: int, tokens: int, device: str, which: str) -> dict:
@@ -339,13 +340,86 @@ def prompts(model: nn.Module, vocab: int, tokens: int, device: str, which: str) 
 PROMPT_DATA: dict[str, Any] = {}  # the built model's depth-wise datasets, for the loads' check
 
 
+def paths(model: nn.Module, vocab: int, tokens: int, device: str) -> dict[str, Any]:
+    """Step 0: how one ``PAPER`` prompt's every block takes its depth-wise ``J_tt``, as
+    ``measure`` runs it (the timed choice on, no full-sequence path): per block the method, or
+    the refusals that stopped it (``FullSequenceRefused``, caught here so that every block is
+    seen), and both guards' differences: the single-token call at the full pass's input
+    (``new``, what the engine checks) and at its own recorded input (``old``, what it checked
+    before), each against the full pass re-run in float32, beside the tolerance. Then a
+    ``torch.profiler`` table of one warm ``diagonal`` call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from blockcoupling.jacobians.capture import compute_dtype
+    from blockcoupling.jacobians.engine import (
+        FullSequenceRefused,
+        MethodChoice,
+        _difference,
+        _storage_tolerance,
+    )
+
+    ids = prompt_ids(vocab, tokens, 1, device)
+    blocks: dict[str, Any] = {}
+    choice = MethodChoice(select=device != "cpu")
+    with eager_attention(model), eval_mode(model), matmul_precision(PAPER.tf32):
+        engine = JacobianEngine(model, {"input_ids": ids}, PAPER.chunk_size, "paths", choice)
+        last = engine.n_tokens - 1
+        for layer in range(1, len(engine.full) + 1):
+            sync()
+            began = time.perf_counter()
+            try:
+                engine.diagonal(layer, last)
+                sync()
+                method = next(m for (b, m) in engine.methods if b == layer)
+            except FullSequenceRefused:
+                method = "stopped: full sequence not allowed"
+            row: dict[str, Any] = {"method": method,
+                                   "seconds": round(time.perf_counter() - began, 4)}  # fmt: skip
+            row["refusals"] = [r.describe() for r in engine.refused if r.layer == layer]
+            calls = engine._token_calls_at(last)
+            if calls is not None:
+                call, full = calls[layer - 1], engine.full[layer - 1]
+                dtype = compute_dtype(call.block)
+                with torch.no_grad():
+                    residual = engine._residual(call)
+                    expected = engine._expected(layer, last, dtype)
+                    row["guard, new"] = _difference(
+                        residual(full.input[last : last + 1].to(dtype))[0], expected
+                    )
+                    row["guard, old"] = _difference(residual(call.input.to(dtype))[0], expected)
+                row["tolerance"] = _storage_tolerance(call.block)
+            blocks[str(layer)] = row
+            print(f"    block {layer}: {json.dumps(row, default=str)}", flush=True)
+        taken = [int(b) for b, row in blocks.items() if not row["method"].startswith("stopped")]
+        table = "no block took a single-token path: nothing profiled"
+        if taken:
+            engine.diagonal(taken[0], last)  # warm
+            activities = [ProfilerActivity.CPU] + (
+                [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+            )
+            with profile(activities=activities) as prof:
+                engine.diagonal(taken[0], last)
+                sync()
+            sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+            table = f"block {taken[0]}:\n" + prof.key_averages().table(sort_by=sort, row_limit=12)
+    print(table, flush=True)
+    methods = Counter(row["method"] for row in blocks.values())
+    return {
+        "tokens": tokens,
+        "methods": dict(methods),
+        "choice": choice.method,
+        "choice seconds": {m: round(s, 4) for m, s in choice.seconds.items()},
+        "blocks": blocks,
+        "slow blocks (watchdog)": engine.slow,
+        "profile of one diagonal call": table.splitlines(),
+    }
+
+
 def composition_profile(model: nn.Module, vocab: int, tokens: int, device: str) -> dict:
     """One block's depth-wise ``J_tt`` composed from the weights and by d one-token VJPs, each
     timed after a warm-up, plainly and under ``measure``'s settings (eager attention, eval
     mode); under the latter the composition's parts (``token_jacobian``, the guard's
-    full-sequence value) and its six costliest ops by device and by CPU time. When the
-    composition is over twice the VJPs' time under ``measure``'s settings, the later prompts
-    take the VJP path (``COMPOSE``) and the result says so."""
+    full-sequence value) and its six costliest ops by device and by CPU time."""
     from torch.profiler import ProfilerActivity, profile
 
     result: dict[str, Any] = {}
@@ -392,26 +466,7 @@ def composition_profile(model: nn.Module, vocab: int, tokens: int, device: str) 
         }
     result["paths"] = {"composed": engine.composed, "autograd": engine.not_composed,
                        "fallbacks": engine.fallbacks}  # fmt: skip
-    COMPOSE["on"] = result["composed, as measure runs"] <= 2 * result["VJPs, as measure runs"]
-    result["later prompts composed"] = COMPOSE["on"]
     return result
-
-
-COMPOSE = {"on": True}  # False: the prompts take the VJP path (the composition slower here)
-
-
-@contextlib.contextmanager
-def composition_setting() -> Iterator[None]:
-    """The prompts' diagonal Jacobians composed or by VJPs, as ``COMPOSE`` says."""
-    if COMPOSE["on"]:
-        yield
-        return
-    composed = JacobianEngine._composed
-    JacobianEngine._composed = lambda self, layer, t: None
-    try:
-        yield
-    finally:
-        JacobianEngine._composed = composed
 
 
 # ---------------------------------------------------------------- 4-5. the rates' pieces
@@ -655,7 +710,7 @@ def jacobian_check(folder: Path, kind: str, device: str, ids: torch.Tensor, rows
     began = time.perf_counter()
     model, _ = load_model(ModelSource("path", str(folder)), load_options(kind, device))
     loaded = time.perf_counter() - began
-    engine = JacobianEngine(model, {"input_ids": ids}, 64)
+    engine = JacobianEngine(model, {"input_ids": ids}, 64, allow_full_sequence=True)  # 16 tokens
     twin = float32_twin(model)
     last = engine.n_tokens - 1
     full, diagonal = [], []
@@ -675,8 +730,10 @@ def jacobian_check(folder: Path, kind: str, device: str, ids: torch.Tensor, rows
         "full-sequence VJPs, relative error per block": [f"{e:.2e}" for e in full],
         "depth-wise J_tt, relative error per block": [f"{e:.2e}" for e in diagonal],
         "passed": max(full) < 1e-4 and max(diagonal) < bound,
-        "paths": {"composed": engine.composed, "autograd": engine.not_composed},
-    }
+        "paths": {"composed": engine.composed, "autograd": engine.not_composed - engine.fallbacks,
+                  "full sequence": engine.fallbacks,
+                  "refusals": [r.describe() for r in engine.refused]},
+    }  # fmt: skip
 
 
 def loads(model: nn.Module, shape: dict, device: str, dry_run: bool, scratch: Path) -> dict:
@@ -746,7 +803,9 @@ def import_seconds() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
-    parser.add_argument("--budget-s", type=float, default=450.0)
+    parser.add_argument(
+        "--budget-s", type=float, default=420.0, help="seconds after which no step starts"
+    )
     parser.add_argument("--tokens", type=int, default=None, help="default 128 (dry run: 8)")
     parser.add_argument(
         "--width",
@@ -787,31 +846,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tokens = args.tokens or (8 if args.dry_run else 128)
     run = Run(args.out, args.budget_s, device)
     run.record("environment", environment(device))
-    steps: list[tuple[str, Callable[[], dict[str, Any]], float]] = [
-        ("fd", lambda: finite_differences(device, args.dry_run), 60, 120),
-        ("imports", import_seconds, 10, 30),
-    ]
-    for name, function, needs, limit in steps:
-        if name not in args.skip:
-            run.step(name, function, needs, limit)
     model, seconds = build(shape, device, torch.bfloat16)
     run.record("build", {"seconds": round(seconds, 2), "shape": shape, "alpha": trained_like.ALPHA,
                          "parameters": sum(p.numel() for p in model.parameters())})  # fmt: skip
     scratch = Path(tempfile.mkdtemp(prefix="acceptance-"))
-    steps = [
-        ("composition", lambda: composition_profile(model, shape["vocab"], tokens, device), 30,
-         60),
-        ("first", lambda: prompts(model, shape["vocab"], tokens, device, "first"), 60, 100),
-        ("depth-wise", lambda: prompts(model, shape["vocab"], tokens, device, "depth-wise"), 30,
-         60),
-        ("vjp", lambda: vjp_path(model, shape["vocab"], tokens, device, 2), 20, 30),
-        ("svd", lambda: svd_step(model, shape, tokens, device), 30, 40),
+    vocab = shape["vocab"]
+    # (name, step, seconds of the budget it needs left, its own limit): the measured H100 seconds
+    # of each (bench/runs/gpu_acceptance_h100.md) with room; the sum of the limits that run in a
+    # full budget stays inside 8 minutes of device time with the build and the imports
+    steps: list[tuple[str, Callable[[], dict[str, Any]], float, int]] = [
+        ("paths", lambda: paths(model, vocab, tokens, device), 30, 60),
+        ("fd", lambda: finite_differences(device, args.dry_run), 70, 80),
+        ("imports", import_seconds, 10, 30),
+        ("composition", lambda: composition_profile(model, vocab, tokens, device), 10, 30),
+        ("first", lambda: prompts(model, vocab, tokens, device, "first"), 20, 40),
+        ("depth-wise", lambda: prompts(model, vocab, tokens, device, "depth-wise"), 15, 30),
+        ("vjp", lambda: vjp_path(model, vocab, tokens, device, 2), 5, 15),
+        ("svd", lambda: svd_step(model, shape, tokens, device), 15, 25),
         ("rates", lambda: planner(measured_rates(run.results, shape, device), args.out), 5, 20),
-        ("full spectra", lambda: prompts(model, shape["vocab"], tokens, device, "full spectra"),
-         60, 80),
-        ("loads", lambda: loads(model, shape, device, args.dry_run, scratch), 60, 90),
+        ("loads", lambda: loads(model, shape, device, args.dry_run, scratch), 45, 60),
+        ("full spectra", lambda: prompts(model, vocab, tokens, device, "full spectra"), 50, 60),
         ("full_loads", lambda: full_loads(model, shape, tokens, device, args.dry_run, scratch),
-         150, 200),
+         120, 150),
         ("rates", lambda: planner(measured_rates(run.results, shape, device), args.out), 5, 20),
     ]  # fmt: skip
     for name, function, needs, limit in steps:

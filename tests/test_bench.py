@@ -131,10 +131,15 @@ def test_gpu_acceptance_dry_run_measures_every_step(bench, tmp_path) -> None:
     errors = {k: v for k, v in results.items() if isinstance(v, dict) and "error" in v}
     assert not errors
     assert results["fd"]["returncode"] == 0 and "collected" in results["fd"]["summary"]
-    assert (
-        results["depth-wise"]["paths"] == {"composed": 2, "autograd": 0, "fallbacks": 0}
-        and results["full spectra"]["seconds"] > 0
-    )
+    assert results["paths"]["methods"] == {"composed": 2}  # every block, no refusal
+    assert all(row["refusals"] == [] for row in results["paths"]["blocks"].values())
+    assert any("diagonal" in line or "aten::" in line
+               for line in results["paths"]["profile of one diagonal call"])  # fmt: skip
+    assert results["depth-wise"]["paths"] == {
+        "composed": 2, "autograd": 0, "full sequence": 0,
+        "choice": "the composition wherever it passes", "refusals": [],
+    }  # fmt: skip
+    assert results["full spectra"]["seconds"] > 0
     assert all(results["loads"][kind]["passed"] for kind in ("bfloat16", "device_map auto"))
     assert results["full_loads"]["device_map auto"]["largest |m_K - built model's|"] == 0
     assert cost_rates_read(tmp_path / "gpu_rates.json")

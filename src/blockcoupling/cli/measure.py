@@ -91,7 +91,12 @@ def measured(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     width = getattr(getattr(model, "config", None), "hidden_size", None)
     if isinstance(width, int) and args.k > width:
         raise ValueError(f"--k {args.k} exceeds the model's hidden size {width}; give --k {width}")
-    config = MeasureConfig(k_max=args.k, max_tokens=args.max_tokens, variants=(args.variant,))
+    config = MeasureConfig(
+        k_max=args.k,
+        max_tokens=args.max_tokens,
+        variants=(args.variant,),
+        allow_full_sequence=args.allow_full_sequence,
+    )
     attrs = provenance(model=source.describe(), random_twin=args.random_twin, seed=args.seed)
     depth = measure(model, tokenizer, args.prompts, config, attrs=attrs)["depth"]
     width = int(depth.attrs.get("hidden_size", width or depth.sizes["rank"]))

@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--random-twin", action="store_true", help="measure the seeded random-init twin instead"
     )
     measure.add_argument("--seed", type=int, default=0, help="seed of the random twin")
+    measure.add_argument(
+        "--allow-full-sequence",
+        action="store_true",
+        help="on a GPU, let a block whose single-token J_tt was refused take the full-sequence "
+        "path (about t times the cost) instead of stopping",
+    )
     measure.add_argument("--threads", type=int, default=None, help="torch threads")
     measure.add_argument(
         "--out",

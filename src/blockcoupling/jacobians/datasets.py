@@ -6,6 +6,7 @@ Torch-free: extraction (``jacobians.extract``) hands numpy arrays over in ``Dept
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -274,7 +275,31 @@ def trajectory_dataset(
 
 
 # attrs that count something over a file's prompts: summed when shards merge
-SUMMED_ATTRS = ("jtt_composed", "jtt_autograd")
+SUMMED_ATTRS = ("jtt_composed", "jtt_autograd", "jtt_full_sequence")
+
+
+def _merged_paths(holding: Sequence[xr.Dataset]) -> dict[str, Any]:
+    """The shards' ``jtt_methods`` (counts per block and method, summed), ``jtt_refusals`` (in
+    shard order) and ``jtt_choice`` (each distinct choice once), as one job writes them.
+    """
+    merged: dict[str, Any] = {}
+    if all("jtt_methods" in ds.attrs for ds in holding):
+        methods: dict[str, dict[str, int]] = {}
+        for ds in holding:
+            for layer, counts in json.loads(ds.attrs["jtt_methods"]).items():
+                block = methods.setdefault(layer, {})
+                for method, n in counts.items():
+                    block[method] = block.get(method, 0) + n
+        ordered = {
+            layer: dict(sorted(methods[layer].items())) for layer in sorted(methods, key=int)
+        }
+        merged["jtt_methods"] = json.dumps(ordered)
+    if all("jtt_refusals" in ds.attrs for ds in holding):
+        refusals = [r for ds in holding for r in json.loads(ds.attrs["jtt_refusals"])]
+        merged["jtt_refusals"] = json.dumps(refusals)
+    if all("jtt_choice" in ds.attrs for ds in holding):
+        merged["jtt_choice"] = "; ".join(dict.fromkeys(ds.attrs["jtt_choice"] for ds in holding))
+    return merged
 
 
 def merge_shards(shards: Sequence[xr.Dataset]) -> xr.Dataset:
@@ -292,6 +317,7 @@ def merge_shards(shards: Sequence[xr.Dataset]) -> xr.Dataset:
     for key in SUMMED_ATTRS:  # counts over the prompts of each shard
         if all(key in ds.attrs for ds in holding):
             merged.attrs[key] = sum(int(ds.attrs[key]) for ds in holding)
+    merged.attrs.update(_merged_paths(holding))
     for name, variable in holding[0].variables.items():  # padding must not change dtypes
         if name in merged.variables and merged[name].dtype != variable.dtype:
             if np.issubdtype(variable.dtype, np.integer) and not merged[name].isnull().any():

@@ -10,6 +10,8 @@ models); ``metrics.coupling_dataset`` then turns statistics into m_K.
 from __future__ import annotations
 
 import itertools
+import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -30,7 +32,14 @@ from blockcoupling.jacobians.datasets import (
     tokens_dataset,
     trajectory_dataset,
 )
-from blockcoupling.jacobians.engine import JacobianEngine
+from blockcoupling.jacobians.engine import (
+    FULL_SEQUENCE,
+    METHODS,
+    JacobianEngine,
+    MethodChoice,
+    is_accelerator,
+    log,
+)
 from blockcoupling.jacobians.gram import gram_top_k
 from blockcoupling.jacobians.options import MeasureConfig, PromptText
 from blockcoupling.jacobians.run_mode import eager_attention, eval_mode, matmul_precision
@@ -282,6 +291,57 @@ def _family_stats(
     return tops
 
 
+class PathRecord:
+    """How every ``J_tt`` of a job was taken, per block, and every refusal with its prompt: the
+    depth dataset's attrs (docs/datasets.md) and one log line per model.
+    """
+
+    def __init__(self) -> None:
+        self.methods: Counter[tuple[int, str]] = Counter()
+        self.refusals: list[dict[str, Any]] = []
+
+    def add(self, engine: JacobianEngine, prompt: str) -> None:
+        self.methods.update(engine.methods)
+        self.refusals += [{"prompt": prompt, **asdict(r)} for r in engine.refused]
+
+    def counts(self) -> dict[str, int]:
+        return {m: sum(n for (_, mm), n in self.methods.items() if mm == m) for m in METHODS}
+
+    def attrs(self, choice: MethodChoice) -> dict[str, Any]:
+        """``jtt_composed``, ``jtt_autograd``, ``jtt_full_sequence`` (counts), ``jtt_methods``
+        (JSON: block -> method -> count), ``jtt_refusals`` (JSON list) and ``jtt_choice``.
+        """
+        counts = self.counts()
+        by_block: dict[str, dict[str, int]] = {}
+        for (layer, method), n in sorted(self.methods.items()):
+            by_block.setdefault(str(layer), {})[method] = n
+        return {
+            "jtt_composed": counts["composed"],
+            "jtt_autograd": counts["single-token autograd"],
+            "jtt_full_sequence": counts[FULL_SEQUENCE],
+            "jtt_methods": json.dumps(by_block),
+            "jtt_refusals": json.dumps(self.refusals),
+            "jtt_choice": choice.method or "the composition wherever it passes",
+        }
+
+    def log(self, model: str, choice: MethodChoice) -> None:
+        """One line: the counts of each method and of the refusals, the commonest reason."""
+        counts = ", ".join(f"{method} {n}" for method, n in self.counts().items())
+        line = f"{model}: J_tt by {counts}; {len(self.refusals)} refusals"
+        if self.refusals:
+            reasons = Counter(f"{r['path']}: {r['reason']}" for r in self.refusals)
+            reason, n = reasons.most_common(1)[0]
+            line += f" (commonest, {n}x: {reason}; all in the depth file's attrs jtt_refusals)"
+            log.warning(line)
+        else:
+            log.info(line)
+
+
+def _device(model: nn.Module) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
 def _np(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().cpu().numpy()
 
@@ -342,14 +402,20 @@ def measure_inputs(
     lengths: list[int] = []
     family_tokens: list[int] = []  # tokens of the token families (token_max_tokens at most)
     depth_positions: list[int] = []
-    composed = not_composed = 0  # depth-wise J_tt composed from the weights / by autograd
+    record = PathRecord()  # every J_tt's method and every refusal, over the prompts
+    choice = MethodChoice(select=is_accelerator(_device(model)))
     with eager_attention(model), eval_mode(model), matmul_precision(config.tf32):
         for i in track(
             range(len(items)), len(items), "block Jacobians", lambda i: items[i].id, progress
         ):
             label = f"model {attrs['model']}, " if attrs and "model" in attrs else ""
             engine = JacobianEngine(
-                model, dict(inputs[i]), config.chunk_size, f"{label}prompt {items[i].id}"
+                model,
+                dict(inputs[i]),
+                config.chunk_size,
+                f"{label}prompt {items[i].id}",
+                choice,
+                config.allow_full_sequence,
             )
             n = engine.n_tokens
             lengths.append(n)
@@ -358,13 +424,19 @@ def measure_inputs(
             if i >= n_jacobian_prompts:  # forward-pass measures only
                 continue
             spectrum = config.spectra_prompts is None or i < config.spectra_prompts
-            depth_results.append(_depth(engine, depth_positions[-1], config, n_layers, spectrum))
-            composed, not_composed = composed + engine.composed, not_composed + engine.not_composed
-            if i < n_token_prompts:
-                family_tokens.append(min(n, config.token_max_tokens or n))
-                token_results.append(
-                    _token_families(engine, token_layers, family_tokens[-1], config)
+            try:
+                depth_results.append(
+                    _depth(engine, depth_positions[-1], config, n_layers, spectrum)
                 )
+                if i < n_token_prompts:
+                    family_tokens.append(min(n, config.token_max_tokens or n))
+                    token_results.append(
+                        _token_families(engine, token_layers, family_tokens[-1], config)
+                    )
+            finally:
+                record.add(engine, items[i].id)
+    if n_jacobian_prompts:
+        record.log(attrs["model"] if attrs and "model" in attrs else "the model", choice)
     common = {
         "measure_config": str(asdict(config)),
         "k_max": config.k_max,
@@ -383,7 +455,7 @@ def measure_inputs(
         for key, value in prompt_coords.items()
     }
     depth_positions = depth_positions[:n_jacobian_prompts]
-    paths = {"jtt_composed": composed, "jtt_autograd": not_composed}  # J_tt per path
+    paths = record.attrs(choice)
     return {
         "depth": depth_dataset(
             depth_results, jacobian_coords, depth_positions, config, {**common, **paths}

@@ -121,7 +121,9 @@ class MeasureConfig:
     matmuls on CUDA (off: Jacobians and SVDs in full float32); jacobian_prompts: how many prompts
     (the first ones) get block Jacobians (depth-wise and token families, full spectra); the others
     get only the forward-pass measures (trajectories), as the paper measured its Jacobian
-    alignment on a subset of its prompts (None: all).
+    alignment on a subset of its prompts (None: all); allow_full_sequence: on an accelerator, let
+    a block whose single-token ``J_tt`` was refused take the full-sequence path (~t times the
+    cost) instead of stopping the job (the CPU always may).
     """
 
     k_max: int = 50
@@ -138,6 +140,7 @@ class MeasureConfig:
     token_max_tokens: int | None = None
     tf32: bool = False
     jacobian_prompts: int | None = None
+    allow_full_sequence: bool = False
 
     def __post_init__(self) -> None:
         self._check_types()
