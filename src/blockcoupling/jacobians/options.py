@@ -120,7 +120,9 @@ class MeasureConfig:
     matmuls on CUDA (off: Jacobians and SVDs in full float32); jacobian_prompts: how many prompts
     (the first ones) get block Jacobians (depth-wise and token families, full spectra); the others
     get only the forward-pass measures (trajectories), as the paper measured its Jacobian
-    alignment on a subset of its prompts (None: all).
+    alignment on a subset of its prompts (None: all); stored_ks: the Ks whose m_K the stored
+    statistics give (each pair stores the squared numerator of m_K per reading at these Ks
+    instead of its diagonal and corner sums at every K up to k_max; None: every K, for sweeps).
     """
 
     k_max: int = 50
@@ -137,8 +139,18 @@ class MeasureConfig:
     token_max_tokens: int | None = None
     tf32: bool = False
     jacobian_prompts: int | None = None
+    stored_ks: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.stored_ks is not None and (
+            not self.stored_ks
+            or list(self.stored_ks) != sorted(set(self.stored_ks))
+            or not 1 <= self.stored_ks[0] <= self.stored_ks[-1] <= self.k_max
+        ):
+            raise ValueError(
+                f"extract.stored_ks must be increasing Ks in 1..k_max={self.k_max}, "
+                f"got {list(self.stored_ks)}"
+            )
         if self.jacobian_prompts is not None and self.jacobian_prompts < 0:
             raise ValueError(
                 f"extract.jacobian_prompts must be >= 1 or null, got {self.jacobian_prompts}"
