@@ -7,7 +7,7 @@ never what it computes, so changing them re-runs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -218,6 +218,38 @@ class MeasureConfig:
                 )
             values["svd"] = SVDOptions(**values["svd"])
         return cls(**values)
+
+
+def stored_ks(
+    section: Mapping[str, Any], metric_ks: Sequence[int], where: str = ""
+) -> list[int] | None:
+    """The Ks whose statistics extraction stores (``MeasureConfig.stored_ks``) from a config's
+    ``extract`` section: ``metrics`` (the default) the Ks of the metrics (``metric_ks``), ``all``
+    every K up to k_max (None: a sweep over K), or a list as given.
+    """
+    value = section.get("stored_ks", "metrics")
+    if value == "metrics":
+        return sorted({int(k) for k in metric_ks})
+    if value == "all" or value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return [int(k) for k in value]
+    raise ValueError(
+        f"{where}extract.stored_ks must be metrics, all or a list of Ks, got {value!r}"
+    )
+
+
+def check_stored_ks(measure: MeasureConfig, metric_ks: Sequence[int], where: str = "") -> None:
+    """One-line error when the metrics read a K whose statistics extraction does not store."""
+    if measure.stored_ks is None:
+        return
+    missing = [k for k in metric_ks if k not in measure.stored_ks]
+    if missing:
+        metrics = "vit.ks" if where == "vit." else "metrics.ks"
+        raise ValueError(
+            f"{metrics} has K={missing[0]}, which {where}extract.stored_ks="
+            f"{list(measure.stored_ks)} does not store; add it there or set it to metrics or all"
+        )
 
 
 @dataclass(frozen=True)

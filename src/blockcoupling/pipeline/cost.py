@@ -10,9 +10,10 @@ declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`
   (``2 P`` FLOPs for a block of P parameters, plus ``4 n d`` for attention over n tokens); one
   top-K (or dense) SVD of the layer stack; the coupling statistics of every layer pair
   (``L^2 d^2 K`` per variant);
-- token families, per token prompt and token block: d VJPs per output token on its prefix and
-  d JVPs per input token on the whole prompt (``~9 d P n^2`` FLOPs in all), n(n+1) SVDs, and
-  the statistics of every pair within a group (``~(4/3) n^3 d^2 K`` per layer pair and variant);
+- token families, per token prompt and token block: d VJPs per output token on its prefix
+  (``token_vjp_flops``, ``3 d P n(n+1)``), shared by both context families (done twice where
+  the Jacobians do not fit ``TOKEN_HOLD_BYTES``), n(n+1) SVDs, and the statistics of every pair
+  within a group (``~(4/3) n^3 d^2 K`` per layer pair and variant);
 - memory: the weights in their storage dtype, a float32 copy of one block, the Jacobians held at
   once (``L d^2`` floats for depth, ``layers n d^2`` per token group) with their SVD workspace,
   and the activations of one vmapped chunk of VJPs/JVPs.
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockcoupling.coupling.formulas import READINGS
 from blockcoupling.jacobians.options import (
     AUTO_CHUNK_FLOATS,
     MeasureConfig,
@@ -184,6 +186,33 @@ def _svd_seconds(d: int, count: float, options: MeasureConfig, rates: Rates) -> 
     return count * rates.topk * d**2 * (options.k_max + options.svd.oversample)
 
 
+def pair_floats(options: MeasureConfig) -> tuple[int, int]:
+    """Floats stored per Jacobian pair (``jacobians.datasets``): its statistics over every
+    variant (``2 k_max`` each, or 2 readings per stored K) and its basis corners (2 per K).
+    """
+    ks = options.k_max if options.stored_ks is None else len(options.stored_ks)
+    per_variant = 2 * options.k_max if options.stored_ks is None else len(READINGS) * ks
+    return len(options.variants) * per_variant, 2 * ks
+
+
+TOKEN_HOLD_BYTES = 2 << 30  # as jacobians.extract.TOKEN_HOLD_BYTES (float32 Jacobians)
+
+
+def token_jacobians_held(layers: int, n_family: int, d: int) -> bool:
+    """Whether the token families keep every ``J^l_{t1 t2}`` between their two uses (else the
+    fixed-input family computes the VJPs again).
+    """
+    return layers * n_family * (n_family + 1) / 2 * d * d * 4 <= TOKEN_HOLD_BYTES
+
+
+def token_vjp_flops(n_family: int, d: int, block_params: float) -> float:
+    """FLOPs of one pass of the token families' VJPs at one layer: d VJPs of each output token
+    t2 < n on its prefix of t2 + 1 tokens, each ~3 one-token forward passes (``2 P``): the
+    floor of every ``J_{t1 t2}``, t1 <= t2 (one VJP gives a row for every input token at once).
+    """
+    return 3.0 * 2.0 * block_params * d * n_family * (n_family + 1) / 2
+
+
 def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Rates) -> dict:
     """Seconds (by part), peak bytes and output bytes of extracting ``n_prompts`` prompts with
     the checked ``options`` (the first ``options.jacobian_prompts`` get Jacobians, every prompt
@@ -216,8 +245,9 @@ def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Ra
         "forward passes": n_prompts * 6.0 * shape.params * n / rates.matmul,
     }
     if token_prompts:
-        nf = n_family  # VJPs of each output token on its prefix, JVPs of each input token on
-        per_layer = 3.0 * d * p * nf**2 + 6.0 * d * p * nf * n + 6.0 * nf * d * p  # all n, self
+        nf = n_family  # d VJPs of each output token on its prefix (twice unless held), self
+        passes = 1.0 if token_jacobians_held(token_layers, nf, d) else 2.0
+        per_layer = passes * token_vjp_flops(nf, d, p) + 6.0 * nf * d * p
         seconds["token jacobians"] = token_prompts * token_layers * per_layer / rates.matmul
         seconds["token svd"] = token_prompts * _svd_seconds(
             d, token_layers * nf * (nf + 1), options, rates
@@ -230,22 +260,25 @@ def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Ra
     depth_held = held * layers_l * d * d * 4  # the stack (filled in place) and SVD workspace
     depth_act = chunk * ACTIVATION_FLOATS * n * d * 4  # gradients of the key/value prefix too
     token_held = held * token_layers * n_family * d * d * 4 if token_prompts else 0
+    if token_prompts and token_jacobians_held(token_layers, n_family, d):
+        token_held += token_layers * n_family * (n_family + 1) / 2 * d * d * 4
     token_act = chunk * n * ACTIVATION_FLOATS * d * 4 if token_prompts else 0
     peak = weights + block_copy + max(depth_held + depth_act, token_held + token_act)
     f64 = 8
+    pair, basis = pair_floats(options)
     output = (
         jacobian_prompts
         * (
-            variants * layers_l**2 * k * 2 * f64  # depth diag and corner
-            + layers_l * k * f64  # top-K singular values
+            layers_l**2 * (pair + basis) * f64  # depth pair statistics and basis corners
+            + layers_l * (k + 2) * f64  # top-K singular values, full-spectrum sums
         )
         + n_prompts * (layers_l + 1) * n * 6 * f64  # trajectories
         + spectra_prompts * layers_l * d * f64
     )
     if token_prompts:
         output += token_prompts * (
-            variants * token_layers**2 * (n_family**2 + 2 * n_family**3) * k * 2 * f64
-            + token_layers * n_family**2 * k * f64
+            token_layers**2 * (n_family**2 + 2 * n_family**3) * (pair + basis) * f64
+            + token_layers * n_family**2 * (k + 2) * f64
         )
     return {"seconds": seconds, "peak": peak, "output": output}
 

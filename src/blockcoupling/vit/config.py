@@ -128,7 +128,7 @@ def learning_rate(step: int, steps_per_epoch: int, cfg: ViTRunConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
 
-EXTRACT_KEYS = ("k_max", "variants", "depth_token", "token_layers")
+EXTRACT_KEYS = ("k_max", "variants", "depth_token", "token_layers", "stored_ks")
 
 
 def measure_config(extract: Mapping[str, Any], chunk_size: int | None = None) -> MeasureConfig:
