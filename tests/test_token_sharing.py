@@ -12,8 +12,8 @@ from tiny_models import ARCHITECTURES, CharTokenizer
 from blockcoupling.jacobians import extract
 from blockcoupling.jacobians.engine import JacobianEngine
 from blockcoupling.jacobians.extract import MeasureConfig, measure
-from blockcoupling.jacobians.statistics import cross_stats
 from blockcoupling.jacobians.spectral import top_k
+from blockcoupling.jacobians.statistics import cross_stats
 
 CONFIG = MeasureConfig(k_max=4, token_layers=(1, -1), token_prompts=1)
 TEXT = "hello"  # 5 tokens
