@@ -11,6 +11,7 @@ from typing import Any
 
 from blockcoupling.jacobians.options import MeasureConfig, check_stored_ks, stored_ks
 from blockcoupling.lm.models import LoadOptions
+from blockcoupling.pipeline.budget import DEFAULT_MAX_OUTPUT_GB
 from blockcoupling.pipeline.entries import ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
@@ -253,6 +254,7 @@ def check_config(
         primary=dict(stats["primary"]),
         peak_step=stats["peak_step"],
         power_file=str(stats["power_file"]),
+        max_output_gb=config.get("budget", {}).get("max_output_gb", DEFAULT_MAX_OUTPUT_GB),
     )
     _check_lock(plan)
     if check_memory:
