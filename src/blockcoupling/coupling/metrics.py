@@ -193,7 +193,11 @@ def _hidden_size(data: xr.Dataset) -> int:
 
 def _pair_measures(prefix: str, stats: PairStats) -> dict[str, xr.DataArray]:
     """Every registered measure of one family, named ``<prefix>_<measure>``."""
-    return {f"{prefix}_{m.name}": m.compute(stats) for m in MEASURES}
+    return {
+        f"{prefix}_{m.name}": m.compute(stats)
+        for m in MEASURES
+        if stats.ucorner is not None or not m.reads_bases
+    }
 
 
 def _summary_chance(entry: Measure, stats: PairStats) -> xr.DataArray:
@@ -305,8 +309,8 @@ def token_coupling_dataset(tokens: xr.Dataset, config: MetricConfig = MetricConf
         stats = PairStats(
             mis,
             nulls[family].drop_vars("prompt_source", errors="ignore"),
-            tokens[f"{family}_ucorner"],
-            tokens[f"{family}_vcorner"],
+            tokens.get(f"{family}_ucorner"),
+            tokens.get(f"{family}_vcorner"),
             config.ks,
             _hidden_size(tokens),
         )

@@ -87,7 +87,7 @@ def _k_coords(config: MeasureConfig) -> dict[str, Any]:
 def _pair_variables(
     prefix: str,
     stats: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
-    bases: list[tuple[np.ndarray, ...]],
+    bases: list[tuple[np.ndarray, ...]] | None,
     dims: tuple[str, ...],
     stored_ks: tuple[int, ...] | None,
     axis: int,
@@ -98,7 +98,7 @@ def _pair_variables(
     along ``axis`` (the prompt axis of ``dims``; ``pad_axes``: NaN-padded to the longest item,
     numbered as in the stats items). ``stored_ks`` None: ``{prefix}_diag``/``_corner``; else
     ``{prefix}_numerator2 (*dims, reading, k)`` (``formulas.reduced_stats``); the basis corners
-    at those Ks only.
+    at those Ks only (none when ``bases`` is None).
     """
 
     def stack(arrays: list[np.ndarray], at: int, axes: tuple[int, ...]) -> np.ndarray:
@@ -116,7 +116,7 @@ def _pair_variables(
         reduced = [reduced_stats(d, c, s, stored_ks) for d, c, s in stats]
         out = {f"{prefix}_numerator2": ((*dims, "reading", "k"), stack(reduced, axis, pad_axes))}
         pick = [k - 1 for k in stored_ks]
-    for i, name in enumerate(("ucorner", "vcorner")):
+    for i, name in enumerate(("ucorner", "vcorner") if bases is not None else ()):
         picked = [b[i][..., pick] for b in bases]
         out[f"{prefix}_{name}"] = ((*pair_dims, "k"), stack(picked, 0, base_axes))
     return out
@@ -266,7 +266,7 @@ def tokens_dataset(
         per_family = _pair_variables(
             family,
             stats,
-            bases,
+            bases if config.token_bases else None,
             ("variant", "prompt", "layer", "layer_ref", *token_dims),
             config.stored_ks,
             axis=1,
@@ -289,6 +289,8 @@ def tokens_dataset(
         "token_out": tokens,
         **_k_coords(config),
     }
+    if not config.token_bases:
+        attrs = {**attrs, "token_bases": "not stored (MeasureConfig.token_bases false)"}
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 

@@ -122,7 +122,9 @@ class MeasureConfig:
     get only the forward-pass measures (trajectories), as the paper measured its Jacobian
     alignment on a subset of its prompts (None: all); stored_ks: the Ks whose m_K the stored
     statistics give (each pair stores the squared numerator of m_K per reading at these Ks
-    instead of its diagonal and corner sums at every K up to k_max; None: every K, for sweeps).
+    instead of its diagonal and corner sums at every K up to k_max; None: every K, for sweeps);
+    token_bases: store the token families' basis corner sums (their overlap measures; the ViT
+    sweep reads only their m_K and stores none).
     """
 
     k_max: int = 50
@@ -140,6 +142,7 @@ class MeasureConfig:
     tf32: bool = False
     jacobian_prompts: int | None = None
     stored_ks: tuple[int, ...] | None = None
+    token_bases: bool = True
 
     def __post_init__(self) -> None:
         if self.stored_ks is not None and (
@@ -208,6 +211,8 @@ class MeasureConfig:
             for key, value in section.items()
             if key in known
         }
+        if values.get("stored_ks") in ("metrics", "all"):  # the checks resolve ``metrics``
+            values["stored_ks"] = None  # to the metrics' Ks (``stored_ks``); alone: every K
         if isinstance(values.get("svd"), Mapping):
             svd_known = {f.name for f in fields(SVDOptions)}
             unknown = sorted(set(values["svd"]) - svd_known)

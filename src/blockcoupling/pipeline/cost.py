@@ -272,12 +272,16 @@ def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Ra
             layers_l**2 * (pair + basis) * f64  # depth pair statistics and basis corners
             + layers_l * (k + 2) * f64  # top-K singular values, full-spectrum sums
         )
-        + n_prompts * (layers_l + 1) * n * 6 * f64  # trajectories
+        + n_prompts * (3 * (layers_l + 1) + 3) * n * f64  # trajectories: step norm, 2 PCs
+        # per state and token; LSS, expodistance, spacing CV per token
         + spectra_prompts * layers_l * d * f64
     )
     if token_prompts:
         output += token_prompts * (
-            token_layers**2 * (n_family**2 + 2 * n_family**3) * (pair + basis) * f64
+            token_layers**2
+            * (n_family**2 + 2 * n_family**3)
+            * (pair + (basis if options.token_bases else 0))
+            * f64
             + token_layers * n_family**2 * (k + 2) * f64
         )
     return {"seconds": seconds, "peak": peak, "output": output}

@@ -134,6 +134,7 @@ EXTRACT_KEYS = ("k_max", "variants", "depth_token", "token_layers", "stored_ks")
 def measure_config(extract: Mapping[str, Any], chunk_size: int | None = None) -> MeasureConfig:
     """The ``MeasureConfig`` of a ``vit.extract`` section (``chunk_size``: run-only)."""
     values = {key: extract[key] for key in EXTRACT_KEYS if key in extract}
-    return MeasureConfig.from_config(
-        values | {"token_prompts": extract["token_images"], "chunk_size": chunk_size}
+    return MeasureConfig.from_config(  # the sweep's results read the token families' m_K only
+        values
+        | {"token_prompts": extract["token_images"], "chunk_size": chunk_size, "token_bases": False}
     )
