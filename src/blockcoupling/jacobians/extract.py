@@ -170,7 +170,17 @@ def _spectra(
     return top, values, spectrum_sums(jac, values)
 
 
-TOKEN_HOLD_BYTES = 2 << 30  # the families' Jacobians kept between their two uses when this fits
+TOKEN_HOLD_BYTES = 2 << 30  # the families' Jacobians kept between their two uses on a CPU
+TOKEN_HOLD_FRACTION = 0.8  # ... and on a GPU: this fraction of its free memory
+
+
+def token_hold_bytes(device: torch.device) -> float:
+    """The most bytes of token-family Jacobians kept between their two uses on ``device``:
+    ``TOKEN_HOLD_BYTES`` on a CPU, ``TOKEN_HOLD_FRACTION`` of the free memory of a GPU.
+    """
+    if device.type == "cuda":
+        return TOKEN_HOLD_FRACTION * torch.cuda.mem_get_info(device)[0]
+    return TOKEN_HOLD_BYTES
 
 
 def _token_families(
@@ -183,8 +193,8 @@ def _token_families(
     Fixed output: for each t2, every ``J^l_{t1 t2}`` (t1 <= t2) from the VJPs of t2, compared
     within the group; their spectra and top-K factors are kept (``2 d K`` floats each). Fixed
     input: each ``J^l_{t1 t2}`` against the kept factors of every ``J^{l'}_{t1 t2'}``
-    (t2' >= t1): from the Jacobians of the first pass where they all fit ``TOKEN_HOLD_BYTES``,
-    else the same VJPs again (never more than one group per layer in memory). Self: each
+    (t2' >= t1): the groups of the first pass that fit ``token_hold_bytes`` are kept, the
+    others are computed again by the same VJPs. Self: each
     ``J^l_{tt}`` is recomputed (single-token path) and compared with the kept factors of every
     ``J^{l'}_{t't'}``.
     """
@@ -206,7 +216,8 @@ def _token_families(
             for pair in itertools.product(layers, layers)
         }
     factors: dict[int, list[SVD]] = {layer: [] for layer in layers}  # [t2]: J^l_{t1 t2}, t1 <= t2
-    held: dict[int, list[torch.Tensor]] | None = {layer: [] for layer in layers}
+    held: dict[tuple[int, int], torch.Tensor] = {}  # (layer, t2) -> group, while they fit
+    room = None
     for t2 in range(n):
         jacs = {layer: engine.output_token(layer, t2)[: t2 + 1] for layer in layers}
         where = (t2, slice(0, t2 + 1))
@@ -220,13 +231,14 @@ def _token_families(
                 _np(sum4),
             )
             factors[layer].append(tops[layer])
-        if held is not None and t2 == 0:
-            one = jacs[layers[0]][0]
-            if len(layers) * n * (n + 1) // 2 * one.numel() * one.element_size() > TOKEN_HOLD_BYTES:
-                held = None
-        if held is not None:
-            for layer in layers:
-                held[layer].append(jacs[layer])
+        if room is None:
+            room = token_hold_bytes(jacs[layers[0]].device)
+        for layer in layers:  # the groups kept for the fixed-input family, while they fit
+            group = jacs[layer]
+            size = group.numel() * group.element_size()
+            if size <= room:  # a copy where the group is part of the VJPs' t1 > t2 too (ViT)
+                whole = group.untyped_storage().nbytes() == size
+                held[(layer, t2)], room = group if whole else group.clone(), room - size
         del jacs
     by_input = {  # [t1]: the factors of J^l_{t1 t2}, t2 = t1..n-1
         layer: [
@@ -248,7 +260,8 @@ def _token_families(
         )
     for layer in layers:
         for t2 in range(n):
-            jac = held[layer][t2] if held is not None else engine.output_token(layer, t2)[: t2 + 1]
+            jac = held.pop((layer, t2), None)
+            jac = engine.output_token(layer, t2)[: t2 + 1] if jac is None else jac
             for t1, layer_ref in itertools.product(range(t2 + 1), layers):
                 d_, c_ = pair_stats(jac[t1 : t1 + 1], by_input[layer_ref][t1], variants)
                 diag, corner = result.families["fixed_in"][(layer, layer_ref)]
