@@ -48,8 +48,14 @@ def test_one_vjp_batch_per_output_token_and_layer(model, monkeypatch) -> None:
     calls["output_token"] = 0
     again = measure(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
     assert calls["output_token"] == 2 * 2 * 5
+    d = model.config.hidden_size
+    monkeypatch.setattr(extract, "TOKEN_HOLD_BYTES", 6 * d * d * 8)  # t2 = 0, 1 of both layers
+    calls["output_token"] = 0
+    part = measure(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
+    assert calls["output_token"] == 2 * 5 + 2 * 3  # the groups t2 = 2, 3, 4 again
     for name in held.data_vars:
         assert np.array_equal(held[name].values, again[name].values, equal_nan=True), name
+        assert np.array_equal(held[name].values, part[name].values, equal_nan=True), name
 
 
 def test_fixed_input_matches_the_jvp_jacobians(model) -> None:
