@@ -12,8 +12,8 @@ declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`
   (``L^2 d^2 K`` per variant);
 - token families, per token prompt and token block: d VJPs per output token on its prefix
   (``token_vjp_flops``, ``3 d P n(n+1)``), shared by both context families (again for the
-  groups that do not fit ``hold_budget``; bench/runs/token_families.md), n(n+1) SVDs, and the statistics of every pair
-  within a group (``~(4/3) n^3 d^2 K`` per layer pair and variant);
+  groups that do not fit ``hold_budget``; bench/runs/token_families.md), n(n+1) SVDs, and
+  the statistics of every pair within a group (``~(4/3) n^3 d^2 K`` per layer pair and variant);
 - forward passes: one per prompt (``record_calls``: the trajectories and the recorded block
   inputs), ``2 P`` FLOPs per token for a model of P parameters;
 - memory: the weights in their storage dtype, a float32 copy of one block, the Jacobians held at
