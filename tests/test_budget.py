@@ -57,3 +57,17 @@ def test_the_workflow_stops_before_any_job(capsys: pytest.CaptureFixture) -> Non
     with pytest.raises(SetupError, match=r"^config error: budget\.max_output_gb: the plan writes"):
         setup(smoke(budget={"max_output_gb": total / GB / 2}))
     setup(smoke(budget={"max_output_gb": None}))  # no limit
+
+
+def test_stored_ks_are_planned_and_checked() -> None:
+    def output(**extract) -> float:
+        plan = check_config(smoke(extract=extract), REPO)
+        return sum(output_by_rule(plan_costs(plan)).values())
+
+    reduced, every, more = output(), output(stored_ks="all"), output(stored_ks=[2, 4, 8])
+    assert reduced < more < every  # metrics.ks [4, 8] < three Ks < every K up to k_max 8
+    plan = check_config(smoke(extract={"stored_ks": "all"}), REPO)
+    assert plan.measure.stored_ks is None and plan.extract["stored_ks"] is None
+    assert check_config(smoke(), REPO).extract["stored_ks"] == [4, 8]  # the jobs' param
+    with pytest.raises(ValueError, match=r"metrics.ks has K=4, which extract.stored_ks=\[8\]"):
+        check_config(smoke(extract={"stored_ks": [8]}), REPO)
