@@ -146,8 +146,13 @@ def test_bad_vit_configs_stop_with_one_line(change, message: str) -> None:
 def test_plan_measure_config_and_disabled_sweep() -> None:
     config = _config("config.yaml")
     plan = _checked(config).vit
-    assert plan.measure == MeasureConfig(
-        k_max=16, depth_token=0, token_layers=(-1,), token_prompts=1
+    assert plan.measure == MeasureConfig(  # stored at vit.ks; the results read no token overlaps
+        k_max=16,
+        depth_token=0,
+        token_layers=(-1,),
+        token_prompts=1,
+        stored_ks=tuple(plan.ks),
+        token_bases=False,
     )
     config["vit"]["enabled"] = False
     off = _checked(config)

@@ -110,7 +110,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     """The cost table of a config's extract/evaluate jobs, and whether every GPU job fits."""
     from dataclasses import replace
 
-    from blockcoupling.pipeline import cost, hub_volume, plan_table, slurm_sizing
+    from blockcoupling.pipeline import budget, cost, hub_volume, plan_table, slurm_sizing
 
     if args.gpu_tflops is not None and not 0 < args.gpu_tflops < float("inf"):
         raise ValueError(
@@ -188,4 +188,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         + ("; every revision fetched ahead)" if bound is None else ")")
     )
     table = plan_table.plan_table(rows, gpu=gpu, limit=limit)
-    return header + "\n" + table + "\n" + hub, all(r.fits for r in rows if r.on_gpu)
+    volumes = budget.volume_lines(plan, rows)
+    refusal = budget.over_budget(plan, rows)
+    report = "\n".join([header, table, hub, *volumes, *([f"stop: {refusal}"] if refusal else [])])
+    return report, all(r.fits for r in rows if r.on_gpu) and refusal is None

@@ -14,7 +14,13 @@ import xarray as xr
 
 from blockcoupling.coupling.arguments import expect, expect_dataset, expect_ints
 from blockcoupling.coupling.finite import WEIGHTS, require_finite
-from blockcoupling.coupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
+from blockcoupling.coupling.formulas import (
+    NORMS,
+    READINGS,
+    check_option,
+    mis_coupling_from_stats,
+    mis_from_numerator,
+)
 from blockcoupling.coupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
 from blockcoupling.coupling.registry import MEASURES, Measure, PairStats, chance_descriptions
 
@@ -113,6 +119,51 @@ def _mis_array(
     )
 
 
+def _mis_reduced(numerator2: xr.DataArray, s_i: xr.DataArray, config: MetricConfig) -> xr.DataArray:
+    """m_K over (reading, norm, k, *pair dims) from the stored squared numerators
+    ``numerator2 (*pair dims, reading, k)`` at the extraction's ``stored_ks``; ``s_i (...,
+    rank)`` broadcasts over the pair dims. A K or reading not stored is a one-line error.
+    """
+    stored = [int(k) for k in numerator2["k"].values]
+    missing = [k for k in config.ks if k not in stored]
+    if missing:
+        raise ValueError(
+            f"K={missing[0]} is not among the Ks {stored} whose statistics were stored; add it "
+            "to extract.stored_ks (or set it to all) and re-extract"
+        )
+    pair_dims = [d for d in numerator2.dims if d not in ("reading", "k")]
+    template = numerator2.isel(reading=0, k=0, drop=True)
+    s_b = s_i.broadcast_like(template).transpose(*pair_dims, "rank")
+    norms = xr.DataArray(list(config.norms), dims="norm", coords={"norm": list(config.norms)})
+    picked = numerator2.sel(reading=list(config.readings), k=list(config.ks))
+    out = xr.apply_ufunc(  # loops over (reading, k, norm) only, as _mis_array
+        lambda x, s, norm, k: mis_from_numerator(x, s, int(k), str(norm), config.p),
+        picked.transpose("reading", "k", *pair_dims),
+        s_b,
+        norms,
+        picked["k"],
+        input_core_dims=[pair_dims, [*pair_dims, "rank"], [], []],
+        output_core_dims=[pair_dims],
+        vectorize=True,
+    )
+    return out.transpose("reading", "norm", "k", *pair_dims).drop_vars(
+        [name for name, coord in out.coords.items() if "rank" in coord.dims]
+    )
+
+
+def _family_mis(
+    data: xr.Dataset, prefix: str, s_i: xr.DataArray, config: MetricConfig
+) -> xr.DataArray:
+    """Raw m_K of one family (``prefix``: depth, self, fixed_in, fixed_out) from whichever
+    statistics the extraction stored: every K (``_diag``, ``_corner``) or the squared
+    numerators at its ``stored_ks`` (``_numerator2``).
+    """
+    if f"{prefix}_numerator2" in data:
+        return _mis_reduced(data[f"{prefix}_numerator2"], s_i, config)
+    corner = data[f"{prefix}_corner"].rename(k="kk")
+    return _mis_array(data[f"{prefix}_diag"], corner, s_i, config)
+
+
 def null_array(
     s_i: xr.DataArray, sv_sum2: xr.DataArray, d: int, config: MetricConfig
 ) -> tuple[xr.DataArray, xr.DataArray]:
@@ -151,7 +202,11 @@ def _hidden_size(data: xr.Dataset) -> int:
 
 def _pair_measures(prefix: str, stats: PairStats) -> dict[str, xr.DataArray]:
     """Every registered measure of one family, named ``<prefix>_<measure>``."""
-    return {f"{prefix}_{m.name}": m.compute(stats) for m in MEASURES}
+    return {
+        f"{prefix}_{m.name}": m.compute(stats)
+        for m in MEASURES
+        if stats.ucorner is not None or not m.reads_bases
+    }
 
 
 def _summary_chance(entry: Measure, stats: PairStats) -> xr.DataArray:
@@ -203,7 +258,7 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
     )
     d = _hidden_size(depth)
     s_i = depth["singular_values"]
-    depth_mis = _mis_array(depth["depth_diag"], depth["depth_corner"].rename(k="kk"), s_i, config)
+    depth_mis = _family_mis(depth, "depth", s_i, config)
     null, null_se = null_array(s_i, depth["sv_sum2"], d, config)
     stats = PairStats(depth_mis, null, depth["depth_ucorner"], depth["depth_vcorner"], config.ks, d)
     data = _pair_measures("depth", stats)
@@ -254,7 +309,7 @@ def token_coupling_dataset(tokens: xr.Dataset, config: MetricConfig = MetricConf
     ``fixed_out_*``: ``mis``, ``excess``, ``overlap_u``, ``overlap_v``), on the token layers and
     token prompts only; an empty dataset when none were extracted.
     """
-    if "self_diag" not in tokens:
+    if "self_diag" not in tokens and "self_numerator2" not in tokens:
         return xr.Dataset(attrs={**tokens.attrs, "ks": list(config.ks), "p": config.p})
     s_tok = tokens["singular_values"]  # (prompt, layer, token_in, token_out, rank): J_{t1 t2}
     null, _ = null_array(s_tok, tokens["sv_sum2"], _hidden_size(tokens), config)
@@ -281,14 +336,12 @@ def token_coupling_dataset(tokens: xr.Dataset, config: MetricConfig = MetricConf
     }
     data = {}
     for family, s_i in spectra.items():
-        mis = _mis_array(
-            tokens[f"{family}_diag"], tokens[f"{family}_corner"].rename(k="kk"), s_i, config
-        )
+        mis = _family_mis(tokens, family, s_i, config)
         stats = PairStats(
             mis,
             nulls[family].drop_vars("prompt_source", errors="ignore"),
-            tokens[f"{family}_ucorner"],
-            tokens[f"{family}_vcorner"],
+            tokens.get(f"{family}_ucorner"),
+            tokens.get(f"{family}_vcorner"),
             config.ks,
             _hidden_size(tokens),
         )

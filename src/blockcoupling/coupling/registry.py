@@ -35,8 +35,8 @@ class PairStats:
 
     mis: xr.DataArray
     null: xr.DataArray
-    ucorner: xr.DataArray
-    vcorner: xr.DataArray
+    ucorner: xr.DataArray | None  # None where extraction stored no basis corners
+    vcorner: xr.DataArray | None
     ks: Sequence[int]
     d: int
 
@@ -86,6 +86,7 @@ class Measure:
     adjacent_long_name: str = ""
     chance_long_name: str = ""
     chance_description: str = ""
+    reads_bases: bool = False  # computed from ``ucorner``/``vcorner`` (absent: not computed)
 
 
 MEASURES: tuple[Measure, ...] = (
@@ -146,6 +147,7 @@ MEASURES: tuple[Measure, ...] = (
         dims=("prompt", "layer", "layer_ref", "k"),
         chance_long_name="subspace overlap at chance: K/d",
         chance_description="K/d: the overlap of unrelated subspaces",
+        reads_bases=True,
     ),
     Measure(
         "overlap_v",
@@ -162,6 +164,7 @@ MEASURES: tuple[Measure, ...] = (
         caption="overlap of the right singular subspaces",
         key="overlap_v",
         dims=("prompt", "layer", "layer_ref", "k"),
+        reads_bases=True,
     ),
 )
 RAW = "mis"  # the authors' measure, whose summary is raw coupling

@@ -101,6 +101,7 @@ VARIABLES: dict[str, str | tuple[str, str]] = {
 FAMILY_STATISTICS = {
     "diag": "diagonal A[a, a] of A = P_j^T J_i Q_j",
     "corner": "cumulative corner sum of squares sum_{a,b<k} A[a, b]^2",
+    "numerator2": "squared numerator (m_K times its normaliser)^2 at the stored K",
     "ucorner": "cumulative corner sum of squares of U_i^T U_j",
     "vcorner": "cumulative corner sum of squares of V_i^T V_j",
     "token_coupling": "token coupling: minus the mean m_K over token pairs t != t'",

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from blockcoupling.coupling.formulas import READINGS, reduced_stats
 from blockcoupling.jacobians import trajectories
 from blockcoupling.jacobians.options import MeasureConfig, PromptText
 
@@ -63,6 +64,79 @@ def pad(arrays: list[np.ndarray], axes: Sequence[int]) -> np.ndarray:
     return out
 
 
+NUMERATOR2_DESCRIPTION = (
+    "(m_K times its normaliser)^2 of A = P_j^T J_i Q_j: authors corner[K] - 2 sum_{a<K} "
+    "|A[a, a]| S_i[a] + sum_{a<K} S_i[a]^2, offdiag corner[K] - sum_{a<K} A[a, a]^2"
+)
+
+
+def _k_coords(config: MeasureConfig) -> dict[str, Any]:
+    """The ``rank`` coord (``k_max``) and the ``k`` coord of the stored statistics (every K up to
+    ``k_max``, or ``stored_ks``), with ``variant`` and, when reduced, ``reading``.
+    """
+    ks = np.arange(1, config.k_max + 1) if config.stored_ks is None else list(config.stored_ks)
+    coords: dict[str, Any] = {
+        "rank": np.arange(config.k_max),
+        "k": ks,
+        "variant": list(config.variants),
+    }
+    if config.stored_ks is not None:
+        coords["reading"] = list(READINGS)
+    return coords
+
+
+def _pair_variables(
+    prefix: str,
+    stats: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    bases: list[tuple[np.ndarray, ...]] | None,
+    dims: tuple[str, ...],
+    stored_ks: tuple[int, ...] | None,
+    axis: int,
+    pad_axes: tuple[int, ...] = (),
+) -> dict[str, Any]:
+    """A family's pair statistics, one item per prompt: ``(diag, corner (variant, *pair,
+    K_max), s_i (broadcast against them))`` and ``(ucorner, vcorner (*pair, K_max))``, stacked
+    along ``axis`` (the prompt axis of ``dims``; ``pad_axes``: NaN-padded to the longest item,
+    numbered as in the stats items). ``stored_ks`` None: ``{prefix}_diag``/``_corner``; else
+    ``{prefix}_numerator2 (*dims, reading, k)`` (``formulas.reduced_stats``); the basis corners
+    at those Ks only (none when ``bases`` is None).
+    """
+
+    def stack(arrays: list[np.ndarray], at: int, axes: tuple[int, ...]) -> np.ndarray:
+        return np.moveaxis(pad(arrays, axes), 0, at) if axes else np.stack(arrays, axis=at)
+
+    pair_dims = tuple(d for d in dims if d != "variant")
+    base_axes = tuple(a - 1 for a in pad_axes)  # the items' variant axis is not there
+    if stored_ks is None:
+        out = {
+            f"{prefix}_diag": ((*dims, "rank"), stack([d for d, _, _ in stats], axis, pad_axes)),
+            f"{prefix}_corner": ((*dims, "k"), stack([c for _, c, _ in stats], axis, pad_axes)),
+        }
+        pick: Any = slice(None)
+    else:
+        reduced = [reduced_stats(d, c, s, stored_ks) for d, c, s in stats]
+        out = {f"{prefix}_numerator2": ((*dims, "reading", "k"), stack(reduced, axis, pad_axes))}
+        pick = [k - 1 for k in stored_ks]
+    for i, name in enumerate(("ucorner", "vcorner") if bases is not None else ()):
+        picked = [b[i][..., pick] for b in bases]
+        out[f"{prefix}_{name}"] = ((*pair_dims, "k"), stack(picked, 0, base_axes))
+    return out
+
+
+def _family_spectra(family: str, spectra: np.ndarray) -> np.ndarray:
+    """The singular values of each family's ``J_i`` from those of every ``J_{t1 t2}``
+    ``spectra (layer, token_in, token_out, K)``, shaped to broadcast against the family's
+    statistics ``(variant, layer, layer_ref, *FAMILY_DIMS[family], K)``: self ``J_tt``, fixed
+    input ``J_{token_in, token}``, fixed output ``J_{token, token_out}``.
+    """
+    if family == "self":
+        own = np.moveaxis(np.diagonal(spectra, axis1=1, axis2=2), -1, 1)  # (layer, token, K)
+        return own[None, :, None, :, None, :]
+    if family == "fixed_out":
+        spectra = spectra.transpose(0, 2, 1, 3)  # (layer, token_out, token, K)
+    return spectra[None, :, None, :, :, None, :]
+
+
 def depth_dataset(
     results: list[DepthResult],
     prompt_coords: dict[str, Any],
@@ -71,7 +145,8 @@ def depth_dataset(
     attrs: dict[str, Any],
 ) -> xr.Dataset:
     """The ``depth`` dataset: ``singular_values (prompt, layer, rank)``, ``depth_diag`` and
-    ``depth_corner (variant, prompt, layer, layer_ref, rank|k)``, and
+    ``depth_corner (variant, prompt, layer, layer_ref, rank|k)`` (``config.stored_ks``:
+    ``depth_numerator2 (variant, prompt, layer, layer_ref, reading, k)`` instead), and
     ``u, v (prompt, layer, dim, rank)`` when ``config.store_factors``; coord ``token_position``.
     """
     n_layers = results[0].s.shape[0]
@@ -79,15 +154,13 @@ def depth_dataset(
     dims_pair = ("variant", "prompt", "layer", "layer_ref")
     data = {
         "singular_values": (("prompt", "layer", "rank"), np.stack([r.s[:, :k] for r in results])),
-        "depth_diag": ((*dims_pair, "rank"), np.stack([r.diag for r in results], axis=1)),
-        "depth_corner": ((*dims_pair, "k"), np.stack([r.corner for r in results], axis=1)),
-        "depth_ucorner": (
-            ("prompt", "layer", "layer_ref", "k"),
-            np.stack([r.ucorner for r in results]),
-        ),
-        "depth_vcorner": (
-            ("prompt", "layer", "layer_ref", "k"),
-            np.stack([r.vcorner for r in results]),
+        **_pair_variables(
+            "depth",
+            [(r.diag, r.corner, r.s[:, None, :]) for r in results],
+            [(r.ucorner, r.vcorner) for r in results],
+            dims_pair,
+            config.stored_ks,
+            axis=1,
         ),
         "sv_sum2": (("prompt", "layer"), np.stack([r.sv_sum2 for r in results])),
         "sv_sum4": (("prompt", "layer"), np.stack([r.sv_sum4 for r in results])),
@@ -106,15 +179,16 @@ def depth_dataset(
         "token_position": ("prompt", positions),
         "layer": np.arange(1, n_layers + 1),
         "layer_ref": np.arange(1, n_layers + 1),
-        "rank": np.arange(k),
-        "k": np.arange(1, k + 1),
-        "variant": list(config.variants),
+        **_k_coords(config),
     }
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
-    ds["depth_diag"].attrs["description"] = (
-        "A[a, a] of A = P_j^T J_i Q_j, J_i = J^layer_tt, j = layer_ref"
-    )
-    ds["depth_corner"].attrs["description"] = "sum_{a,b<k} A[a, b]^2"
+    if config.stored_ks is None:
+        ds["depth_diag"].attrs["description"] = (
+            "A[a, a] of A = P_j^T J_i Q_j, J_i = J^layer_tt, j = layer_ref"
+        )
+        ds["depth_corner"].attrs["description"] = "sum_{a,b<k} A[a, b]^2"
+    else:
+        ds["depth_numerator2"].attrs["description"] = NUMERATOR2_DESCRIPTION
     ds["depth_ucorner"].attrs["description"] = "sum_{a,b<k} (U_i^T U_j)[a, b]^2"
     ds["depth_vcorner"].attrs["description"] = "sum_{a,b<k} (V_i^T V_j)[a, b]^2"
     ds["sv_sum2"].attrs["description"] = "sum of s^2 over the full spectrum (||J||_F^2)"
@@ -160,49 +234,46 @@ def tokens_dataset(
     attrs: dict[str, Any],
 ) -> xr.Dataset:
     """The ``tokens`` dataset: ``singular_values (prompt, layer, token_in, token_out, rank)`` and
-    ``{family}_diag/_corner (variant, prompt, layer, layer_ref, *FAMILY_DIMS[family], rank|k)``,
-    token dims NaN-padded to the longest prompt; empty (attrs only) when there are no results.
+    ``{family}_diag/_corner (variant, prompt, layer, layer_ref, *FAMILY_DIMS[family], rank|k)``
+    (``config.stored_ks``: ``{family}_numerator2 (..., reading, k)`` instead), token dims
+    NaN-padded to the longest prompt; empty (attrs only) when there are no results.
     """
     if not results:
         return xr.Dataset(attrs={**attrs, "empty": "no token layers or token prompts configured"})
-    k = config.k_max
     n_max = max(lengths[: len(results)])
     s = pad([np.stack([r.s[layer] for layer in layers]) for r in results], axes=(1, 2))
     data: dict[str, Any] = {
         "singular_values": (("prompt", "layer", "token_in", "token_out", "rank"), s)
     }
     for family, token_dims in FAMILY_DIMS.items():
-        for stat, last in (("diag", "rank"), ("corner", "k")):
-            per_prompt = []
-            for r in results:
-                pick = 0 if stat == "diag" else 1
-                grid = np.stack(
-                    [
-                        np.stack([r.families[family][(a, b)][pick] for b in layers], axis=1)
-                        for a in layers
-                    ],
-                    axis=1,
+        stats, bases = [], []
+        for r in results:
+            pairs = [[r.families[family][(a, b)] for b in layers] for a in layers]
+            grid = [
+                np.stack([np.stack([pair[pick] for pair in row], axis=1) for row in pairs], axis=1)
+                for pick in (0, 1)
+            ]  # (variant, layer, layer_ref, *tokens, K) each
+            spectra = np.stack([r.s[layer] for layer in layers])  # (layer, token_in, token_out, K)
+            stats.append((*grid, _family_spectra(family, spectra)))
+            bases.append(
+                tuple(
+                    np.stack(
+                        [np.stack([r.bases[family][(a, b)][i] for b in layers]) for a in layers]
+                    )
+                    for i in (0, 1)
                 )
-                per_prompt.append(grid)  # (variant, layer, layer_ref, *tokens, K)
-            axes = tuple(range(3, 3 + len(token_dims)))
-            stacked = pad(per_prompt, axes)  # (prompt, variant, layer, layer_ref, *tokens, K)
-            stacked = np.moveaxis(stacked, 1, 0)
-            data[f"{family}_{stat}"] = (
-                ("variant", "prompt", "layer", "layer_ref", *token_dims, last),
-                stacked,
-            )
-    for family, token_dims in FAMILY_DIMS.items():
-        for pick, stat in enumerate(("ucorner", "vcorner")):
-            per_prompt = [
-                np.stack(
-                    [np.stack([r.bases[family][(a, b)][pick] for b in layers]) for a in layers]
-                )
-                for r in results
-            ]  # (layer, layer_ref, *tokens, K)
-            data[f"{family}_{stat}"] = (
-                ("prompt", "layer", "layer_ref", *token_dims, "k"),
-                pad(per_prompt, tuple(range(2, 2 + len(token_dims)))),
-            )
+            )  # (layer, layer_ref, *tokens, K) each
+        token_axes = tuple(range(3, 3 + len(token_dims)))
+        per_family = _pair_variables(
+            family,
+            stats,
+            bases if config.token_bases else None,
+            ("variant", "prompt", "layer", "layer_ref", *token_dims),
+            config.stored_ks,
+            axis=1,
+            pad_axes=token_axes,
+        )
+        data.update(per_family)
     for stat in ("sv_sum2", "sv_sum4"):
         per_prompt = [np.stack([getattr(r, stat)[layer] for layer in layers]) for r in results]
         data[stat] = (("prompt", "layer", "token_in", "token_out"), pad(per_prompt, axes=(1, 2)))
@@ -217,10 +288,10 @@ def tokens_dataset(
         "token_ref": tokens,
         "token_in": tokens,
         "token_out": tokens,
-        "rank": np.arange(k),
-        "k": np.arange(1, k + 1),
-        "variant": list(config.variants),
+        **_k_coords(config),
     }
+    if not config.token_bases:
+        attrs = {**attrs, "token_bases": "not stored (MeasureConfig.token_bases false)"}
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 

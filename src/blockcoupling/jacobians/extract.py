@@ -192,18 +192,33 @@ def _spectra(
     return top, values, spectrum_sums(jac, values)
 
 
+TOKEN_HOLD_BYTES = 2 << 30  # the families' Jacobians kept between their two uses on a CPU
+TOKEN_HOLD_FRACTION = 0.8  # ... and on a GPU: this fraction of its free memory
+
+
+def token_hold_bytes(device: torch.device) -> float:
+    """The most bytes of token-family Jacobians kept between their two uses on ``device``:
+    ``TOKEN_HOLD_BYTES`` on a CPU, ``TOKEN_HOLD_FRACTION`` of the free memory of a GPU.
+    """
+    if device.type == "cuda":
+        return TOKEN_HOLD_FRACTION * torch.cuda.mem_get_info(device)[0]
+    return TOKEN_HOLD_BYTES
+
+
 def _token_families(
     engine: JacobianEngine, layers: list[int], n: int, config: MeasureConfig
 ) -> TokenResult:
-    """The statistics of the three token families at the token layers, streamed: never more
-    than one group of Jacobians per layer in memory (``layers x n x d^2`` floats), never all
-    n(n+1)/2 of them.
+    """The statistics of the three token families at the token layers, every ``J^l_{t1 t2}``
+    (t1 <= t2 < n) computed once, by one batch of d VJPs per output token and layer on its
+    prefix, and shared by both context families.
 
-    Fixed output: for each t2, every ``J^l_{t1 t2}`` (t1 <= t2) from one batch of d VJPs per
-    layer, compared within the group; their spectra and the top-K factors of ``J^l_{t2 t2}`` are
-    kept. Fixed input: for each t1, every ``J^l_{t1 t2}`` (t2 >= t1) from one batch of d JVPs
-    per layer, compared within the group. Self: each ``J^l_{tt}`` is recomputed (single-token
-    path) and compared with the kept factors of every ``J^{l'}_{t't'}``.
+    Fixed output: for each t2, every ``J^l_{t1 t2}`` (t1 <= t2) from the VJPs of t2, compared
+    within the group; their spectra and top-K factors are kept (``2 d K`` floats each). Fixed
+    input: each ``J^l_{t1 t2}`` against the kept factors of every ``J^{l'}_{t1 t2'}``
+    (t2' >= t1): the groups of the first pass that fit ``token_hold_bytes`` are kept, the
+    others are computed again by the same VJPs. Self: each
+    ``J^l_{tt}`` is recomputed (single-token path) and compared with the kept factors of every
+    ``J^{l'}_{t't'}``.
     """
     k, variants = config.k_max, config.variants
     result = TokenResult(s={layer: np.full((n, n, k), np.nan) for layer in layers})
@@ -222,7 +237,9 @@ def _token_families(
             pair: (np.full((*shape, k), np.nan), np.full((*shape, k), np.nan))
             for pair in itertools.product(layers, layers)
         }
-    diagonal: dict[int, list[SVD]] = {layer: [] for layer in layers}  # top-K of J^l_tt
+    factors: dict[int, list[SVD]] = {layer: [] for layer in layers}  # [t2]: J^l_{t1 t2}, t1 <= t2
+    held: dict[tuple[int, int], torch.Tensor] = {}  # (layer, t2) -> group, while they fit
+    room = None
     for t2 in range(n):
         jacs = {layer: engine.output_token(layer, t2)[: t2 + 1] for layer in layers}
         where = (t2, slice(0, t2 + 1))
@@ -235,14 +252,48 @@ def _token_families(
                 _np(sum2),
                 _np(sum4),
             )
-            diagonal[layer].append(tops[layer].pick(t2))
+            factors[layer].append(tops[layer])
+        if room is None:
+            room = token_hold_bytes(jacs[layers[0]].device)
+        for layer in layers:  # the groups kept for the fixed-input family, while they fit
+            group = jacs[layer]
+            size = group.numel() * group.element_size()
+            if size <= room:  # a copy where the group is part of the VJPs' t1 > t2 too (ViT)
+                whole = group.untyped_storage().nbytes() == size
+                held[(layer, t2)], room = group if whole else group.clone(), room - size
+        del jacs
+    by_input = {  # [t1]: the factors of J^l_{t1 t2}, t2 = t1..n-1
+        layer: [
+            SVD(
+                *(
+                    torch.stack(parts)
+                    for parts in zip(*(factors[layer][t2].pick(t1) for t2 in range(t1, n)))
+                )
+            )
+            for t1 in range(n)
+        ]
+        for layer in layers
+    }
     for t1 in range(n):
-        jacs = {layer: engine.input_token(layer, t1)[t1:n] for layer in layers}
-        where = (t1, slice(t1, n))
-        tops = _family_stats(jacs, config, result.families["fixed_in"], where)
-        _basis_stats(tops, result.bases["fixed_in"], where)
+        _basis_stats(
+            {layer: by_input[layer][t1] for layer in layers},
+            result.bases["fixed_in"],
+            (t1, slice(t1, n)),
+        )
+    for layer in layers:
+        for t2 in range(n):
+            jac = held.pop((layer, t2), None)
+            jac = engine.output_token(layer, t2)[: t2 + 1] if jac is None else jac
+            for t1, layer_ref in itertools.product(range(t2 + 1), layers):
+                d_, c_ = pair_stats(jac[t1 : t1 + 1], by_input[layer_ref][t1], variants)
+                diag, corner = result.families["fixed_in"][(layer, layer_ref)]
+                diag[:, t1, t2, t1:n], corner[:, t1, t2, t1:n] = _np(d_[:, 0]), _np(c_[:, 0])
+            del jac
     stacked = {
-        layer: SVD(*(torch.stack(parts) for parts in zip(*diagonal[layer]))) for layer in layers
+        layer: SVD(
+            *(torch.stack(parts) for parts in zip(*(factors[layer][t].pick(t) for t in range(n))))
+        )
+        for layer in layers
     }
     for layer, t in itertools.product(layers, range(n)):
         jac = engine.diagonal(layer, t)[None]

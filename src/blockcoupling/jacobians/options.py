@@ -7,7 +7,7 @@ never what it computes, so changing them re-runs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -123,7 +123,11 @@ class MeasureConfig:
     get only the forward-pass measures (trajectories), as the paper measured its Jacobian
     alignment on a subset of its prompts (None: all); allow_full_sequence: on an accelerator, let
     a block whose single-token ``J_tt`` was refused take the full-sequence path (~t times the
-    cost) instead of stopping the job (the CPU always may).
+    cost) instead of stopping the job (the CPU always may); stored_ks: the Ks whose m_K the
+    stored statistics give (each pair stores the squared numerator of m_K per reading at these Ks
+    instead of its diagonal and corner sums at every K up to k_max; None: every K, for sweeps);
+    token_bases: store the token families' basis corner sums (their overlap measures; the ViT
+    sweep reads only their m_K and stores none).
     """
 
     k_max: int = 50
@@ -141,9 +145,20 @@ class MeasureConfig:
     tf32: bool = False
     jacobian_prompts: int | None = None
     allow_full_sequence: bool = False
+    stored_ks: tuple[int, ...] | None = None
+    token_bases: bool = True
 
     def __post_init__(self) -> None:
         self._check_types()
+        if self.stored_ks is not None and (
+            not self.stored_ks
+            or list(self.stored_ks) != sorted(set(self.stored_ks))
+            or not 1 <= self.stored_ks[0] <= self.stored_ks[-1] <= self.k_max
+        ):
+            raise ValueError(
+                f"extract.stored_ks must be increasing Ks in 1..k_max={self.k_max}, "
+                f"got {list(self.stored_ks)}"
+            )
         if self.jacobian_prompts is not None and self.jacobian_prompts < 0:
             raise ValueError(
                 f"extract.jacobian_prompts must be >= 1 or null, got {self.jacobian_prompts}"
@@ -219,6 +234,8 @@ class MeasureConfig:
             for key, value in section.items()
             if key in known
         }
+        if values.get("stored_ks") in ("metrics", "all"):  # the checks resolve ``metrics``
+            values["stored_ks"] = None  # to the metrics' Ks (``stored_ks``); alone: every K
         if isinstance(values.get("svd"), Mapping):
             svd_known = {f.name for f in fields(SVDOptions)}
             unknown = sorted(set(values["svd"]) - svd_known)
@@ -229,6 +246,38 @@ class MeasureConfig:
                 )
             values["svd"] = SVDOptions(**values["svd"])
         return cls(**values)
+
+
+def stored_ks(
+    section: Mapping[str, Any], metric_ks: Sequence[int], where: str = ""
+) -> list[int] | None:
+    """The Ks whose statistics extraction stores (``MeasureConfig.stored_ks``) from a config's
+    ``extract`` section: ``metrics`` (the default) the Ks of the metrics (``metric_ks``), ``all``
+    every K up to k_max (None: a sweep over K), or a list as given.
+    """
+    value = section.get("stored_ks", "metrics")
+    if value == "metrics":
+        return sorted({int(k) for k in metric_ks})
+    if value == "all" or value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return [int(k) for k in value]
+    raise ValueError(
+        f"{where}extract.stored_ks must be metrics, all or a list of Ks, got {value!r}"
+    )
+
+
+def check_stored_ks(measure: MeasureConfig, metric_ks: Sequence[int], where: str = "") -> None:
+    """One-line error when the metrics read a K whose statistics extraction does not store."""
+    if measure.stored_ks is None:
+        return
+    missing = [k for k in metric_ks if k not in measure.stored_ks]
+    if missing:
+        metrics = "vit.ks" if where == "vit." else "metrics.ks"
+        raise ValueError(
+            f"{metrics} has K={missing[0]}, which {where}extract.stored_ks="
+            f"{list(measure.stored_ks)} does not store; add it there or set it to metrics or all"
+        )
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.jacobians.options import MeasureConfig
+from blockcoupling.jacobians.options import MeasureConfig, check_stored_ks, stored_ks
 from blockcoupling.lm.models import LoadOptions
+from blockcoupling.pipeline.budget import DEFAULT_MAX_OUTPUT_GB
 from blockcoupling.pipeline.entries import RANDOM, ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
@@ -150,15 +151,17 @@ def check_config(
             f"({', '.join(sets)})"
         )
     try:
-        measure = MeasureConfig.from_config(extract)
         metric = MetricConfig.from_config(metrics)
+        extract = config["extract"] = {**extract, "stored_ks": stored_ks(extract, metric.ks)}
+        if max(metric.ks) > extract["k_max"]:
+            raise ValueError(
+                f"metrics.ks has K={max(metric.ks)} > extract.k_max={extract['k_max']}; "
+                "raise k_max or drop that K"
+            )
+        measure = MeasureConfig.from_config(extract)
+        check_stored_ks(measure, metric.ks)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    if max(metric.ks) > measure.k_max:
-        raise ConfigError(
-            f"metrics.ks has K={max(metric.ks)} > extract.k_max={measure.k_max}; "
-            "raise k_max or drop that K"
-        )
     runs = config.get("train", {}).get("runs", {})
     _rule_names_unique("train run", list(runs))
     for run, spec in runs.items():
@@ -253,6 +256,7 @@ def check_config(
         primary=dict(stats["primary"]),
         peak_step=stats["peak_step"],
         power_file=str(stats["power_file"]),
+        max_output_gb=config.get("budget", {}).get("max_output_gb", DEFAULT_MAX_OUTPUT_GB),
     )
     _check_lock(plan)
     if check_memory:

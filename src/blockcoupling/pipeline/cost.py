@@ -10,9 +10,12 @@ declared ``gpu_mem_gb`` stops the run before any job), and ``blockcoupling plan`
   (``2 P`` FLOPs for a block of P parameters, plus ``4 n d`` for attention over n tokens); one
   top-K (or dense) SVD of the layer stack; the coupling statistics of every layer pair
   (``L^2 d^2 K`` per variant);
-- token families, per token prompt and token block: d VJPs per output token on its prefix and
-  d JVPs per input token on the whole prompt (``~9 d P n^2`` FLOPs in all), n(n+1) SVDs, and
+- token families, per token prompt and token block: d VJPs per output token on its prefix
+  (``token_vjp_flops``, ``3 d P n(n+1)``), shared by both context families (again for the
+  groups that do not fit ``hold_budget``; bench/runs/token_families.md), n(n+1) SVDs, and
   the statistics of every pair within a group (``~(4/3) n^3 d^2 K`` per layer pair and variant);
+- forward passes: one per prompt (``record_calls``: the trajectories and the recorded block
+  inputs), ``2 P`` FLOPs per token for a model of P parameters;
 - memory: the weights in their storage dtype, a float32 copy of one block, the Jacobians held at
   once (``L d^2`` floats for depth, ``layers n d^2`` per token group) with their SVD workspace,
   and the activations of one vmapped chunk of VJPs/JVPs.
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockcoupling.coupling.formulas import READINGS
 from blockcoupling.jacobians.options import (
     AUTO_CHUNK_FLOATS,
     MeasureConfig,
@@ -207,10 +211,43 @@ def _svd_seconds(d: int, count: float, options: MeasureConfig, rates: Rates) -> 
     return count * rates.topk * d**2 * (options.k_max + options.svd.oversample)
 
 
-def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Rates) -> dict:
+def pair_floats(options: MeasureConfig) -> tuple[int, int]:
+    """Floats stored per Jacobian pair (``jacobians.datasets``): its statistics over every
+    variant (``2 k_max`` each, or 2 readings per stored K) and its basis corners (2 per K).
+    """
+    ks = options.k_max if options.stored_ks is None else len(options.stored_ks)
+    per_variant = 2 * options.k_max if options.stored_ks is None else len(READINGS) * ks
+    return len(options.variants) * per_variant, 2 * ks
+
+
+TOKEN_HOLD_BYTES = 2 << 30  # as jacobians.extract.TOKEN_HOLD_BYTES (a CPU job)
+TOKEN_HOLD_FRACTION = 0.8  # as jacobians.extract.TOKEN_HOLD_FRACTION (of a GPU's free memory)
+
+
+def token_held_bytes(layers: int, n_family: int, d: int) -> float:
+    """Bytes of every float32 ``J^l_{t1 t2}`` (t1 <= t2 < n) of the token layers."""
+    return layers * n_family * (n_family + 1) / 2 * d * d * 4
+
+
+def token_vjp_flops(n_family: int, d: int, block_params: float) -> float:
+    """FLOPs of one pass of the token families' VJPs at one layer: d VJPs of each output token
+    t2 < n on its prefix of t2 + 1 tokens, each ~3 one-token forward passes (``2 P``): the
+    floor of every ``J_{t1 t2}``, t1 <= t2 (one VJP gives a row for every input token at once).
+    """
+    return 3.0 * 2.0 * block_params * d * n_family * (n_family + 1) / 2
+
+
+def extract_cost(
+    shape: Shape,
+    options: MeasureConfig,
+    n_prompts: int,
+    rates: Rates,
+    hold_bytes: float = TOKEN_HOLD_BYTES,
+) -> dict:
     """Seconds (by part), peak bytes and output bytes of extracting ``n_prompts`` prompts with
     the checked ``options`` (the first ``options.jacobian_prompts`` get Jacobians, every prompt
-    a forward pass).
+    a forward pass); the token families' Jacobians are held between their two uses where they
+    fit ``hold_bytes`` (``hold_budget``).
     """
     n = options.max_tokens or DEFAULT_TOKENS
     n_family = min(n, options.token_max_tokens or n)
@@ -236,11 +273,13 @@ def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Ra
         * d**2
         * k
         / rates.matmul,
-        "forward passes": n_prompts * 6.0 * shape.params * n / rates.matmul,
+        "forward passes": n_prompts * 2.0 * shape.params * n / rates.matmul,  # one each
     }
     if token_prompts:
-        nf = n_family  # VJPs of each output token on its prefix, JVPs of each input token on
-        per_layer = 3.0 * d * p * nf**2 + 6.0 * d * p * nf * n + 6.0 * nf * d * p  # all n, self
+        nf = n_family  # d VJPs of each output token on its prefix (twice unless held), self
+        held_all = token_held_bytes(token_layers, nf, d)  # the groups not held: VJPs again
+        passes = 1.0 + max(0.0, 1.0 - hold_bytes / held_all)
+        per_layer = passes * token_vjp_flops(nf, d, p) + 6.0 * nf * d * p
         seconds["token jacobians"] = token_prompts * token_layers * per_layer / rates.matmul
         seconds["token svd"] = token_prompts * _svd_seconds(
             d, token_layers * nf * (nf + 1), options, rates
@@ -253,24 +292,42 @@ def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Ra
     depth_held = held * layers_l * d * d * 4  # the stack (filled in place) and SVD workspace
     depth_act = chunk * ACTIVATION_FLOATS * n * d * 4  # gradients of the key/value prefix too
     token_held = held * token_layers * n_family * d * d * 4 if token_prompts else 0
+    if token_prompts:
+        token_held += min(hold_bytes, token_held_bytes(token_layers, n_family, d))
     token_act = chunk * n * ACTIVATION_FLOATS * d * 4 if token_prompts else 0
     peak = weights + block_copy + max(depth_held + depth_act, token_held + token_act)
     f64 = 8
+    pair, basis = pair_floats(options)
     output = (
         jacobian_prompts
         * (
-            variants * layers_l**2 * k * 2 * f64  # depth diag and corner
-            + layers_l * k * f64  # top-K singular values
+            layers_l**2 * (pair + basis) * f64  # depth pair statistics and basis corners
+            + layers_l * (k + 2) * f64  # top-K singular values, full-spectrum sums
         )
-        + n_prompts * (layers_l + 1) * n * 6 * f64  # trajectories
+        + n_prompts * (3 * (layers_l + 1) + 3) * n * f64  # trajectories: step norm, 2 PCs
+        # per state and token; LSS, expodistance, spacing CV per token
         + spectra_prompts * layers_l * d * f64
     )
     if token_prompts:
         output += token_prompts * (
-            variants * token_layers**2 * (n_family**2 + 2 * n_family**3) * k * 2 * f64
-            + token_layers * n_family**2 * k * f64
+            token_layers**2
+            * (n_family**2 + 2 * n_family**3)
+            * (pair + (basis if options.token_bases else 0))
+            * f64
+            + token_layers * n_family**2 * (k + 2) * f64
         )
     return {"seconds": seconds, "peak": peak, "output": output}
+
+
+def hold_budget(shape: Shape, options: MeasureConfig, declared_gb: float, on_gpu: bool) -> float:
+    """Bytes a job may hold the token families' Jacobians in, as the extraction decides
+    (``jacobians.extract.token_hold_bytes``): on a GPU ``TOKEN_HOLD_FRACTION`` of what its
+    declared memory leaves free beside the rest of the job's peak, else ``TOKEN_HOLD_BYTES``.
+    """
+    if not on_gpu or declared_gb <= 0 or not options.token_prompts:
+        return TOKEN_HOLD_BYTES
+    rest = extract_cost(shape, replace(options, token_prompts=1), 1, CPU, hold_bytes=0)["peak"]
+    return TOKEN_HOLD_FRACTION * max(0.0, declared_gb * GB - rest)
 
 
 def evaluate_cost(shape: Shape, tokens: float, rates: Rates) -> dict:
@@ -295,17 +352,18 @@ def plan_costs(plan: Plan, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
         options = plan.measure_options(name)
         token_jobs = len(plan.token_jobs(name))
         depth_only = replace(options, token_prompts=0) if token_jobs else options
+        hold = hold_budget(shape, options, declared, on_gpu)
         job = max(
             (
-                extract_cost(shape, depth_only.for_shard(first), count, rates)
+                extract_cost(shape, depth_only.for_shard(first), count, rates, hold)
                 for first, count in shards
             ),
             key=lambda cost: sum(cost["seconds"].values()),
         )
         if token_jobs:  # one token prompt's own job
-            tokens = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
+            tokens = extract_cost(shape, replace(options, token_prompts=1), 1, rates, hold)
             job = max(job, tokens, key=lambda cost: sum(cost["seconds"].values()))
-        total = extract_cost(shape, options, plan.n_prompts, rates)
+        total = extract_cost(shape, options, plan.n_prompts, rates, hold)
         steps = len(entry.measured_steps)
         runtime = float(entry.resources.get("runtime", 0))
         rows.append(

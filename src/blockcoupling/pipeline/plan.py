@@ -85,6 +85,7 @@ class Plan:
     # model -> prompts per shard sized to its Slurm partition's time limit
     # (slurm_sizing.fit_shards); it replaces the configured prompts_per_shard where set
     shard_sizes: dict[str, int] = field(default_factory=dict)
+    max_output_gb: float | None = None  # ``budget.max_output_gb``: the most output (None: any)
 
     # ------------------------------------------------------------------ what the rules read
     @cached_property

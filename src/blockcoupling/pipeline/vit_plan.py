@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from blockcoupling.jacobians.options import MeasureConfig
+from blockcoupling.jacobians.options import MeasureConfig, check_stored_ks, stored_ks
 from blockcoupling.vit.config import DATASETS, ViTRunConfig, measure_config
 
 
@@ -78,7 +78,12 @@ class ViTPlan:
         for rate in drop_path_rate.values():
             for decay in weight_decay.values():
                 ViTRunConfig(**base, drop_path_rate=rate, weight_decay=decay, seed=seeds[0])
-        extract = section["extract"]
+        ks = tuple(int(k) for k in section["ks"])
+        if max(ks) > section["extract"]["k_max"]:
+            raise ValueError(
+                f"ks has K={max(ks)} > extract.k_max={section['extract']['k_max']}; lower it"
+            )
+        extract = {**section["extract"], "stored_ks": stored_ks(section["extract"], ks, "vit.")}
         measure = measure_config(extract, extract.get("chunk_size"))
         d, n_tokens = base["embed_dim"], ViTRunConfig(**base).n_patches + 1
         if measure.k_max > d:
@@ -94,9 +99,7 @@ class ViTPlan:
             raise ValueError(f"extract.token_layers {bad} are outside 1..{depth} (or -{depth}..-1)")
         if extract["images"] < extract["token_images"]:
             raise ValueError("extract.token_images must be <= extract.images")
-        ks = tuple(int(k) for k in section["ks"])
-        if max(ks) > measure.k_max:
-            raise ValueError(f"ks has K={max(ks)} > extract.k_max={measure.k_max}; lower it")
+        check_stored_ks(measure, ks, "vit.")
         if section.get("k") is not None and section["k"] not in ks:
             raise ValueError(f"k={section['k']} is not in ks {list(ks)}; add it there")
         return cls(

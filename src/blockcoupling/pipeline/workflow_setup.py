@@ -1,8 +1,9 @@
 """What the workflow does once when its Snakefile is parsed, before any rule is declared:
 ``setup_workflow`` checks the config into the Plan, reads the Slurm settings, sizes the shards,
-sets the jobs' environment (hub offline, pinned math libraries), checks the fetched folders
-against the lock file and the Slurm jobs against their partitions. Each refusal is one line
-(``SetupError``) that the workflow exits with.
+prints the planned output and downloads by rule (a plan over ``budget.max_output_gb`` stops
+here), sets the jobs' environment (hub offline, pinned math libraries), checks the fetched
+folders against the lock file and the Slurm jobs against their partitions. Each refusal is one
+line (``SetupError``) that the workflow exits with.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blockcoupling.lm.lockfile import LockError, stale
+from blockcoupling.pipeline.budget import check_budget
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.hub_volume import HUB_BYTES_PER_PARAM, hub_volume, size_text
@@ -70,6 +72,12 @@ def setup_workflow(
         plan = shard_plan(plan, settings, nodes_of, slurm_profile, environ)
     except TooLong as error:
         raise SetupError(f"slurm: {error}") from None
+    try:  # the quota: the planned output by rule, and no job when it exceeds the budget
+        volumes = check_budget(plan)
+    except ValueError as error:
+        raise SetupError(f"config error: {error}") from None
+    if is_main_process:
+        print("\n".join(f"plan: {line}" for line in volumes), file=sys.stderr)
     jobs = JobRequests(plan, settings, on_slurm, nodes_of)
     # The hub cache: every compute job, here or on a node, runs with the hub offline (the
     # variables pass to local jobs and through sbatch's environment); the fetch rules go online.

@@ -128,12 +128,13 @@ def learning_rate(step: int, steps_per_epoch: int, cfg: ViTRunConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
 
-EXTRACT_KEYS = ("k_max", "variants", "depth_token", "token_layers")
+EXTRACT_KEYS = ("k_max", "variants", "depth_token", "token_layers", "stored_ks")
 
 
 def measure_config(extract: Mapping[str, Any], chunk_size: int | None = None) -> MeasureConfig:
     """The ``MeasureConfig`` of a ``vit.extract`` section (``chunk_size``: run-only)."""
     values = {key: extract[key] for key in EXTRACT_KEYS if key in extract}
-    return MeasureConfig.from_config(
-        values | {"token_prompts": extract["token_images"], "chunk_size": chunk_size}
+    return MeasureConfig.from_config(  # the sweep's results read the token families' m_K only
+        values
+        | {"token_prompts": extract["token_images"], "chunk_size": chunk_size, "token_bases": False}
     )
