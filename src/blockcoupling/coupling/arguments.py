@@ -15,8 +15,12 @@ import xarray as xr
 # A dataset's kind, from the variable that only that kind holds (the first match wins: an
 # extraction's depth dataset also holds singular values, as a spectra file does).
 KIND_MARKERS = (
-    ("depth", "depth_diag"),  # measure(...)["depth"], extract/<model>/<step>/depth.nc
+    # measure(...)["depth"], extract/<model>/<step>/depth.nc (every K's sums, or m_K's squared
+    # numerator at the stored Ks: extract.stored_ks)
+    ("depth", "depth_diag"),
+    ("depth", "depth_numerator2"),
     ("token statistics", "self_diag"),  # measure(...)["tokens"] (the token families' inputs)
+    ("token statistics", "self_numerator2"),
     ("coupling", "depth_mis"),  # coupling_dataset, metrics/<model>/<step>/coupling.nc
     ("tokens", "self_mis"),  # the token families' m_K, metrics/.../token_coupling.nc
     ("trajectories", "step_norm"),  # measure(...)["trajectories"]

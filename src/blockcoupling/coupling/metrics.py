@@ -222,16 +222,19 @@ def _summary_chance(entry: Measure, stats: PairStats) -> xr.DataArray:
 
 
 # The statistics of a depth dataset that coupling_dataset reads: a NaN or inf in one would give
-# NaN (or silently wrong) measures for its prompt.
+# NaN (or silently wrong) measures for its prompt. A depth dataset holds either every K's diagonal
+# and corner sums or, at the stored Ks (extract.stored_ks), m_K's squared numerator.
 DEPTH_INPUTS = (
     "singular_values",
     "sv_sum2",
     "sv_sum4",
     "depth_diag",
     "depth_corner",
+    "depth_numerator2",
     "depth_ucorner",
     "depth_vcorner",
 )
+DEPTH_LAYOUTS = (("depth_diag", "depth_corner"), ("depth_numerator2",))
 
 
 def _of_model(dataset: xr.Dataset) -> str:
@@ -253,8 +256,13 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
     """
     expect_dataset(depth, "depth", "coupling_dataset(depth=...)")
     expect(config, MetricConfig, "coupling_dataset(config=...)")
+    layout = next((names for names in DEPTH_LAYOUTS if names[0] in depth), ())
+    other = {name for names in DEPTH_LAYOUTS for name in names} - set(layout)
     require_finite(
-        depth, DEPTH_INPUTS, f"coupling_dataset: depth dataset{_of_model(depth)}", WEIGHTS
+        depth,
+        [name for name in DEPTH_INPUTS if name not in other],
+        f"coupling_dataset: depth dataset{_of_model(depth)}",
+        WEIGHTS,
     )
     d = _hidden_size(depth)
     s_i = depth["singular_values"]
