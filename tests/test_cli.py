@@ -72,12 +72,12 @@ def independent_summary(
     stored spectra's sums), not read from the summaries the command prints.
     """
     from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
-    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.jacobians.extract import ExtractConfig, extract
     from blockcoupling.lm.models import load_model
     from blockcoupling.lm.sources import parse_source
 
     model, tokenizer = load_model(parse_source({"path": str(folder)}))
-    depth = measure(model, tokenizer, prompts, MeasureConfig(k_max=k, variants=("ujv",)))["depth"]
+    depth = extract(model, tokenizer, prompts, ExtractConfig(k_max=k, variants=("ujv",)))["depth"]
     data = coupling_dataset(depth, MetricConfig(ks=(k,), readings=("authors",)))
     at = {"k": k, "reading": "authors", "norm": "p"}
     mis = data["depth_mis"].sel({**at, "variant": "ujv"}).transpose("prompt", "layer", "layer_ref")

@@ -135,7 +135,7 @@ def test_a_param_snakemake_would_not_compare_stops_the_dag(tmp_path: Path) -> No
         text=True,
     )
     assert run.returncode != 0
-    assert "param 'metrics' of rule metrics is a MeasureConfig" in run.stderr + run.stdout
+    assert "param 'metrics' of rule metrics is a ExtractConfig" in run.stderr + run.stdout
 
 
 def test_typed_params_survive_the_job_s_pickle_and_stay_read_only() -> None:

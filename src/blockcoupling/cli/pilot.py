@@ -157,7 +157,7 @@ def run_pilot(args: argparse.Namespace) -> str:
     blas.route_if_pinned()
     import torch
 
-    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.jacobians.extract import ExtractConfig, extract
     from blockcoupling.lm import prompts as prompt_io
     from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin
     from blockcoupling.lm.sources import parse_source
@@ -168,7 +168,7 @@ def run_pilot(args: argparse.Namespace) -> str:
     out = Path(args.out or f"resources/pilot_{args.design}.csv")
     items = prompt_io.read_jsonl(args.prompts)
     tokens_on = args.design == "across"
-    config = MeasureConfig(
+    config = ExtractConfig(
         k_max=max(KS),
         variants=("ujv",),
         max_tokens=16,
@@ -194,12 +194,12 @@ def run_pilot(args: argparse.Namespace) -> str:
         for step in steps:
             source = parse_source({"path": str(work / run / f"step{step}")})
             model, tok = load_model(source, LoadOptions(device="cpu"))
-            data = measure(model, tok, items, config, progress=False)
+            data = extract(model, tok, items, config, progress=False)
             row = summarize(data["depth"], data.get("tokens") if tokens_on else None)
             if tokens_on and twin is None:
                 # the run's own twin (its seed), as random_init.per_run gives each run
                 model, tok = load_random_twin(source, spec["seed"], LoadOptions(device="cpu"))
-                tw = measure(model, tok, items, config, progress=False)
+                tw = extract(model, tok, items, config, progress=False)
                 twin = summarize(tw["depth"], tw.get("tokens"))
                 row |= {f"twin_{k}": v for k, v in twin.items()}
             rows.append(

@@ -14,7 +14,7 @@ import numpy as np
 import xarray as xr
 
 from blockcoupling.jacobians import trajectories
-from blockcoupling.jacobians.options import MeasureConfig, PromptText
+from blockcoupling.jacobians.options import ExtractConfig, PromptText
 
 
 @dataclass
@@ -66,7 +66,7 @@ def depth_dataset(
     results: list[DepthResult],
     prompt_coords: dict[str, Any],
     positions: list[int],
-    config: MeasureConfig,
+    config: ExtractConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
     """The ``depth`` dataset: ``singular_values (prompt, layer, rank)``, ``depth_diag`` and
@@ -124,7 +124,7 @@ def depth_dataset(
 def spectra_dataset(
     results: list[DepthResult], prompt_coords: dict[str, Any], attrs: dict[str, Any]
 ) -> xr.Dataset:
-    """Full spectra of the prompts that have one (``MeasureConfig.spectra_prompts``)."""
+    """Full spectra of the prompts that have one (``ExtractConfig.spectra_prompts``)."""
     keep = [i for i, r in enumerate(results) if r.spectrum is not None]
     coords = {
         name: (value[0], [value[1][i] for i in keep])
@@ -155,7 +155,7 @@ def tokens_dataset(
     items: list[PromptText],
     lengths: list[int],
     layers: list[int],
-    config: MeasureConfig,
+    config: ExtractConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
     """The ``tokens`` dataset: ``singular_values (prompt, layer, token_in, token_out, rank)`` and
@@ -226,7 +226,7 @@ def tokens_dataset(
 def trajectory_dataset(
     all_states: list[np.ndarray],
     prompt_coords: dict[str, Any],
-    config: MeasureConfig,
+    config: ExtractConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
     """The ``trajectories`` dataset: ``lss``, ``expodistance``, ``spacing_cv (prompt, token)``,

@@ -1,6 +1,6 @@
 """Extraction options, torch-free: the workflow builds and checks them when it builds the DAG.
 
-``MeasureConfig.from_config`` is the one place where the config's ``extract`` section becomes
+``ExtractConfig.from_config`` is the one place where the config's ``extract`` section becomes
 library options; ``RUN_ONLY_KEYS`` are the keys that say how or where a job runs (speed, device),
 never what it computes, so changing them re-runs nothing.
 """
@@ -104,23 +104,52 @@ class SVDOptions:
 
 
 @dataclass(frozen=True)
-class MeasureConfig:
-    """What to extract.
+class ExtractConfig:
+    """What to extract: the options of ``extract`` (the config's ``extract`` section).
 
-    k_max: singular triplets kept per Jacobian (the largest K of m_K later); variants: ujv/vju;
-    depth_token: position of the depth-wise token (negative: from the end); token_layers: blocks
-    (1-based, negative from the end) for the token families; token_prompts: how many prompts (the
-    first ones) get token families; max_tokens: truncate prompts to this many tokens (None: keep);
-    store_factors: keep top-K_max U, V of the depth Jacobians; chunk_size: VJPs per vmap batch
-    (None: all d at once; speed only); pca_components: of the trajectory projections; svd: how
-    the top-K factors are computed; spectra_prompts: how many prompts (the first ones) get the
-    full singular-value spectrum of every depth Jacobian (None: all); token_max_tokens: the token
-    families cover the first this many tokens of a prompt (None: all; their cost grows as n^3);
-    tf32: allow TensorFloat-32
-    matmuls on CUDA (off: Jacobians and SVDs in full float32); jacobian_prompts: how many prompts
-    (the first ones) get block Jacobians (depth-wise and token families, full spectra); the others
-    get only the forward-pass measures (trajectories), as the paper measured its Jacobian
-    alignment on a subset of its prompts (None: all).
+    Checked when built (a one-line ValueError naming the key).
+
+    Parameters
+    ----------
+    k_max : int
+        Singular triplets kept per Jacobian: the largest K of m_K later.
+    variants : tuple of str
+        Basis variants, ``ujv`` and/or ``vju``.
+    depth_token : int
+        Position of the depth-wise token (negative: from the end).
+    token_layers : tuple of int
+        Blocks (1-based, negative from the end) of the token families.
+    token_prompts : int
+        How many prompts (the first ones) get token families.
+    max_tokens : int or None
+        Truncate prompts to this many tokens (None: keep them whole).
+    store_factors : bool
+        Keep the top-K_max ``U``, ``V`` of the depth Jacobians.
+    chunk_size : int or None
+        VJPs per vmapped batch (None: sized by ``auto_chunk``; speed only).
+    pca_components : int
+        Components of the trajectory projections.
+    svd : SVDOptions
+        How the top-K factors are computed.
+    spectra_prompts : int or None
+        How many prompts (the first ones) get the full singular-value spectrum of every depth
+        Jacobian (None: all).
+    token_max_tokens : int or None
+        The token families cover the first this many tokens of a prompt (None: all; their cost
+        grows as n^3).
+    tf32 : bool
+        Allow TensorFloat-32 matmuls on CUDA (off: Jacobians and SVDs in full float32).
+    jacobian_prompts : int or None
+        How many prompts (the first ones) get block Jacobians; the others get only the
+        forward-pass measures (trajectories), as the paper measured its Jacobian alignment on a
+        subset of its prompts (None: all).
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> config = bc.ExtractConfig(k_max=10, variants=("ujv",))
+    >>> config.at(30).k_max
+    30
     """
 
     k_max: int = 50
@@ -162,7 +191,22 @@ class MeasureConfig:
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(f"extract.chunk_size must be >= 1 or null, got {self.chunk_size}")
 
-    def for_shard(self, first: int) -> MeasureConfig:
+    def at(self, k_max: int) -> ExtractConfig:
+        """The same options keeping ``k_max`` singular triplets (checked).
+
+        Parameters
+        ----------
+        k_max : int
+            The new K_max.
+
+        Returns
+        -------
+        ExtractConfig
+            A copy with ``k_max`` replaced; this object is unchanged.
+        """
+        return replace(self, k_max=int(k_max))
+
+    def for_shard(self, first: int) -> ExtractConfig:
         """The options for a shard whose first prompt is prompt ``first`` of the whole set: token
         families and full spectra stay on the first ``token_prompts`` / ``spectra_prompts``
         prompts of the whole set, so merged shards equal one job over every prompt.
@@ -181,7 +225,7 @@ class MeasureConfig:
         return n_prompts if self.jacobian_prompts is None else min(self.jacobian_prompts, n_prompts)
 
     @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> MeasureConfig:
+    def from_config(cls, section: Mapping[str, Any]) -> ExtractConfig:
         """From the config's ``extract`` section; the run-only keys other than ``chunk_size``
         are ignored, an unknown key is an error naming it.
         """
@@ -215,3 +259,17 @@ class PromptText:
     id: str
     source: str
     text: str
+
+
+def __getattr__(name: str) -> Any:
+    """``MeasureConfig``, the name before the rename, with a DeprecationWarning."""
+    if name == "MeasureConfig":
+        import warnings
+
+        warnings.warn(
+            "MeasureConfig is renamed ExtractConfig; the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ExtractConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

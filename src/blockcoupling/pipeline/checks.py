@@ -9,7 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.jacobians.options import MeasureConfig
+from blockcoupling.jacobians.options import ExtractConfig
 from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.entries import ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
@@ -150,7 +150,7 @@ def check_config(
             f"({', '.join(sets)})"
         )
     try:
-        measure = MeasureConfig.from_config(extract)
+        measure = ExtractConfig.from_config(extract)
         metric = MetricConfig.from_config(metrics)
     except ValueError as error:
         raise ConfigError(str(error)) from None
@@ -290,7 +290,7 @@ def model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, in
 
 
 def _check_shape(
-    name: str, entry: ModelEntry, runs: dict[str, Any], measure: MeasureConfig
+    name: str, entry: ModelEntry, runs: dict[str, Any], measure: ExtractConfig
 ) -> None:
     """``extract.k_max`` and ``extract.token_layers`` fit the model's width and depth (where the
     config knows them), so that no extraction job fails on them after training.

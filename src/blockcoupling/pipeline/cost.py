@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import (
     AUTO_CHUNK_FLOATS,
-    MeasureConfig,
+    ExtractConfig,
     auto_chunk,
     runs_on_gpu,
 )
@@ -178,13 +178,13 @@ def shape_of(meta: dict[str, Any], load: dict[str, Any]) -> Shape | None:
     return Shape(int(layers), int(d), float(params), BYTES_PER_PARAM[storage])
 
 
-def _svd_seconds(d: int, count: float, options: MeasureConfig, rates: Rates) -> float:
+def _svd_seconds(d: int, count: float, options: ExtractConfig, rates: Rates) -> float:
     if options.svd.uses_dense(d, options.k_max):
         return count * rates.dense_svd * d**3
     return count * rates.topk * d**2 * (options.k_max + options.svd.oversample)
 
 
-def extract_cost(shape: Shape, options: MeasureConfig, n_prompts: int, rates: Rates) -> dict:
+def extract_cost(shape: Shape, options: ExtractConfig, n_prompts: int, rates: Rates) -> dict:
     """Seconds (by part), peak bytes and output bytes of extracting ``n_prompts`` prompts with
     the checked ``options`` (the first ``options.jacobian_prompts`` get Jacobians, every prompt
     a forward pass).
