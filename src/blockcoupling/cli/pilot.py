@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 KS = (2, 4, 8)
 AT = dict(reading="authors", variant="ujv", norm="p")
@@ -115,25 +114,15 @@ def design_steps(config: dict[str, Any]) -> list[int]:
     return list(config["train"]["grids"]["emergence"]["base"]["checkpoint_steps"])
 
 
-def layered(files: list[Path]) -> dict[str, Any]:
-    """Config files merged in order by Snakemake's own merge, as ``--configfile`` layers them
-    (later keys win, nested sections merged).
-    """
-    from snakemake.utils import update_config
-
-    config: dict[str, Any] = {}
-    for file in files:
-        update_config(config, yaml.safe_load(Path(file).read_text(encoding="utf-8")) or {})
-    return config
-
-
 def write_power(args: argparse.Namespace) -> str:
     """``pilot power``: the power table of the declared primaries from the two pilot tables,
     written to ``--out`` (default: the config's ``stats.power_file``); returns it as text.
     """
+    from blockcoupling.cli.config_commands import layered
+    from blockcoupling.cli.parser import configfiles
     from blockcoupling.stats.pilot_power import pilot_units, power_table
 
-    config = layered(args.config)
+    config = layered(configfiles(args))
     primary = config["stats"]["primary"]
     units = pilot_units(
         pd.read_csv(args.within),

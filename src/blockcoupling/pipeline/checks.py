@@ -338,7 +338,7 @@ def _check_score(section: dict[str, Any], cross_model: dict[str, ModelEntry]) ->
 
 def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
     """Every id of ``stats.primary`` is a test the analysis tables report, and ``power_file``
-    (the pilot's power of each, ``blockcoupling power``) is a readable table.
+    (the pilot's power of each, ``blockcoupling pilot power``) is a readable table.
     """
     from blockcoupling.stats.hypotheses import HYPOTHESES
 
@@ -356,8 +356,8 @@ def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
     if not header or not {"analysis", "effect", "power"} <= set(header[0].split(",")):
         raise ConfigError(
             f"stats.power_file {power_file!r} is missing or has no analysis,effect,power "
-            "columns: write it from a pilot run with blockcoupling power "
-            "PILOT/results/stats/analyses.csv"
+            "columns: write it with blockcoupling pilot power --configfile FILE (from the "
+            "pilot runs of blockcoupling pilot within, across)"
         )
 
 
