@@ -254,7 +254,7 @@ class ExtractConfig:
 
 @dataclass(frozen=True)
 class PromptText:
-    """A prompt (or image) as measure() sees it: an id, its source (task style), its text."""
+    """A prompt (or image) as extract() sees it: an id, its source (task style), its text."""
 
     id: str
     source: str
