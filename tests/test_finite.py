@@ -82,7 +82,17 @@ def _metrics_job(tmp_path: Path, depth: xr.Dataset, tokens: xr.Dataset) -> Simpl
     return SimpleNamespace(
         input=SimpleNamespace(depth=str(tmp_path / "depth.nc"), tokens=str(tmp_path / "tokens.nc")),
         output=output,
-        params=SimpleNamespace(metrics=MetricConfig(ks=(2,))),
+        params=SimpleNamespace(
+            metrics=MetricConfig(ks=(2,)),
+            jobs=[  # as rules/metrics.smk's metric_jobs gives them
+                {
+                    "where": "model tiny-llama, step final",
+                    "depth": str(tmp_path / "depth.nc"),
+                    "tokens": str(tmp_path / "tokens.nc"),
+                    "out": {"depth": output.depth, "tokens": output.tokens},
+                }
+            ],
+        ),
         wildcards=SimpleNamespace(model="tiny-llama", step="final"),
         log=[],
         rule="metrics",
