@@ -16,8 +16,8 @@ offdiag, p-norm (p = 2), by four methods:
     every pair computed directly. HF's ``output_hidden_states`` puts the final norm on its last
     entry, so the inputs of blocks 1..L come from it (entries 0..L-1) and the output of block L
     from a forward hook on that block: all L blocks, no final norm inside the last one.
-(b) ``dense``: the library before top-K spectra: ``measure.measure_inputs`` with
-    ``MeasureConfig(k_max=50, token_layers=(), svd=SVDOptions(method="dense"),
+(b) ``dense``: the library before top-K spectra: ``measure.extract_inputs`` with
+    ``ExtractConfig(k_max=50, token_layers=(), svd=SVDOptions(method="dense"),
     spectra_prompts=0)`` (single-token KV-cache path for ``J_tt``, composed from the weights
     where the adapter table says how, dense SVD, exact sufficient statistics), then
     ``metrics.coupling_dataset``.
@@ -97,7 +97,7 @@ from blockcoupling.jacobians import engine as engine_module
 from blockcoupling.jacobians import extract as measure_module
 from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs
+from blockcoupling.jacobians.extract import ExtractConfig, PromptText, extract_inputs
 from blockcoupling.jacobians.spectral import SVDOptions
 from blockcoupling.lm.models import load_model
 from blockcoupling.lm.sources import parse_source
@@ -389,15 +389,15 @@ def library_method(
     chunk_size: int | None = None,
 ) -> np.ndarray:
     """(b) with ``svd=DENSE``, (c) with ``svd=TOPK`` or (d) with ``svd=AUTO``: m_K
-    ``(variant, reading, k, layer, layer_ref)`` through ``measure_inputs`` and
-    ``coupling_dataset``; ``chunk_size``: VJPs per vmap batch (``MeasureConfig.chunk_size``;
+    ``(variant, reading, k, layer, layer_ref)`` through ``extract_inputs`` and
+    ``coupling_dataset``; ``chunk_size``: VJPs per vmap batch (``ExtractConfig.chunk_size``;
     None: all d).
     """
-    config = MeasureConfig(
+    config = ExtractConfig(
         k_max=max(ks), token_layers=(), svd=svd, spectra_prompts=0, chunk_size=chunk_size
     )
     with library_timers(phases):
-        data = measure_inputs(
+        data = extract_inputs(
             model, [{"input_ids": input_ids}], [PromptText("p0", "text", "")], config,
             progress=False,
         )  # fmt: skip
@@ -803,7 +803,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--chunk-size",
         type=int,
         default=None,
-        help="VJPs per vmap batch of (b), (c) and (d) (MeasureConfig.chunk_size; default: all d)",
+        help="VJPs per vmap batch of (b), (c) and (d) (ExtractConfig.chunk_size; default: all d)",
     )
     parser.add_argument("--csv", type=Path, default=None, help="write the result rows here")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")

@@ -78,7 +78,7 @@ from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset  # noq
 from blockcoupling.jacobians import spectral  # noqa: E402
 from blockcoupling.jacobians.adapters import adapter_for, blocks_of  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
-from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs  # noqa: E402
+from blockcoupling.jacobians.extract import ExtractConfig, PromptText, extract_inputs  # noqa: E402
 from blockcoupling.jacobians.run_mode import (  # noqa: E402
     eager_attention,
     eval_mode,
@@ -90,7 +90,7 @@ from blockcoupling.lm.sources import ModelSource  # noqa: E402
 from blockcoupling.pipeline import cost  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = MeasureConfig(k_max=50, token_layers=(), spectra_prompts=0, chunk_size=64, max_tokens=128)
+PAPER = ExtractConfig(k_max=50, token_layers=(), spectra_prompts=0, chunk_size=64, max_tokens=128)
 TINY = {"d": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 172, "vocab": 256}
 METRICS = MetricConfig(ks=(4, 8, 50), norms=("p",))
 
@@ -268,9 +268,9 @@ def live(phase: str, seconds: float) -> None:
 
 
 def timed_prompt(
-    model: nn.Module, ids: torch.Tensor, config: MeasureConfig
+    model: nn.Module, ids: torch.Tensor, config: ExtractConfig
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One prompt through ``measure_inputs``: its seconds by phase, the top-K path's outcomes
+    """One prompt through ``extract_inputs``: its seconds by phase, the top-K path's outcomes
     and syncs; and the measured datasets. Calls of half a second or more are printed as they
     end."""
     phases = depth_speed.Phases(sync=sync, report=live)
@@ -292,7 +292,7 @@ def timed_prompt(
     began = time.perf_counter()
     try:
         with depth_speed.library_timers(phases):
-            data = measure_inputs(
+            data = extract_inputs(
                 model, [{"input_ids": ids}], [PromptText("p", "text", "")], config, None, False
             )
         sync()

@@ -7,7 +7,7 @@ Usage: python bench/gpu_check.py [--width 4096] [--layers 2] [--tokens 128] [--r
 
 1. Agreement. A seeded random-init Llama (d = 512, 4 blocks, 16 tokens; float32, eager
    attention) and a GPT-NeoX of the same size (its J_tt by autograd, the Llama's composed from
-   the weights) go through ``measure_inputs`` (depth-wise at the last token, token families of
+   the weights) go through ``extract_inputs`` (depth-wise at the last token, token families of
    the last block over 8 tokens, top-50 factors, full spectra) and ``coupling_dataset`` on the
    CPU and on the GPU (TensorFloat-32 off, as ``extract.tf32: false``). It prints the largest
    absolute difference of m_K (every K, reading, norm, variant and pair), of the top-50
@@ -43,12 +43,12 @@ import depth_speed  # noqa: E402  (bench/: the seeded random Llama)
 
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
-from blockcoupling.jacobians.extract import MeasureConfig, PromptText, measure_inputs  # noqa: E402
+from blockcoupling.jacobians.extract import ExtractConfig, PromptText, extract_inputs  # noqa: E402
 from blockcoupling.jacobians.spectral import SVDOptions, randomized_top_k, svd  # noqa: E402
 from blockcoupling.jacobians.spectral import singular_values as svdvals  # noqa: E402
 from blockcoupling.pipeline import cost  # noqa: E402
 
-AGREEMENT = MeasureConfig(
+AGREEMENT = ExtractConfig(
     k_max=50,
     token_layers=(-1,),
     token_prompts=1,
@@ -82,7 +82,7 @@ def random_neox(d: int, layers: int) -> torch.nn.Module:
 def measured(model: torch.nn.Module, ids: torch.Tensor, device: str) -> dict:
     """m_K of the depth and token families and the top-K singular values, on ``device``."""
     model = model.to(device)
-    data = measure_inputs(
+    data = extract_inputs(
         model, [{"input_ids": ids.to(device)}], [PromptText("p0", "text", "")], AGREEMENT,
         progress=False,
     )  # fmt: skip

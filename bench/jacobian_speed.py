@@ -6,7 +6,7 @@ Usage: python bench/jacobian_speed.py [--tokens 13] [--layer 15] [--repeats 2] [
 Times one layer's last-token Jacobians (``JacobianEngine.output_token``: one vmapped VJP batch of d
 cotangents, every J_{t1 t2} of the output token at once) for each vmap chunk size and each torch
 thread count (best of ``--repeats`` after one warm-up), with ratios to the first setting; then one
-``measure()`` of one prompt, all layers, depth family only, and its seconds per layer. Prints the
+``extract()`` of one prompt, all layers, depth family only, and its seconds per layer. Prints the
 load average (``uptime``) before and after, since the timings depend on what else runs.
 """
 
@@ -21,7 +21,7 @@ import torch
 
 from blockcoupling.coupling.formulas import VARIANTS
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 from blockcoupling.jacobians.spectral import svd
 from blockcoupling.jacobians.statistics import bases, cross_stats
 from blockcoupling.lm.models import load_model
@@ -76,7 +76,7 @@ def main() -> None:
         default=[None, 64, 192],
         help="vmap chunk sizes ('none': all d)",
     )
-    parser.add_argument("--k-max", type=int, default=50, help="k_max of the measure() timing")
+    parser.add_argument("--k-max", type=int, default=50, help="k_max of the extract() timing")
     parser.add_argument("--skip-measure", action="store_true", help="only the single-layer timings")
     args = parser.parse_args()
 
@@ -110,9 +110,9 @@ def main() -> None:
     if not args.skip_measure:
         threads, chunk, _ = min(rows, key=lambda row: row[2])
         torch.set_num_threads(threads)
-        config = MeasureConfig(k_max=args.k_max, max_tokens=args.tokens, chunk_size=chunk)
+        config = ExtractConfig(k_max=args.k_max, max_tokens=args.tokens, chunk_size=chunk)
         start = time.perf_counter()
-        measure(model, tokenizer, [PROMPT], config, progress=False)
+        extract(model, tokenizer, [PROMPT], config, progress=False)
         seconds = time.perf_counter() - start
         layers = model.config.num_hidden_layers
         print(

@@ -36,7 +36,7 @@ import transformers  # noqa: E402
 
 from blockcoupling.jacobians import extract  # noqa: E402
 from blockcoupling.jacobians.engine import JacobianEngine  # noqa: E402
-from blockcoupling.jacobians.options import MeasureConfig  # noqa: E402
+from blockcoupling.jacobians.options import ExtractConfig  # noqa: E402
 from blockcoupling.pipeline.cost import token_vjp_flops  # noqa: E402
 
 
@@ -73,7 +73,7 @@ def run(method: str, model: torch.nn.Module, ids: torch.Tensor, n: int, k: int) 
                 for layer in layers:
                     engine.input_token(layer, t1)
         else:
-            config = MeasureConfig(k_max=k, token_layers=(1, -1), token_prompts=1)
+            config = ExtractConfig(k_max=k, token_layers=(1, -1), token_prompts=1)
             hold = extract.TOKEN_HOLD_BYTES
             extract.TOKEN_HOLD_BYTES = 0 if method == "shared, recomputed" else hold
             try:

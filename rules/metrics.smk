@@ -1,5 +1,30 @@
 # m_K for the configured K list, readings and norms, from the stored statistics: changing them
-# re-runs this and what follows, never the Jacobians.
+# re-runs these rules and what follows, never the Jacobians. The one route of the metrics
+# section (metrics.ks, ...) to the metric code: PLAN.metric -> these rules' params ->
+# scripts/metrics.py -> files.metric_files.write_metrics -> coupling.metrics.coupling_dataset.
+
+
+def metric_files(model, step):
+    """The coupling files of one model and step (what the combine rules read)."""
+    return {
+        "depth": f"results/metrics/{model}/{step}/coupling.nc",
+        "tokens": f"results/metrics/{model}/{step}/token_coupling.nc",
+    }
+
+
+def metric_jobs(pairs):
+    """What scripts/metrics.py computes, one entry per (model, step): its files in and out."""
+    return [
+        {
+            "where": f"model {model}, step {step}",
+            "depth": f"results/extract/{model}/{step}/depth.nc",
+            "tokens": f"results/extract/{model}/{step}/tokens.nc",
+            "out": metric_files(model, step),
+        }
+        for model, step in pairs
+    ]
+
+
 rule metrics:
     """Coupling measures (m_K, excess, overlaps) of one model and step for every K."""
     input:
@@ -22,6 +47,36 @@ rule metrics:
         **JOBS.own(),
     params:
         metrics=PLAN.metric,
+        jobs=lambda wildcards: metric_jobs([(wildcards.model, wildcards.step)]),
         code=script_hash("metrics"),
     script:
         "../scripts/metrics.py"
+
+
+# Models trained here: one job computes the measures of every model and step of a run (the
+# files of the rule above), after measure_<run> (rules/runs.smk) extracted them.
+for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
+    _jobs = metric_jobs(PLAN.run_measured(_run))
+
+    rule:
+        f"""Coupling measures (m_K, excess, overlaps) of every model and step of the run {_run}."""
+        name:
+            f"metrics_{rule_suffix(_run)}"
+        input:
+            [path for job in _jobs for path in (job["depth"], job["tokens"])],
+        output:
+            [path for job in _jobs for path in job["out"].values()],
+        log:
+            f"logs/metrics/{_run}.log",
+        benchmark:
+            f"benchmarks/metrics/{_run}.tsv"
+        conda:
+            "../envs/analysis.yaml"
+        resources:
+            **JOBS.own(),
+        params:
+            metrics=PLAN.metric,
+            jobs=_jobs,
+            code=script_hash("metrics"),
+        script:
+            "../scripts/metrics.py"

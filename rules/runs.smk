@@ -1,7 +1,8 @@
 # Models trained here are measured per run: one job extracts every model and step of a run
-# (and scores its final models), one computes their measures. Each writes exactly the files
-# of the per-model rules (extract, evaluate, metrics), which the other models keep: for a
-# width-64 model the start-up of a job (~10 s of imports) is ten times its Jacobians.
+# (and scores its final models), one computes their measures (metrics_<run>, rules/metrics.smk).
+# Each writes exactly the files of the per-model rules (extract, evaluate, metrics), which the
+# other models keep: for a width-64 model the start-up of a job (~10 s of imports) is ten times
+# its Jacobians.
 
 
 def run_job(model, step):
@@ -14,10 +15,6 @@ def run_job(model, step):
         "extract": science_params(PLAN.extract_options(model)),
         "extracted": {k: f"results/extract/{model}/{step}/{k}.nc" for k in EXTRACTED},
         "evaluation": f"results/evaluate/{model}/{step}.nc" if scored else None,
-        "metrics": {
-            "depth": f"results/metrics/{model}/{step}/coupling.nc",
-            "tokens": f"results/metrics/{model}/{step}/token_coupling.nc",
-        },
     }
 
 
@@ -52,43 +49,8 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
             vjp_chunk=PLAN.measure.chunk_size or 0,  # likewise
         params:
             math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs
-            jobs=[{k: v for k, v in job.items() if k != "metrics"} for job in _jobs],
+            jobs=_jobs,
             context_length=PLAN.context_length,
             code=script_hash("measure_run"),
         script:
             "../scripts/measure_run.py"
-
-    rule:
-        f"""Coupling measures (m_K, excess, overlaps) of every model and step of the run {_run}."""
-        name:
-            f"metrics_{rule_suffix(_run)}"
-        input:
-            [
-                path
-                for job in _jobs
-                for path in (job["extracted"]["depth"], job["extracted"]["tokens"])
-            ],
-        output:
-            [path for job in _jobs for path in job["metrics"].values()],
-        log:
-            f"logs/metrics/{_run}.log",
-        benchmark:
-            f"benchmarks/metrics/{_run}.tsv"
-        conda:
-            "../envs/analysis.yaml"
-        resources:
-            **JOBS.own(),
-        params:
-            metrics=PLAN.metric,
-            jobs=[
-                {
-                    "where": job["where"],
-                    "depth": job["extracted"]["depth"],
-                    "tokens": job["extracted"]["tokens"],
-                    "out": job["metrics"],
-                }
-                for job in _jobs
-            ],
-            code=script_hash("metrics_run"),
-        script:
-            "../scripts/metrics_run.py"

@@ -3,7 +3,7 @@
 import torch
 
 from blockcoupling.files.io import provenance, write_netcdf
-from blockcoupling.jacobians.extract import measure_inputs
+from blockcoupling.jacobians.extract import extract_inputs
 from blockcoupling.jacobians.options import PromptText
 from blockcoupling.runtime.device import resolve_device
 from blockcoupling.runtime.runner import run_script
@@ -22,7 +22,7 @@ def main(sm):
     images = torch.from_numpy(data.normalized(data.x_test[:n])).to(device)
     items = [PromptText(f"test{i:05d}", str(int(data.y_test[i])), "") for i in range(n)]
     attrs = provenance(sm.params.extract, model="vit", source=sm.input.model, **run.to_dict())
-    datasets = measure_inputs(
+    datasets = extract_inputs(
         model, [{"x": images[i : i + 1]} for i in range(n)], items, config, attrs
     )
     for name, dataset in datasets.items():

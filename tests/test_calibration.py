@@ -16,7 +16,7 @@ from blockcoupling.coupling import registry as measures
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
 from blockcoupling.coupling.null import spectrum_null
 from blockcoupling.jacobians import statistics as coupling
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 from blockcoupling.stats.selection import Bootstrap, Selection
 
 SPECTRA = {
@@ -138,8 +138,8 @@ def test_overlap_of_random_subspaces_is_k_over_d_and_one_for_the_same_subspace()
 
 @pytest.fixture(scope="module")
 def tiny():
-    config = MeasureConfig(k_max=6, token_layers=(-1,), token_prompts=1)
-    result = measure(
+    config = ExtractConfig(k_max=6, token_layers=(-1,), token_prompts=1)
+    result = extract(
         ARCHITECTURES["llama"](), CharTokenizer(), ["hello", "abcd"], config, progress=False
     )
     metric = MetricConfig(ks=(2, 6), null_draws=64)

@@ -1,7 +1,8 @@
-"""The blockcoupling CLI: check-config and measure."""
+"""The blockcoupling CLI: check-config, measure, power; one config flag, every flag with help."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import yaml
 from conftest import REPO
 
 from blockcoupling import cli
+from blockcoupling.cli.parser import build_parser, configfiles
 
 
 def load(name: str) -> dict:
@@ -17,16 +19,16 @@ def load(name: str) -> dict:
 
 
 def test_cli_check_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert cli.main(["check-config", str(REPO / "config" / "smoke.yaml")]) == 0
+    assert cli.main(["check-config", "--configfile", str(REPO / "config" / "smoke.yaml")]) == 0
     assert "ok." in capsys.readouterr().out
     bad = load("config/smoke.yaml")
     bad["stats"]["k"] = 7
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    assert cli.main(["check-config", str(tmp_path / "bad.yaml")]) == 2
+    assert cli.main(["check-config", "--configfile", str(tmp_path / "bad.yaml")]) == 2
     err = capsys.readouterr().err
     assert "stats.k=7 is not in metrics.ks" in err and "Traceback" not in err
     (tmp_path / "typo.yaml").write_text(yaml.safe_dump({**load("config/smoke.yaml"), "extrct": {}}))
-    assert cli.main(["check-config", str(tmp_path / "typo.yaml")]) == 2
+    assert cli.main(["check-config", "--configfile", str(tmp_path / "typo.yaml")]) == 2
     assert "extrct" in capsys.readouterr().err
 
 
@@ -72,12 +74,12 @@ def independent_summary(
     stored spectra's sums), not read from the summaries the command prints.
     """
     from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
-    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.jacobians.extract import ExtractConfig, extract
     from blockcoupling.lm.models import load_model
     from blockcoupling.lm.sources import parse_source
 
     model, tokenizer = load_model(parse_source({"path": str(folder)}))
-    depth = measure(model, tokenizer, prompts, MeasureConfig(k_max=k, variants=("ujv",)))["depth"]
+    depth = extract(model, tokenizer, prompts, ExtractConfig(k_max=k, variants=("ujv",)))["depth"]
     data = coupling_dataset(depth, MetricConfig(ks=(k,), readings=("authors",)))
     at = {"k": k, "reading": "authors", "norm": "p"}
     mis = data["depth_mis"].sel({**at, "variant": "ujv"}).transpose("prompt", "layer", "layer_ref")
@@ -160,7 +162,7 @@ def test_cli_power_writes_the_pilot_s_power_and_keeps_other_rows(
         yaml.safe_dump({"stats": {"primary": {"a": {"effect": 0.1}, "b": {"effect": 0.2}}}})
     )
     out = tmp_path / "power.csv"
-    args = ["power", str(pilot), "--config", str(config), "--out", str(out)]
+    args = ["power", str(pilot), "--configfile", str(config), "--out", str(out)]
     assert cli.main([*args, "--n", "b=20"]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     table = pd.read_csv(out).set_index("analysis")
@@ -179,3 +181,75 @@ def test_cli_power_writes_the_pilot_s_power_and_keeps_other_rows(
     capsys.readouterr()
     assert cli.main([*args, "--n", "c=5"]) == 2
     assert "--n c=5: give ID=N, a test of stats.primary" in capsys.readouterr().err
+    capsys.readouterr()
+    refused = ["power", str(pilot), "--configfile", str(config), "--out", "resources/power.csv"]
+    assert cli.main(refused) == 2  # the config's stats.power_file: pilot power's alone
+    assert "which blockcoupling pilot power writes" in capsys.readouterr().err
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_flag_of_every_subcommand_has_help() -> None:
+    missing = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, sub in subcommands().items()
+        for action in sub._actions
+        if not action.help  # SUPPRESS (a deprecated spelling, hidden) is a help string
+    ]
+    assert not missing, missing
+
+
+def test_every_command_that_reads_a_config_takes_configfile() -> None:
+    """One flag, Snakemake's, on every command that reads a config file."""
+    for name, sub in subcommands().items():
+        flags = {flag for action in sub._actions for flag in action.option_strings}
+        reads = name in ("check-config", "plan", "power", "pilot")
+        assert ("--configfile" in flags) == reads, name
+
+
+def test_maintainer_commands_are_listed_apart_in_help(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = capsys.readouterr().out
+    users, maintainers = text.split("maintainer commands")
+    for name in ("measure", "check-config", "plan", "fetch", "verify"):
+        assert f"\n    {name}" in users, name
+    for name in ("claims", "docs", "pilot", "power"):
+        assert f"\n    {name} " not in users and f"\n  {name} " in maintainers, name
+
+
+def test_older_config_flags_still_work_with_a_deprecation_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    smoke = str(REPO / "config" / "smoke.yaml")
+    assert cli.main(["check-config", smoke]) == 0
+    captured = capsys.readouterr()
+    assert "ok." in captured.out
+    assert "FILE is deprecated; use --configfile FILE" in captured.err
+    assert cli.main(["check-config", smoke, "--configfile", smoke]) == 2
+    assert "give the config once" in capsys.readouterr().err
+    args = build_parser().parse_args(["pilot", "power", "--config", smoke])
+    assert configfiles(args) == [Path(smoke)]
+    assert "--config FILE is deprecated" in capsys.readouterr().err
+    args = build_parser().parse_args(["pilot", "power"])
+    assert configfiles(args) == [Path("config.yaml")]  # the default, no line
+    assert capsys.readouterr().err == ""
+
+
+def test_configfile_layers_files_as_snakemake_does(tmp_path: Path) -> None:
+    """Later files win, nested sections merged: the layered config is Snakemake's own."""
+    from snakemake.utils import update_config
+
+    from blockcoupling.cli.config_commands import layered
+
+    base, top = load("config/smoke.yaml"), {"stats": {"k": 2}}
+    (tmp_path / "top.yaml").write_text(yaml.safe_dump(top))
+    merged = layered([REPO / "config" / "smoke.yaml", tmp_path / "top.yaml"])
+    expected = load("config/smoke.yaml")
+    update_config(expected, top)
+    assert merged == expected and merged["stats"]["k"] == 2
+    assert merged["stats"]["n_boot"] == base["stats"]["n_boot"]

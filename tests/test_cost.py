@@ -12,14 +12,14 @@ from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
 from blockcoupling import cli
-from blockcoupling.jacobians.options import MeasureConfig, SVDOptions
+from blockcoupling.jacobians.options import ExtractConfig, SVDOptions
 from blockcoupling.pipeline import cost, hub_volume, plan_table
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.schema_check import validate_config
 
 SHAPE = cost.Shape(n_layers=32, d_model=4096, params=7e9, bytes_per_param=2)
-EXTRACT = MeasureConfig(  # chunk_size None: options.auto_chunk, a batch's activations < 1 GiB
+EXTRACT = ExtractConfig(  # chunk_size None: options.auto_chunk, a batch's activations < 1 GiB
     max_tokens=64, k_max=50, variants=("ujv", "vju"), token_layers=(), spectra_prompts=0
 )
 

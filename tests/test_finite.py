@@ -19,7 +19,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 from blockcoupling.coupling.finite import require_finite, scores_defined
 from blockcoupling.coupling.metrics import MetricConfig
 from blockcoupling.files.io import write_netcdf
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 from blockcoupling.lm.evaluate import evaluate
 from blockcoupling.lm.train_data import train_tokenizer
 
@@ -82,7 +82,17 @@ def _metrics_job(tmp_path: Path, depth: xr.Dataset, tokens: xr.Dataset) -> Simpl
     return SimpleNamespace(
         input=SimpleNamespace(depth=str(tmp_path / "depth.nc"), tokens=str(tmp_path / "tokens.nc")),
         output=output,
-        params=SimpleNamespace(metrics=MetricConfig(ks=(2,))),
+        params=SimpleNamespace(
+            metrics=MetricConfig(ks=(2,)),
+            jobs=[  # as rules/metrics.smk's metric_jobs gives them
+                {
+                    "where": "model tiny-llama, step final",
+                    "depth": str(tmp_path / "depth.nc"),
+                    "tokens": str(tmp_path / "tokens.nc"),
+                    "out": {"depth": output.depth, "tokens": output.tokens},
+                }
+            ],
+        ),
         wildcards=SimpleNamespace(model="tiny-llama", step="final"),
         log=[],
         rule="metrics",
@@ -91,8 +101,8 @@ def _metrics_job(tmp_path: Path, depth: xr.Dataset, tokens: xr.Dataset) -> Simpl
 
 
 def test_the_metrics_job_refuses_a_nan_coupling(tmp_path: Path, capsys) -> None:
-    config = MeasureConfig(k_max=4, token_layers=(), token_prompts=0)
-    out = measure(
+    config = ExtractConfig(k_max=4, token_layers=(), token_prompts=0)
+    out = extract(
         ARCHITECTURES["llama"](), CharTokenizer(), ["hello", "abc"], config, progress=False
     )
     script = str(Path(__file__).parents[1] / "scripts" / "metrics.py")

@@ -615,7 +615,9 @@ def test_check_config_reads_the_lock_file_as_a_whole(
     Path("hub.lock").write_text('{"models": 5}')
     assert refused(config).startswith("hub.lock_file: hub.lock: models is int 5, not a mapping")
     Path("c.yaml").write_text(yaml.safe_dump(config))
-    line = one_line_error(capsys, ["check-config", "c.yaml", "--workflow-dir", str(REPO)])
+    line = one_line_error(
+        capsys, ["check-config", "--configfile", "c.yaml", "--workflow-dir", str(REPO)]
+    )
     assert "hub.lock_file: hub.lock: models is int 5" in line
 
 

@@ -16,8 +16,8 @@ from conftest import load_bench
 from tiny_models import ARCHITECTURES, CharTokenizer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from blockcoupling.jacobians.extract import measure
-from blockcoupling.jacobians.options import MeasureConfig, SVDOptions
+from blockcoupling.jacobians.extract import extract
+from blockcoupling.jacobians.options import ExtractConfig, SVDOptions
 from blockcoupling.lm.schedule import TrainConfig
 from blockcoupling.lm.train import train
 from blockcoupling.runtime import isa
@@ -106,17 +106,17 @@ def test_training_and_extraction_call_no_op_whose_kernel_picks_its_code_by_vendo
     vit = ViTRunConfig(
         embed_dim=8, depth=2, num_heads=2, patch_size=4, epochs=1, warmup_epochs=0, batch_size=512
     )
-    extract = MeasureConfig(
+    options = ExtractConfig(
         k_max=4, token_layers=(-1,), token_prompts=1, svd=SVDOptions(method="topk", oversample=2)
     )
     with _OpNames() as seen:
         train(lm, tmp_path / "lm", progress=False, threads=1)
         train_vit(vit, vision_data.digits(0), tmp_path / "vit", threads=1, progress=False)
-        measure(
+        extract(
             ARCHITECTURES["llama"](torch.float32),
             CharTokenizer(),
             ["hello there"],
-            extract,
+            options,
             progress=False,
         )
     assert {"aten::_fused_adamw_", "aten::convolution", "aten::linalg_qr"} <= seen.names

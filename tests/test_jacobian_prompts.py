@@ -10,11 +10,11 @@ import xarray as xr
 from tiny_models import ARCHITECTURES, CharTokenizer
 
 from blockcoupling.jacobians.datasets import merge_shards
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 from blockcoupling.jacobians.options import PromptText
 
 PROMPTS = [PromptText(f"q{i}", "test", text) for i, text in enumerate(["hello", "abc", "lemon"])]
-CONFIG = MeasureConfig(k_max=3, token_layers=(-1,), token_prompts=2, jacobian_prompts=1)
+CONFIG = ExtractConfig(k_max=3, token_layers=(-1,), token_prompts=2, jacobian_prompts=1)
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def model():
 
 
 def run(model, prompts, config) -> dict[str, xr.Dataset]:
-    return measure(model, CharTokenizer(), prompts, config, progress=False)
+    return extract(model, CharTokenizer(), prompts, config, progress=False)
 
 
 def test_only_the_first_prompts_get_jacobians_and_every_prompt_a_trajectory(model) -> None:
@@ -52,4 +52,4 @@ def test_shards_past_the_jacobian_prompts_merge_to_one_jobs_files(model) -> None
 
 def test_jacobian_prompts_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="extract.jacobian_prompts"):
-        MeasureConfig(jacobian_prompts=-1)
+        ExtractConfig(jacobian_prompts=-1)

@@ -22,7 +22,7 @@ from blockcoupling.jacobians.engine import (
     JacobianEngine,
     MethodChoice,
 )
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 
 IDS = torch.tensor([[5, 17, 3, 42, 8, 29, 11, 60, 2, 33, 7, 19]])
 LAST = IDS.shape[1] - 1
@@ -177,9 +177,9 @@ def test_measure_records_every_method_and_refusal_and_logs_one_line(monkeypatch,
     log line per model gives the counts; on a simulated accelerator the job stops."""
     model = ARCHITECTURES["llama"](torch.float32)
     prompts = [{"id": "a", "text": "hello"}, {"id": "b", "text": "abc"}]
-    config = MeasureConfig(k_max=2)
+    config = ExtractConfig(k_max=2)
     with caplog.at_level(logging.INFO, logger="blockcoupling"):
-        clean = measure(model, CharTokenizer(), prompts, config, progress=False)["depth"]
+        clean = extract(model, CharTokenizer(), prompts, config, progress=False)["depth"]
     assert json.loads(clean.attrs["jtt_methods"]) == {"1": {COMPOSED: 2}, "2": {COMPOSED: 2},
                                                       "3": {COMPOSED: 2}}  # fmt: skip
     assert json.loads(clean.attrs["jtt_refusals"]) == []
@@ -191,7 +191,7 @@ def test_measure_records_every_method_and_refusal_and_logs_one_line(monkeypatch,
     caplog.clear()
     monkeypatch.setattr(engine_module, "record_token_calls", raising_recording)
     with caplog.at_level(logging.INFO, logger="blockcoupling"):
-        depth = measure(model, CharTokenizer(), prompts, config, progress=False)["depth"]
+        depth = extract(model, CharTokenizer(), prompts, config, progress=False)["depth"]
     assert json.loads(depth.attrs["jtt_methods"]) == {str(b): {FULL_SEQUENCE: 2} for b in (1, 2, 3)}
     refusals = json.loads(depth.attrs["jtt_refusals"])
     assert [(r["prompt"], r["layer"], r["path"]) for r in refusals] == [
@@ -207,7 +207,7 @@ def test_measure_records_every_method_and_refusal_and_logs_one_line(monkeypatch,
 
     monkeypatch.setattr(engine_module, "is_accelerator", lambda device: True)
     with pytest.raises(FullSequenceRefused, match="prompt a, block 1, token 4: .*recording"):
-        measure(model, CharTokenizer(), prompts, config, progress=False)
+        extract(model, CharTokenizer(), prompts, config, progress=False)
 
 
 @pytest.mark.parametrize(("margin", "chosen"), [(0.0, COMPOSED), (1e9, AUTOGRAD)])

@@ -135,7 +135,7 @@ def test_a_param_snakemake_would_not_compare_stops_the_dag(tmp_path: Path) -> No
         text=True,
     )
     assert run.returncode != 0
-    assert "param 'metrics' of rule metrics is a MeasureConfig" in run.stderr + run.stdout
+    assert "param 'metrics' of rule metrics is a ExtractConfig" in run.stderr + run.stdout
 
 
 def test_typed_params_survive_the_job_s_pickle_and_stay_read_only() -> None:
@@ -152,3 +152,15 @@ def test_typed_params_survive_the_job_s_pickle_and_stay_read_only() -> None:
         assert again == value and type(again) is type(value) and repr(again) == repr(value)
     with pytest.raises(TypeError, match="read-only"):
         Selection()["k"] = 3
+
+
+def test_the_metrics_section_reaches_the_metric_code_by_one_route() -> None:
+    """``metrics`` (``metrics.ks``, ...): the Plan's ``MetricConfig`` is passed to jobs by the
+    rules of rules/metrics.smk alone, and one script hands it to the metric code."""
+    root = SOURCE.parents[1]
+    workflow = [root / "Snakefile", *sorted((root / "rules").glob("*.smk"))]
+    passing = [p.name for p in workflow if "PLAN.metric," in p.read_text(encoding="utf-8")]
+    assert passing == ["metrics.smk"], passing
+    scripts = sorted((root / "scripts").glob("*.py"))
+    calling = [p.name for p in scripts if "write_metrics(" in p.read_text(encoding="utf-8")]
+    assert calling == ["metrics.py"], calling

@@ -1,4 +1,4 @@
-"""``measure()`` and ``coupling_dataset()`` on tiny models, against independent computations."""
+"""``extract()`` and ``coupling_dataset()`` on tiny models, against independent computations."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from blockcoupling.jacobians import trajectories
 from blockcoupling.jacobians.adapters import ADAPTERS, UnknownArchitectureError, blocks_of
 from blockcoupling.jacobians.capture import record_calls, states
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 
 PROMPTS = ["hello", "abc"]  # 5 and 3 tokens: the second is NaN-padded
 K_MAX = 6
 KS = (2, 6)
 TOKEN_LAYERS = (2, -1)  # -> blocks 2 and 3
-CONFIG = MeasureConfig(k_max=K_MAX, token_layers=TOKEN_LAYERS, token_prompts=1)
+CONFIG = ExtractConfig(k_max=K_MAX, token_layers=TOKEN_LAYERS, token_prompts=1)
 METRICS = MetricConfig(ks=KS)
 
 
@@ -35,7 +35,7 @@ def model() -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def result(model) -> dict[str, xr.Dataset]:
-    return measure(
+    return extract(
         model, CharTokenizer(), PROMPTS, CONFIG, attrs={"model_id": "tiny-llama"}, progress=False
     )
 
@@ -110,14 +110,14 @@ def test_spectra_hold_the_full_spectrum(result) -> None:
 
 
 def test_spectra_only_for_the_first_spectra_prompts(model) -> None:
-    out = measure(
-        model, CharTokenizer(), PROMPTS, MeasureConfig(k_max=2, spectra_prompts=1), progress=False
+    out = extract(
+        model, CharTokenizer(), PROMPTS, ExtractConfig(k_max=2, spectra_prompts=1), progress=False
     )
     assert list(out["spectra"]["prompt"].values) == ["p0000"]
     assert list(out["spectra"]["n_tokens"].values) == [5]
     assert out["depth"].sizes["prompt"] == 2
-    none = measure(
-        model, CharTokenizer(), PROMPTS, MeasureConfig(k_max=2, spectra_prompts=0), progress=False
+    none = extract(
+        model, CharTokenizer(), PROMPTS, ExtractConfig(k_max=2, spectra_prompts=0), progress=False
     )
     assert "singular_values" not in none["spectra"] and none["spectra"].sizes["prompt"] == 0
 
@@ -173,8 +173,8 @@ def test_tokens_dataset_layout(result) -> None:
 
 
 def test_no_token_layers_gives_an_empty_tokens_dataset(model) -> None:
-    out = measure(
-        model, CharTokenizer(), ["abc"], MeasureConfig(k_max=2, token_prompts=3), progress=False
+    out = extract(
+        model, CharTokenizer(), ["abc"], ExtractConfig(k_max=2, token_prompts=3), progress=False
     )
     assert len(out["tokens"].data_vars) == 0
     metrics = token_coupling_dataset(out["tokens"], MetricConfig(ks=(2,)))
@@ -324,8 +324,8 @@ def test_token_overlap_and_spectrum_sums_equal_direct_computation(model, result)
 
 
 def test_depth_token_option(model) -> None:
-    out = measure(
-        model, CharTokenizer(), ["hello"], MeasureConfig(k_max=3, depth_token=1), progress=False
+    out = extract(
+        model, CharTokenizer(), ["hello"], ExtractConfig(k_max=3, depth_token=1), progress=False
     )
     assert int(out["depth"]["token_position"].item()) == 1
     engine = JacobianEngine(model, {"input_ids": ids_of("hello")})
@@ -355,11 +355,11 @@ def check_token_families(
 ) -> None:
     """Every stored entry of the three families against coupling.mis_coupling on the engine's
     Jacobians (one reading, variant, norm), and one entry of each for every option."""
-    out = measure(
+    out = extract(
         model,
         CharTokenizer(),
         [text],
-        MeasureConfig(k_max=k, token_layers=layers, token_prompts=1),
+        ExtractConfig(k_max=k, token_layers=layers, token_prompts=1),
         progress=False,
     )
     metrics = token_coupling_dataset(out["tokens"], MetricConfig(ks=(k,)))
@@ -455,26 +455,26 @@ def test_trajectories_equal_direct_computation(model, result) -> None:
 @pytest.mark.parametrize(
     "prompts, config, message",
     [
-        (["   "], MeasureConfig(k_max=2), "is empty"),
-        (["x" * 33], MeasureConfig(k_max=2), "longer than the model's context of 32"),
-        (["hello"], MeasureConfig(k_max=100), "K=100 exceeds the hidden size d=16"),
+        (["   "], ExtractConfig(k_max=2), "is empty"),
+        (["x" * 33], ExtractConfig(k_max=2), "longer than the model's context of 32"),
+        (["hello"], ExtractConfig(k_max=100), "K=100 exceeds the hidden size d=16"),
         (
             ["hello"],
-            MeasureConfig(k_max=2, token_layers=(4,), token_prompts=1),
+            ExtractConfig(k_max=2, token_layers=(4,), token_prompts=1),
             "token layer 4 is outside 1..3",
         ),
         (
             ["hello"],
-            MeasureConfig(k_max=2, token_layers=(-4,), token_prompts=1),
+            ExtractConfig(k_max=2, token_layers=(-4,), token_prompts=1),
             "token layer -4 is outside",
         ),
-        ([], MeasureConfig(k_max=2), "no prompts given"),
-        (["a"], MeasureConfig(k_max=2), "at least 2 are needed"),
+        ([], ExtractConfig(k_max=2), "no prompts given"),
+        (["a"], ExtractConfig(k_max=2), "at least 2 are needed"),
     ],
 )
 def test_bad_input_gets_one_clear_error(model, prompts, config, message) -> None:
     with pytest.raises(ValueError, match=message):
-        measure(model, CharTokenizer(), prompts, config, progress=False)
+        extract(model, CharTokenizer(), prompts, config, progress=False)
 
 
 def test_bad_metric_options() -> None:
@@ -483,7 +483,7 @@ def test_bad_metric_options() -> None:
     with pytest.raises(ValueError, match="norm 'x'"):
         MetricConfig(norms=("x",))
     with pytest.raises(ValueError, match="variant 'x'"):
-        MeasureConfig(variants=("x",))
+        ExtractConfig(variants=("x",))
 
 
 def test_k_above_k_max_is_refused(result) -> None:
@@ -500,7 +500,7 @@ def test_unknown_architecture_names_the_supported_ones() -> None:
             self.layer = torch.nn.Linear(4, 4)
 
     with pytest.raises(UnknownArchitectureError, match="ADAPTERS") as error:
-        measure(Mystery(), CharTokenizer(), ["hello"], MeasureConfig(k_max=2), progress=False)
+        extract(Mystery(), CharTokenizer(), ["hello"], ExtractConfig(k_max=2), progress=False)
     text = str(error.value)
     assert "'mystery'" in text
     assert all(name in text for name in ("llama", "gpt2", "gpt_neox", "falcon", "opt"))
@@ -516,7 +516,7 @@ def test_attention_implementation_is_switched_and_restored() -> None:
         lambda *_: seen.append(model.config._attn_implementation)
     )
     try:
-        measure(model, CharTokenizer(), ["hello"], MeasureConfig(k_max=2), progress=False)
+        extract(model, CharTokenizer(), ["hello"], ExtractConfig(k_max=2), progress=False)
     finally:
         handle.remove()
     assert seen and set(seen) == {"eager"}
@@ -529,7 +529,7 @@ def test_attention_is_restored_after_an_error() -> None:
     with torch.no_grad():
         blocks_of(model)[1].mlp.c_fc.weight[0, 0] = float("nan")
     with pytest.raises(FloatingPointError):
-        measure(model, CharTokenizer(), ["hello"], MeasureConfig(k_max=2), progress=False)
+        extract(model, CharTokenizer(), ["hello"], ExtractConfig(k_max=2), progress=False)
     assert model.config._attn_implementation == "sdpa"
 
 
@@ -539,12 +539,12 @@ def test_merged_prompt_shards_equal_one_job_over_every_prompt(model) -> None:
     from blockcoupling.jacobians.datasets import merge_shards
 
     texts = ["hello", "abc", "fourteen", "xy", "abcdefg"]
-    config = MeasureConfig(k_max=3, token_layers=(-1,), token_prompts=3, spectra_prompts=1)
+    config = ExtractConfig(k_max=3, token_layers=(-1,), token_prompts=3, spectra_prompts=1)
     ids = [f"p{i:04d}" for i in range(len(texts))]
     items = [{"id": i, "text": t} for i, t in zip(ids, texts)]
-    whole = measure(model, CharTokenizer(), items, config, progress=False)
+    whole = extract(model, CharTokenizer(), items, config, progress=False)
     parts = [
-        measure(model, CharTokenizer(), items[first:stop], config.for_shard(first), progress=False)
+        extract(model, CharTokenizer(), items[first:stop], config.for_shard(first), progress=False)
         for first, stop in ((0, 2), (2, 4), (4, 5))
     ]
     for name, dataset in whole.items():
@@ -556,10 +556,10 @@ def test_merged_prompt_shards_equal_one_job_over_every_prompt(model) -> None:
 
 def test_token_max_tokens_keeps_the_first_tokens_of_the_families(model, result) -> None:
     """Causal: the families over the first 3 tokens are the corner of those over all 5."""
-    config = MeasureConfig(
+    config = ExtractConfig(
         k_max=K_MAX, token_layers=TOKEN_LAYERS, token_prompts=1, token_max_tokens=3
     )
-    short = measure(model, CharTokenizer(), PROMPTS, config, progress=False)["tokens"]
+    short = extract(model, CharTokenizer(), PROMPTS, config, progress=False)["tokens"]
     assert short.sizes["token"] == 3 and int(short["n_tokens"][0]) == 3
     corner = result["tokens"].isel(token=slice(0, 3), token_ref=slice(0, 3))
     corner = corner.isel(token_in=slice(0, 3), token_out=slice(0, 3))

@@ -37,15 +37,15 @@ from blockcoupling.files import cf
 from blockcoupling.files.io import write_netcdf
 from blockcoupling.coupling import finite, metrics
 from blockcoupling.figures import common
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 from blockcoupling.stats import calibration, core, fixed_size, hypotheses
 sys.path.insert(0, sys.argv[1])
 written = sys.argv[2]
 from tiny_models import ARCHITECTURES, CharTokenizer
 
-config = MeasureConfig(k_max=4, token_layers=(-1,), token_prompts=1, store_factors=True)
+config = ExtractConfig(k_max=4, token_layers=(-1,), token_prompts=1, store_factors=True)
 model, tokenizer = ARCHITECTURES["llama"](), CharTokenizer()
-depth = measure(model, tokenizer, ["hello"], config, progress=False)["depth"]
+depth = extract(model, tokenizer, ["hello"], config, progress=False)["depth"]
 ds = metrics.coupling_dataset(depth, metrics.MetricConfig(ks=(1, 2), null_draws=16))
 u = depth["u"].isel(prompt=0).transpose("layer", "dim", "rank").values
 write_netcdf(ds, written)

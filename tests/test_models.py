@@ -14,7 +14,7 @@ from tiny_models import ARCHITECTURES, IMAGE_ARCHITECTURES, VOCAB
 
 from blockcoupling.jacobians.adapters import ADAPTERS, UnknownArchitectureError, blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin, random_twin
+from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin, random_twin_of
 from blockcoupling.lm.sources import (
     ModelSource,
     ModelSourceError,
@@ -174,7 +174,7 @@ def test_a_gguf_load_parses_the_file_once_and_gives_the_same_model(
     assert len(parses) == 1 and len(maps) == 1  # one tensor-name map built, for every module
     twin, _ = load_random_twin(source, seed=3)
     assert len(parses) == 2
-    for name, value in random_twin(model, seed=3).state_dict().items():  # the same twin
+    for name, value in random_twin_of(model, seed=3).state_dict().items():  # the same twin
         assert torch.equal(value, twin.state_dict()[name]), name
     monkeypatch.setattr(models, "one_parse_per_file", contextlib.nullcontext)
     three, three_tokenizer = load_model(source)
@@ -369,7 +369,7 @@ def weights(model: torch.nn.Module) -> torch.Tensor:
 def test_random_twin(dtype: torch.dtype) -> None:
     model = ARCHITECTURES["llama"](dtype=dtype)
     state = torch.random.get_rng_state()
-    twin = random_twin(
+    twin = random_twin_of(
         model, seed=11
     )  # (seed 0 would redraw tiny_models' own float32 initialisation)
     assert torch.equal(torch.random.get_rng_state(), state), "the global RNG is untouched"
@@ -380,8 +380,8 @@ def test_random_twin(dtype: torch.dtype) -> None:
     assert all(p.dtype == dtype for p in twin.parameters())
     assert [p.shape for p in twin.parameters()] == [p.shape for p in model.parameters()]
     assert not torch.allclose(weights(twin), weights(model))
-    assert torch.equal(weights(random_twin(model, seed=11)), weights(twin))
-    assert not torch.allclose(weights(random_twin(model, seed=12)), weights(twin))
+    assert torch.equal(weights(random_twin_of(model, seed=11)), weights(twin))
+    assert not torch.allclose(weights(random_twin_of(model, seed=12)), weights(twin))
 
 
 def test_a_twin_is_built_in_its_storage_dtype_and_spread_with_device_map(tmp_path: Path) -> None:

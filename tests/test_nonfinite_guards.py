@@ -54,12 +54,12 @@ def test_the_metrics_rule_names_a_zero_block_not_nan_weights(tmp_path: Path) -> 
     import types
 
     from blockcoupling.files import io
-    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.jacobians.extract import ExtractConfig, extract
     from blockcoupling.lm.models import load_model
 
     folder = zeroed_tiny(tmp_path / "m", (1,))
     model, tokenizer = load_model(parse_source({"path": str(folder)}))
-    data = measure(model, tokenizer, ["hello there"], MeasureConfig(k_max=4, token_prompts=0))
+    data = extract(model, tokenizer, ["hello there"], ExtractConfig(k_max=4, token_prompts=0))
     io.write_netcdf(data["depth"], tmp_path / "depth.nc")
     io.write_netcdf(data["tokens"], tmp_path / "tokens.nc")
     log = tmp_path / "metrics.log"
@@ -69,7 +69,17 @@ def test_the_metrics_rule_names_a_zero_block_not_nan_weights(tmp_path: Path) -> 
         rule="metrics",
         input=types.SimpleNamespace(depth=tmp_path / "depth.nc", tokens=tmp_path / "tokens.nc"),
         output=types.SimpleNamespace(depth=tmp_path / "o.nc", tokens=tmp_path / "t.nc"),
-        params=types.SimpleNamespace(metrics=MetricConfig(ks=(2, 4))),
+        params=types.SimpleNamespace(
+            metrics=MetricConfig(ks=(2, 4)),
+            jobs=[  # as rules/metrics.smk's metric_jobs gives them
+                {
+                    "where": "model zeroed, step final",
+                    "depth": str(tmp_path / "depth.nc"),
+                    "tokens": str(tmp_path / "tokens.nc"),
+                    "out": {"depth": str(tmp_path / "o.nc"), "tokens": str(tmp_path / "t.nc")},
+                }
+            ],
+        ),
         wildcards=types.SimpleNamespace(model="zeroed", step="final"),
     )
     with pytest.raises(SystemExit):

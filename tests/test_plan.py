@@ -14,7 +14,7 @@ from conftest import REPO, SCHEMA
 from snakemake.utils import validate
 
 from blockcoupling.coupling.metrics import MetricConfig
-from blockcoupling.jacobians.options import MeasureConfig, science_params
+from blockcoupling.jacobians.options import ExtractConfig, science_params
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.plan import Plan
@@ -41,8 +41,8 @@ def test_schema_defaults_equal_the_library_defaults() -> None:
     config = {"prompts": {"sets": {"s": {"file": "x.jsonl"}}}, "extract": {"prompt_set": "s"}}
     config["metrics"] = {"ks": [10]}
     validate(config, SCHEMA)
-    measure = MeasureConfig.from_config(config["extract"])
-    assert measure == MeasureConfig(k_max=measure.k_max)  # every other field at its default
+    measure = ExtractConfig.from_config(config["extract"])
+    assert measure == ExtractConfig(k_max=measure.k_max)  # every other field at its default
     assert measure.k_max == 50
     metric = MetricConfig.from_config(config["metrics"])
     assert (metric.readings, metric.norms, metric.p) == (
@@ -64,7 +64,7 @@ def test_statistics_follow_the_first_k_when_stats_has_no_section() -> None:
 
 def test_unknown_extract_key_names_it() -> None:
     with pytest.raises(ValueError, match="extract: unknown key 'k_maxx'"):
-        MeasureConfig.from_config({"k_maxx": 3})
+        ExtractConfig.from_config({"k_maxx": 3})
     with pytest.raises(ValueError, match="metrics: unknown key 'kz'"):
         MetricConfig.from_config({"kz": [3]})
 

@@ -53,7 +53,7 @@ def loaded(smollm2_folder):
     the workflow's jobs read it); conftest pins one torch thread (on the shared 2-core machine two
     threads were ~2x slower for these Jacobians, bench/jacobian_speed.py)."""
     model, tokenizer = models.load_model(sources.parse_source({"path": str(smollm2_folder)}))
-    twin = models.random_twin(model, seed=0)
+    twin = models.random_twin_of(model, seed=0)
     return model, twin, tokenizer
 
 

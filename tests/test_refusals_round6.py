@@ -51,7 +51,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def measured(tiny: Path) -> dict[str, xr.Dataset]:
     """The tiny model's depth dataset (two prompts, K_max 4) and its coupling dataset."""
     model, tokenizer = bc.load_model(str(tiny), device="cpu")
-    depth = bc.measure(model, tokenizer, ["hello", "good day"], bc.MeasureConfig(k_max=4))
+    depth = bc.extract(model, tokenizer, ["hello", "good day"], bc.ExtractConfig(k_max=4))
     coupling = bc.coupling_dataset(depth["depth"], bc.MetricConfig(ks=(2,)))
     return {"model": model, "tokenizer": tokenizer, "depth": depth["depth"], "coupling": coupling}
 
@@ -190,7 +190,7 @@ def test_a_prompt_that_is_not_utf8_is_one_line(
     line = failing("measure", str(tiny), "hello", text, "--k", "2")
     assert line.startswith("blockcoupling measure: PROMPT 2 is not UTF-8 text (byte b'\\xff'")
     with pytest.raises(ValueError, match="prompt 0: not UTF-8 text"):
-        bc.measure(measured["model"], measured["tokenizer"], [text])
+        bc.extract(measured["model"], measured["tokenizer"], [text])
 
 
 @pytest.mark.parametrize(
@@ -252,7 +252,7 @@ def test_a_twin_seed_beyond_int64_is_refused_before_loading(
     assert line == f"blockcoupling measure: --seed {2**70}: give a seed from 0 to 2**63-1"
     monkeypatch.undo()
     with pytest.raises(ValueError, match=r"random_twin\(seed=...\): 1180591620717411303424 is"):
-        bc.random_twin(str(tiny), seed=2**70)
+        bc.load_random_twin(str(tiny), seed=2**70)
 
 
 def test_out_onto_an_existing_folder_fails_before_measuring(
@@ -365,12 +365,15 @@ def test_a_hub_endpoint_answering_html_is_one_line_naming_it(tmp_path: Path) -> 
 WRONG_CALLS = [  # (call, the message's start): each was a traceback deep inside, or wrong
     (lambda d: bc.load_model(None), "source: expected str or Mapping or ModelSource, got None"),
     (lambda d: bc.load_model(str(d["tiny"]), dtype=32), "dtype (e.g. 'float32'): expected str"),
-    (lambda d: bc.random_twin(str(d["tiny"]), seed="1"), "random_twin(seed=...): expected int"),
-    (lambda d: bc.measure(d["model"], d["tokenizer"], "a string"), "prompts: expected a list"),
-    (lambda d: bc.measure(None, d["tokenizer"], ["a"]), "measure(model=...): expected Module"),
-    (lambda d: bc.measure(d["model"], d["tokenizer"], ["a"], {"k_max": 2}), "measure(config="),
-    (lambda d: bc.MeasureConfig(k_max="5"), "MeasureConfig(k_max=...): expected int, got str"),
-    (lambda d: bc.MeasureConfig(variants="ujv"), "MeasureConfig(variants=...): expected a tuple"),
+    (
+        lambda d: bc.load_random_twin(str(d["tiny"]), seed="1"),
+        "load_random_twin(seed=...): expected int",
+    ),
+    (lambda d: bc.extract(d["model"], d["tokenizer"], "a string"), "prompts: expected a list"),
+    (lambda d: bc.extract(None, d["tokenizer"], ["a"]), "extract(model=...): expected Module"),
+    (lambda d: bc.extract(d["model"], d["tokenizer"], ["a"], {"k_max": 2}), "extract(config="),
+    (lambda d: bc.ExtractConfig(k_max="5"), "ExtractConfig(k_max=...): expected int, got str"),
+    (lambda d: bc.ExtractConfig(variants="ujv"), "ExtractConfig(variants=...): expected a tuple"),
     (lambda d: bc.MetricConfig(ks=10), "MetricConfig(ks=...): expected a list of ints"),
     (lambda d: bc.Selection(k="10"), "Selection(k=...): expected an int or None, got '10'"),
     (lambda d: bc.Selection(reading=3), "Selection(reading=...): expected a str, got 3"),

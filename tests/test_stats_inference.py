@@ -732,7 +732,7 @@ def test_stats_primary_declared_in_config_yaml_with_effects_and_one_line_errors(
     assert "\n" not in str(error.value)
     bad = copy.deepcopy(config)
     bad["stats"]["power_file"] = str(tmp_path / "none.csv")
-    with pytest.raises(ConfigError, match=r"stats.power_file .*blockcoupling power") as error:
+    with pytest.raises(ConfigError, match=r"stats.power_file .*blockcoupling pilot power") as error:
         check_config(bad, repo)
     assert "\n" not in str(error.value)
     bad["stats"]["primary"] = ["fixed_size_excess_vs_bpb"]

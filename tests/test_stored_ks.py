@@ -10,12 +10,12 @@ import xarray as xr
 from tiny_models import ARCHITECTURES, CharTokenizer
 
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset, token_coupling_dataset
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 
 PROMPTS = ["hello", "abc"]  # 5 and 3 tokens: the second is NaN-padded
 KS = (2, 5)
-FULL = MeasureConfig(k_max=6, token_layers=(2, -1), token_prompts=2)
-REDUCED = MeasureConfig(k_max=6, token_layers=(2, -1), token_prompts=2, stored_ks=KS)
+FULL = ExtractConfig(k_max=6, token_layers=(2, -1), token_prompts=2)
+REDUCED = ExtractConfig(k_max=6, token_layers=(2, -1), token_prompts=2, stored_ks=KS)
 METRICS = MetricConfig(ks=KS)
 
 
@@ -23,7 +23,7 @@ METRICS = MetricConfig(ks=KS)
 def both() -> tuple[dict[str, xr.Dataset], dict[str, xr.Dataset]]:
     model, tokenizer = ARCHITECTURES["llama"](), CharTokenizer()
     return tuple(
-        measure(model, tokenizer, PROMPTS, config, progress=False) for config in (FULL, REDUCED)
+        extract(model, tokenizer, PROMPTS, config, progress=False) for config in (FULL, REDUCED)
     )
 
 
@@ -66,6 +66,6 @@ def test_a_k_not_stored_is_refused(both) -> None:
 
 def test_stored_ks_are_checked() -> None:
     with pytest.raises(ValueError, match="extract.stored_ks"):
-        MeasureConfig(k_max=6, stored_ks=(2, 7))
+        ExtractConfig(k_max=6, stored_ks=(2, 7))
     with pytest.raises(ValueError, match="extract.stored_ks"):
-        MeasureConfig(k_max=6, stored_ks=(5, 2))
+        ExtractConfig(k_max=6, stored_ks=(5, 2))

@@ -9,13 +9,13 @@ import pytest
 import torch
 from tiny_models import ARCHITECTURES, CharTokenizer
 
-from blockcoupling.jacobians import extract
+from blockcoupling.jacobians import extract as extract_module
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig, extract
 from blockcoupling.jacobians.spectral import top_k
 from blockcoupling.jacobians.statistics import cross_stats
 
-CONFIG = MeasureConfig(k_max=4, token_layers=(1, -1), token_prompts=1)
+CONFIG = ExtractConfig(k_max=4, token_layers=(1, -1), token_prompts=1)
 TEXT = "hello"  # 5 tokens
 
 
@@ -42,16 +42,18 @@ def model() -> torch.nn.Module:
 
 def test_one_vjp_batch_per_output_token_and_layer(model, monkeypatch) -> None:
     calls = counted(monkeypatch)
-    held = measure(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
+    held = extract(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
     assert calls["output_token"] == 2 * 5  # layers x output tokens: each batch used once
-    monkeypatch.setattr(extract, "TOKEN_HOLD_BYTES", 0)  # too big to hold: the VJPs again
+    monkeypatch.setattr(extract_module, "TOKEN_HOLD_BYTES", 0)  # too big to hold: the VJPs again
     calls["output_token"] = 0
-    again = measure(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
+    again = extract(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
     assert calls["output_token"] == 2 * 2 * 5
     d = model.config.hidden_size
-    monkeypatch.setattr(extract, "TOKEN_HOLD_BYTES", 6 * d * d * 8)  # t2 = 0, 1 of both layers
+    monkeypatch.setattr(
+        extract_module, "TOKEN_HOLD_BYTES", 6 * d * d * 8
+    )  # t2 = 0, 1 of both layers
     calls["output_token"] = 0
-    part = measure(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
+    part = extract(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
     assert calls["output_token"] == 2 * 5 + 2 * 3  # the groups t2 = 2, 3, 4 again
     for name in held.data_vars:
         assert np.array_equal(held[name].values, again[name].values, equal_nan=True), name
@@ -60,7 +62,7 @@ def test_one_vjp_batch_per_output_token_and_layer(model, monkeypatch) -> None:
 
 def test_fixed_input_matches_the_jvp_jacobians(model) -> None:
     """Fixed input at t1 = 1 against the statistics of forward-mode Jacobians (the old path)."""
-    tokens = measure(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
+    tokens = extract(model, CharTokenizer(), [TEXT], CONFIG, progress=False)["tokens"]
     engine = JacobianEngine(model, dict(CharTokenizer()(TEXT)))
     layer, t1 = 3, 1
     jacs = engine.input_token(layer, t1)[t1:5]  # J_{1 t2}, t2 = 1..4, by JVPs

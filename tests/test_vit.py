@@ -21,7 +21,7 @@ from snakemake.utils import validate
 
 from blockcoupling.jacobians.adapters import adapter_for, architecture_key, blocks_of
 from blockcoupling.jacobians.engine import JacobianEngine
-from blockcoupling.jacobians.extract import MeasureConfig, measure_inputs
+from blockcoupling.jacobians.extract import ExtractConfig, extract_inputs
 from blockcoupling.jacobians.options import PromptText
 from blockcoupling.jacobians.run_mode import eager_attention
 from blockcoupling.pipeline.checks import check_config
@@ -146,7 +146,7 @@ def test_bad_vit_configs_stop_with_one_line(change, message: str) -> None:
 def test_plan_measure_config_and_disabled_sweep() -> None:
     config = _config("config.yaml")
     plan = _checked(config).vit
-    assert plan.measure == MeasureConfig(  # stored at vit.ks; the results read no token overlaps
+    assert plan.measure == ExtractConfig(  # stored at vit.ks; the results read no token overlaps
         k_max=16,
         depth_token=0,
         token_layers=(-1,),
@@ -350,11 +350,11 @@ def test_measurement_is_in_eval_mode_and_restores_training(vit64) -> None:
     model, x = vit64
     items = [PromptText("a", "3", ""), PromptText("b", "4", "")]
     inputs = [{"x": x}, {"x": x.flip(-1)}]
-    config = MeasureConfig(k_max=4, depth_token=0, token_layers=(-1,), token_prompts=1)
-    reference = measure_inputs(model, inputs, items, config, progress=False)
+    config = ExtractConfig(k_max=4, depth_token=0, token_layers=(-1,), token_prompts=1)
+    reference = extract_inputs(model, inputs, items, config, progress=False)
     model.train()  # drop path 0.5 would change every call if it were active
     try:
-        again = measure_inputs(model, inputs, items, config, progress=False)
+        again = extract_inputs(model, inputs, items, config, progress=False)
         assert model.training
     finally:
         model.eval()
@@ -388,8 +388,8 @@ def test_grid_dataset_stacks_coupling_and_accuracy(vit64) -> None:
 
     model, x = vit64
     items = [PromptText("test00000", "3", ""), PromptText("test00001", "4", "")]
-    config = MeasureConfig(k_max=4, depth_token=0, token_layers=(-1,), token_prompts=1)
-    result = measure_inputs(model, [{"x": x}, {"x": x.flip(-1)}], items, config, progress=False)
+    config = ExtractConfig(k_max=4, depth_token=0, token_layers=(-1,), token_prompts=1)
+    result = extract_inputs(model, [{"x": x}, {"x": x.flip(-1)}], items, config, progress=False)
     history = pd.DataFrame(
         {
             "epoch": [1, 2],
@@ -474,9 +474,9 @@ def test_combine_reads_each_point_from_files_that_hold_its_run(vit64, tmp_path: 
 
     model, x = vit64
     items = [PromptText("test00000", "3", "")]
-    config = MeasureConfig(k_max=4, depth_token=0, token_layers=(), token_prompts=0)
+    config = ExtractConfig(k_max=4, depth_token=0, token_layers=(), token_prompts=0)
     run = {"drop_path_rate": 0.1, "weight_decay": 0.05, "seed": 2}
-    result = measure_inputs(model, [{"x": x}], items, config, run, progress=False)
+    result = extract_inputs(model, [{"x": x}], items, config, run, progress=False)
     for kind in ("depth", "tokens"):
         write_netcdf(result[kind], tmp_path / f"{kind}.nc")
     (tmp_path / "history.csv").write_text("epoch,test_accuracy\n1,0.5\n")

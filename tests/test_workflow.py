@@ -295,7 +295,7 @@ def _script_of(rule: str) -> str:
         ("combine_", "combine"),
         ("train_", "train"),
         ("measure_", "measure_run"),
-        ("metrics_", "metrics_run"),
+        ("metrics_", "metrics"),
     )
     for prefix, script in prefixes:
         if rule.startswith(prefix):

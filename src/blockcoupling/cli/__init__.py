@@ -1,14 +1,18 @@
 """The ``blockcoupling`` command: measure one model on a few prompts, check a workflow config.
 
-blockcoupling measure SOURCE "prompt" ["prompt" ...]   coupling of one model beside chance
-blockcoupling check-config FILE [--profile slurm]       validate a config as the workflow does
-blockcoupling plan --configfile FILE                     cost of its jobs (GPU-hours, memory)
-blockcoupling verify results/                            every result against its recorded hash
-blockcoupling fetch REPO REVISION FOLDER                 one hub revision into the hub cache
-blockcoupling claims RESULTS --readme README.md            put a run's claims table in the README
-blockcoupling power PILOT/results/stats/analyses.csv       power of the primary tests (power.csv)
-blockcoupling pilot within|across|power                    pilot runs (seeds 100+) and their power
-blockcoupling docs docs/datasets.md                      the measure registry's table into the docs
+blockcoupling measure SOURCE "prompt" ["prompt" ...]       coupling of one model beside chance
+blockcoupling check-config --configfile FILE [--profile slurm]  validate a config as the workflow
+blockcoupling plan --configfile FILE                       cost of its jobs (GPU-hours, memory)
+blockcoupling verify results/                              every result against its recorded hash
+blockcoupling fetch REPO REVISION FOLDER                   one hub revision into the hub cache
+
+Maintainer commands (they write the project's own files):
+
+blockcoupling claims RESULTS --readme README.md            a run's claims table into the README
+blockcoupling docs docs/datasets.md                        the measure registry's table
+blockcoupling pilot within|across                          pilot runs (seeds 100+)
+blockcoupling pilot power --configfile config.yaml         their power: stats.power_file
+blockcoupling power ANALYSES --out FILE.csv                deprecated: another power estimate
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "check-config":
-            print(check_config_file(args.file, args.workflow_dir, args.profile))
+            from blockcoupling.cli.parser import configfiles
+
+            print(check_config_file(configfiles(args), args.workflow_dir, args.profile))
         elif args.command == "claims":
             print(render_claims(args.results, args.readme))
         elif args.command == "docs":

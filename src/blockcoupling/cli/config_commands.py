@@ -44,17 +44,40 @@ def read_config(file: Path) -> dict[str, Any]:
     return config
 
 
-def load_plan(file: Path, workflow_dir: Path | None = None, check_memory: bool = True) -> Any:
-    """The workflow's ``Plan`` of a config file: schema defaults and every check applied."""
+def layered(files: list[Path]) -> dict[str, Any]:
+    """Config files merged in order by Snakemake's own merge, as ``--configfile`` layers them
+    (later keys win, nested sections merged); a file that does not read is one error naming it
+    (``read_config``).
+    """
+    from snakemake.utils import update_config
+
+    config: dict[str, Any] = {}
+    for file in files:
+        update_config(config, read_config(Path(file)))
+    return config
+
+
+def describe(files: list[Path]) -> str:
+    """The config files as a message names them."""
+    return " + ".join(map(str, files))
+
+
+def load_plan(
+    files: Path | list[Path], workflow_dir: Path | None = None, check_memory: bool = True
+) -> Any:
+    """The workflow's ``Plan`` of a config file, or of several layered as ``--configfile``
+    layers them: schema defaults and every check applied.
+    """
     from blockcoupling.pipeline.checks import check_config
     from blockcoupling.pipeline.schema_check import validate_config
 
+    files = [files] if isinstance(files, (str, Path)) else list(files)
     folder = _workflow_dir(workflow_dir)
-    config = read_config(file)
+    config = layered(files)
     try:
         validate_config(config, folder / "schemas" / "config.schema.yaml")
     except ValueError as error:
-        raise ValueError(f"{file}: {error}") from None
+        raise ValueError(f"{describe(files)}: {error}") from None
     return check_config(config, folder, check_memory)
 
 
@@ -76,14 +99,15 @@ def check_slurm(plan: Any) -> str:
 
 
 def check_config_file(
-    file: Path, workflow_dir: Path | None = None, profile: str | None = None
+    files: Path | list[Path], workflow_dir: Path | None = None, profile: str | None = None
 ) -> str:
-    """Validate a config file as the workflow does; return a one-paragraph summary and a line
-    per warning (K above d/8).
+    """Validate a config file (or several, layered) as the workflow does; return a
+    one-paragraph summary and a line per warning (K above d/8).
     """
     from blockcoupling.pipeline.k_warnings import k_warnings
 
-    plan = load_plan(file, workflow_dir)
+    files = [files] if isinstance(files, (str, Path)) else list(files)
+    plan = load_plan(files, workflow_dir)
     jobs = sum(
         len(e.measured_steps) * (len(plan.shards(name)) + len(plan.token_jobs(name)))
         for name, e in plan.models.items()
@@ -96,7 +120,7 @@ def check_config_file(
         else ""
     )
     return (
-        f"{file}: ok. {len(plan.models)} models ({len(plan.cross_model)} cross-model, "
+        f"{describe(files)}: ok. {len(plan.models)} models ({len(plan.cross_model)} cross-model, "
         f"{len(plan.checkpoint_models)} checkpoint suites), {jobs} extract jobs, "
         f"{len(plan.train_runs)} training runs, prompt set {plan.prompt_set!r}, statistics at "
         + ", ".join(f"{k}={v}" for k, v in plan.selection.items())
@@ -110,6 +134,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
     """The cost table of a config's extract/evaluate jobs, and whether every GPU job fits."""
     from dataclasses import replace
 
+    from blockcoupling.cli.parser import configfiles
     from blockcoupling.pipeline import budget, cost, hub_volume, plan_table, slurm_sizing
 
     if args.gpu_tflops is not None and not 0 < args.gpu_tflops < float("inf"):
@@ -131,7 +156,8 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
                 f"--time-limit {args.time_limit!r}: {error}; give a positive limit: minutes, "
                 "HH:MM:SS or D-HH:MM:SS"
             ) from None
-    plan = load_plan(args.configfile, args.workflow_dir, check_memory=False)
+    files = configfiles(args)
+    plan = load_plan(files, args.workflow_dir, check_memory=False)
     uncosted = [n for n, e in plan.models.items() if cost.shape_of(e.meta, e.load) is None]
     if uncosted:
         raise ValueError(
@@ -175,7 +201,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         )
         frame.to_csv(args.csv, index=False)
     header = (
-        f"{args.configfile}: {len(plan.models)} models, {plan.n_prompts} prompts, "
+        f"{describe(files)}: {len(plan.models)} models, {plan.n_prompts} prompts, "
         f"max_tokens {plan.measure.max_tokens} (null counts as "
         f"{cost.DEFAULT_TOKENS})"
     )

@@ -74,7 +74,7 @@ def measured(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     from blockcoupling.coupling.finite import require_rank
     from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
     from blockcoupling.files.io import provenance
-    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.jacobians.extract import ExtractConfig, extract
     from blockcoupling.runtime.device import resolve_device
 
     if args.threads:
@@ -85,20 +85,20 @@ def measured(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     except ValueError as error:
         raise ValueError(f"--{error}; give --device cpu or auto") from None  # "--device 'x'..."
     if args.random_twin:
-        model, tokenizer = api.random_twin(source, args.seed, args.dtype, args.device)
+        model, tokenizer = api.load_random_twin(source, args.seed, args.dtype, args.device)
     else:
         model, tokenizer = api.load_model(source, args.dtype, args.device)
     width = getattr(getattr(model, "config", None), "hidden_size", None)
     if isinstance(width, int) and args.k > width:
         raise ValueError(f"--k {args.k} exceeds the model's hidden size {width}; give --k {width}")
-    config = MeasureConfig(
+    config = ExtractConfig(
         k_max=args.k,
         max_tokens=args.max_tokens,
         variants=(args.variant,),
         allow_full_sequence=args.allow_full_sequence,
     )
     attrs = provenance(model=source.describe(), random_twin=args.random_twin, seed=args.seed)
-    depth = measure(model, tokenizer, args.prompts, config, attrs=attrs)["depth"]
+    depth = extract(model, tokenizer, args.prompts, config, attrs=attrs)["depth"]
     width = int(depth.attrs.get("hidden_size", width or depth.sizes["rank"]))
     require_rank(depth["singular_values"], args.k, width, source.describe())
     metrics = coupling_dataset(depth, MetricConfig(ks=(args.k,), readings=(args.reading,)))

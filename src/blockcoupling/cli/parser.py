@@ -1,8 +1,16 @@
-"""The ``blockcoupling`` command line: every subcommand and its options."""
+"""The ``blockcoupling`` command line: every subcommand and its options.
+
+User commands are listed in ``--help``; the maintainer commands, which write the project's own
+files (README, docs, the pilot and its power table), are listed apart in its epilog. A config
+file is given one way on every command that reads one: ``--configfile FILE [FILE ...]``, layered
+as Snakemake layers them; the older forms (``check-config FILE``, ``--config``) still work, with
+a deprecation line (``configfiles``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 SOURCE_HELP = (
@@ -13,13 +21,70 @@ SOURCE_HELP = (
 )
 
 
+MAINTAINER = {  # command -> its line in --help's epilog (no entry in the user list)
+    "claims": "render a run's claims table into the README",
+    "docs": "render the measure registry's table into docs/datasets.md",
+    "pilot": "pilot runs (seeds 100+) and their power: writes resources/power.csv",
+    "power": "deprecated: a power estimate from a pilot workflow run's analyses.csv",
+}
+EPILOG = "maintainer commands (they write the project's own files):\n" + "\n".join(
+    f"  {name:<14}{line}" for name, line in MAINTAINER.items()
+)
+
+
+def add_configfile(parser: argparse.ArgumentParser, what: str, default: list[Path] | None) -> None:
+    """``--configfile FILE [FILE ...]`` (Snakemake's flag; later files win, nested sections
+    merged) and the deprecated ``--config`` spelling of it.
+    """
+    parser.add_argument(
+        "--configfile",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help=f"{what}; several are layered as snakemake --configfile layers them"
+        + (f" (default {' '.join(map(str, default))})" if default else ""),
+    )
+    parser.add_argument(
+        "--config", type=Path, nargs="+", default=None, dest="old_config", help=argparse.SUPPRESS
+    )
+    parser.set_defaults(configfile_default=default)
+
+
+def configfiles(args: argparse.Namespace) -> list[Path]:
+    """The config files of a command: ``--configfile``, else a deprecated spelling (``--config``,
+    ``check-config FILE``; one line on stderr saying so), else the command's default; none is
+    a one-line error naming the flag.
+    """
+    old = getattr(args, "old_config", None) or (
+        [args.file] if getattr(args, "file", None) else None
+    )
+    if args.configfile and old:
+        raise ValueError("give the config once, as --configfile FILE [FILE ...]")
+    if old:
+        form = "FILE" if getattr(args, "file", None) else "--config FILE"
+        print(
+            f"blockcoupling {args.command}: {form} is deprecated; use --configfile FILE",
+            file=sys.stderr,
+        )
+        return list(old)
+    files = args.configfile or args.configfile_default
+    if not files:
+        raise ValueError("no config: give --configfile FILE [FILE ...]")
+    return list(files)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand (``blockcoupling --help``)."""
     parser = argparse.ArgumentParser(
         prog="blockcoupling",
         description="Transformer block coupling: measure a model, check a workflow config.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", title="commands"
+    )
     measure = commands.add_parser(
         "measure",
         help="block coupling of one model on a few prompts, beside its chance level",
@@ -64,9 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check-config",
         help="validate a workflow config (schema and every cross-field check), no job run",
-        description="Validate FILE alone as `snakemake --configfile FILE` would, before any job.",
+        description=(
+            "Validate a config as `snakemake --configfile FILE [FILE ...]` would, before any job."
+        ),
     )
-    check.add_argument("file", metavar="FILE", type=Path, help="a config YAML file")
+    add_configfile(check, "the config YAML file(s)", None)
+    check.add_argument(
+        "file", metavar="FILE", type=Path, nargs="?", default=None, help=argparse.SUPPRESS
+    )
     check.add_argument(
         "--workflow-dir",
         type=Path,
@@ -90,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
             "blockcoupling.pipeline.cost (CPU calibrated on a 2-core machine; GPU on an H200)."
         ),
     )
-    plan.add_argument("--configfile", type=Path, required=True, metavar="FILE", help="config")
+    add_configfile(plan, "the config YAML file(s)", None)
     plan.add_argument(
         "--gpu-tflops", type=float, default=None, help="achieved float32 TFLOP/s of your GPUs"
     )
@@ -108,7 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
         "it as the workflow does on Slurm, and each job's requested runtime",
     )
     plan.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
-    plan.add_argument("--workflow-dir", type=Path, default=None, help="as for check-config")
+    plan.add_argument(
+        "--workflow-dir",
+        type=Path,
+        default=None,
+        help="the workflow's folder (schemas/, resources/); default: found from this package",
+    )
     fetch = commands.add_parser(
         "fetch",
         help="fetch one hub model revision into its folder of the hub cache, with its manifest",
@@ -137,7 +212,6 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("folder", metavar="FOLDER", type=Path, help="a results folder")
     claims = commands.add_parser(
         "claims",
-        help="render a run's claims table into the README",
         description=(
             "Replace the README's block between <!-- claims:start --> and <!-- claims:end --> "
             "with RESULTS/stats/claims.md, as the run wrote it (stamped with its commit)."
@@ -147,25 +221,20 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--readme", type=Path, required=True, metavar="FILE", help="README")
     power = commands.add_parser(
         "power",
-        help="power of each declared primary test from a pilot run: writes resources/power.csv",
         description=(
-            "Power of each primary test of a config (stats.primary) at its declared effect, "
-            "from a pilot run's analysis table, before the run that tests it; writes the "
-            "table the claims read (config stats.power_file). Each test is a t statistic whose "
-            "standard error comes from the pilot's interval, scaled to the design's n; power by "
-            "a seeded simulation of the noncentral t at Holm's first threshold "
-            "(blockcoupling.stats.power). Rows say the n that would reach 80%."
+            "Deprecated: the config's stats.power_file is written by `blockcoupling pilot "
+            "power` alone (the verdict's rule on the pilot runs). This estimate, from a pilot "
+            "workflow run's analysis table, treats each test as a t statistic whose standard "
+            "error comes from the pilot's interval, scaled to the design's n; power by a "
+            "seeded simulation of the noncentral t at Holm's first threshold "
+            "(blockcoupling.stats.power). Rows say the n that would reach 80%. It writes "
+            "--out, never the config's stats.power_file."
         ),
     )
     power.add_argument(
         "pilot", type=Path, metavar="ANALYSES", help="PILOT/results/stats/analyses.csv"
     )
-    power.add_argument(
-        "--config",
-        type=Path,
-        default=Path("config.yaml"),
-        help="the config declaring the tests (default config.yaml)",
-    )
+    add_configfile(power, "the config(s) declaring the tests", [Path("config.yaml")])
     power.add_argument(
         "--n",
         action="append",
@@ -184,14 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     power.add_argument(
         "--out",
         type=Path,
-        default=Path("resources/power.csv"),
+        required=True,
         metavar="FILE.csv",
-        help="where to write the table (default resources/power.csv, config stats.power_file)",
+        help="where to write the table (not the config's stats.power_file: pilot power's)",
     )
     power.add_argument("--seed", type=int, default=0, help="seed of the simulation")
     pilot = commands.add_parser(
         "pilot",
-        help="pilot runs for the primary tests (seeds 100+) and their power: resources/power.csv",
         description=(
             "within / across: train small GPT-NeoX runs on seeds disjoint from the run's and "
             "measure them in this process (resources/pilot_within.csv, pilot_across.csv; "
@@ -201,17 +269,24 @@ def build_parser() -> argparse.ArgumentParser:
             "design (blockcoupling.stats.pilot_power), into its stats.power_file."
         ),
     )
-    pilot.add_argument("design", choices=("within", "across", "power"))
     pilot.add_argument(
-        "--config",
-        type=Path,
-        nargs="+",
-        default=[Path("config.yaml")],
-        metavar="FILE",
-        help="power: the declaring config, layered as --configfile layers them",
+        "design",
+        choices=("within", "across", "power"),
+        help="within: checkpoint suites; across: runs across data fractions; power: the table",
     )
-    pilot.add_argument("--within", type=Path, default=Path("resources/pilot_within.csv"))
-    pilot.add_argument("--across", type=Path, default=Path("resources/pilot_across.csv"))
+    add_configfile(pilot, "power: the config(s) declaring the tests", [Path("config.yaml")])
+    pilot.add_argument(
+        "--within",
+        type=Path,
+        default=Path("resources/pilot_within.csv"),
+        help="power: the within pilot's table (default resources/pilot_within.csv)",
+    )
+    pilot.add_argument(
+        "--across",
+        type=Path,
+        default=Path("resources/pilot_across.csv"),
+        help="power: the across pilot's table (default resources/pilot_across.csv)",
+    )
     pilot.add_argument("--seed", type=int, default=0, help="power: seed of the simulation")
     pilot.add_argument(
         "--seeds", type=int, nargs="+", default=None, help="within/across: the runs' seeds"
@@ -222,14 +297,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("results/prompts/default.jsonl"),
         help="within/across: the prompts (a default run's)",
     )
-    pilot.add_argument("--out", type=Path, default=None, metavar="FILE.csv")
-    pilot.add_argument("--work", type=Path, default=None, help="training folder (a temp dir)")
+    pilot.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE.csv",
+        help="where to write (default: within/across resources/pilot_DESIGN.csv; power the "
+        "config's stats.power_file)",
+    )
+    pilot.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="within/across: the training folder (default a new temp folder)",
+    )
     pilot.add_argument(
         "--data-fraction", type=float, default=None, help="every run at this data fraction"
     )
     docs = commands.add_parser(
         "docs",
-        help="render the measure registry's table into the docs",
         description=(
             "Replace FILE's block between <!-- measures:start --> and <!-- measures:end --> with "
             "the table of every registered per-pair measure (blockcoupling.coupling.registry)."

@@ -114,20 +114,6 @@ def design_steps(config: dict[str, Any]) -> list[int]:
     return list(config["train"]["grids"]["emergence"]["base"]["checkpoint_steps"])
 
 
-def layered(files: list[Path]) -> dict[str, Any]:
-    """Config files merged in order by Snakemake's own merge, as ``--configfile`` layers them
-    (later keys win, nested sections merged).
-    """
-    from snakemake.utils import update_config
-
-    from blockcoupling.cli.config_commands import read_config
-
-    config: dict[str, Any] = {}
-    for file in files:
-        update_config(config, read_config(Path(file)))
-    return config
-
-
 def pilot_table(path: Path, columns: list[str]) -> pd.DataFrame:
     """A pilot CSV whose ``columns`` are present and finite, or a one-line ValueError naming the
     file and the column (a NaN would give a NaN power, or count fewer units, without a word).
@@ -162,14 +148,16 @@ def write_power(args: argparse.Namespace) -> str:
     """``pilot power``: the power table of the declared primaries from the two pilot tables,
     written to ``--out`` (default: the config's ``stats.power_file``); returns it as text.
     """
+    from blockcoupling.cli.config_commands import layered
+    from blockcoupling.cli.parser import configfiles
     from blockcoupling.stats.pilot_power import pilot_units, power_table
 
-    config = layered(args.config)
-    files = " ".join(map(str, args.config))
+    config = layered(configfiles(args))
+    files = " ".join(map(str, configfiles(args)))
     stats = config.get("stats") if isinstance(config.get("stats"), dict) else {}
     primary = stats.get("primary")
     if not isinstance(primary, dict) or not primary:
-        raise ValueError(f"{files}: no stats.primary tests declared; give --config FILE")
+        raise ValueError(f"{files}: no stats.primary tests declared; give --configfile FILE")
     try:
         k, steps = int(stats["k"]), design_steps(config)
     except (KeyError, TypeError, ValueError) as error:
@@ -215,7 +203,7 @@ def run_pilot(args: argparse.Namespace) -> str:
     blas.route_if_pinned()
     import torch
 
-    from blockcoupling.jacobians.extract import MeasureConfig, measure
+    from blockcoupling.jacobians.extract import ExtractConfig, extract
     from blockcoupling.lm import prompts as prompt_io
     from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin
     from blockcoupling.lm.sources import parse_source
@@ -224,7 +212,7 @@ def run_pilot(args: argparse.Namespace) -> str:
     torch.set_num_threads(1)
     items = prompt_io.read_jsonl(args.prompts)
     tokens_on = args.design == "across"
-    config = MeasureConfig(
+    config = ExtractConfig(
         k_max=max(KS),
         variants=("ujv",),
         max_tokens=16,
@@ -250,12 +238,12 @@ def run_pilot(args: argparse.Namespace) -> str:
         for step in steps:
             source = parse_source({"path": str(work / run / f"step{step}")})
             model, tok = load_model(source, LoadOptions(device="cpu"))
-            data = measure(model, tok, items, config, progress=False)
+            data = extract(model, tok, items, config, progress=False)
             row = summarize(data["depth"], data.get("tokens") if tokens_on else None)
             if tokens_on and twin is None:
                 # the run's own twin (its seed), as random_init.per_run gives each run
                 model, tok = load_random_twin(source, spec["seed"], LoadOptions(device="cpu"))
-                tw = measure(model, tok, items, config, progress=False)
+                tw = extract(model, tok, items, config, progress=False)
                 twin = summarize(tw["depth"], tw.get("tokens"))
                 row |= {f"twin_{k}": v for k, v in twin.items()}
             rows.append(

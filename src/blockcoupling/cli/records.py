@@ -29,17 +29,34 @@ def render_claims(results: Path, readme: Path) -> str:
 
 
 def power_table(args: argparse.Namespace) -> str:
-    """Write the power table of the config's primary tests from the pilot to ``--out``; return
-    it as text.
+    """Deprecated ``power``: the power table of the config's primary tests from a pilot
+    workflow run's analyses, written to ``--out`` (never the config's ``stats.power_file``,
+    which ``pilot power`` alone writes); return it as text.
     """
     import pandas as pd
 
-    from blockcoupling.cli.config_commands import read_config
+    from blockcoupling.cli.config_commands import describe, layered
+    from blockcoupling.cli.parser import configfiles
     from blockcoupling.stats.power import keep_other_rows, pilot_power
 
-    primary = (read_config(args.config).get("stats") or {}).get("primary")
+    print(
+        "blockcoupling power: deprecated; the config's stats.power_file is written by "
+        "blockcoupling pilot power",
+        file=sys.stderr,
+    )
+    files = configfiles(args)
+    config = layered(files)
+    primary = (config.get("stats") or {}).get("primary")
     if not isinstance(primary, dict) or not primary:
-        raise ValueError(f"{args.config}: no stats.primary tests declared; give --config FILE")
+        raise ValueError(
+            f"{describe(files)}: no stats.primary tests declared; give --configfile FILE"
+        )
+    power_file = Path((config.get("stats") or {}).get("power_file") or "resources/power.csv")
+    if args.out.resolve() == power_file.resolve():
+        raise ValueError(
+            f"--out {args.out} is the config's stats.power_file, which blockcoupling pilot "
+            "power writes (the verdict's rule on the pilot runs); name another file"
+        )
     design = {}
     for item in args.n:
         key, _, value = item.partition("=")

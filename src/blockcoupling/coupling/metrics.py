@@ -6,7 +6,7 @@ Jacobians, and the analysis environment needs no torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,20 +35,50 @@ class _MetricFields(NamedTuple):
 
 
 class MetricConfig(_MetricFields):
-    """Which m_K values to compute from the statistics: the K list, readings, norms, p, and
-    the null's draws and seed. Checked when built; a tuple, so that the metrics rule re-runs
-    when it changes (Snakemake compares only builtin params).
+    """Which m_K values ``coupling_dataset`` computes from the extracted statistics.
+
+    Checked when built (a one-line ValueError naming the key). A tuple, so that the metrics
+    rule re-runs when it changes (Snakemake compares only builtin params).
+
+    Parameters
+    ----------
+    ks : tuple of int
+        The K list of m_K; each K at most the extraction's ``k_max``.
+    readings : tuple of str
+        m_K readings: ``authors`` (the paper's) and/or ``offdiag``.
+    norms : tuple of str
+        Norms of m_K: ``p`` (the Schatten p-norm, ``p`` below) and/or ``trace``.
+    p : float
+        The Schatten p of the ``p`` norm.
+    null_draws : int
+        Haar-random bases of the spectrum-matched chance level (at least 2).
+    null_seed : int
+        Seed of those draws.
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> config = bc.MetricConfig(ks=(10,), readings=("authors",))
+    >>> config.at((4, 10)).ks
+    (4, 10)
     """
 
     __slots__ = ()
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> MetricConfig:
-        """Built as a NamedTuple, then checked (one-line ValueError naming the key)."""
-        self = super().__new__(cls, *args, **kwargs)
+    def __init__(
+        self,
+        ks: tuple[int, ...] = (10, 30, 50),
+        readings: tuple[str, ...] = READINGS,
+        norms: tuple[str, ...] = NORMS,
+        p: float = 2.0,
+        null_draws: int = NULL_DRAWS,
+        null_seed: int = NULL_SEED,
+    ) -> None:
+        """Check the fields the tuple was built with (one-line errors naming the key)."""
+        for key in ("ks", "readings", "norms"):
+            if not isinstance(getattr(self, key), tuple):
+                raise TypeError(f"metrics.{key} must be a tuple, got {getattr(self, key)!r}")
         expect_ints(self.ks, "MetricConfig(ks=...)")
-        for key in ("readings", "norms"):
-            if isinstance(getattr(self, key), str):
-                raise TypeError(f"MetricConfig({key}=...): expected a tuple of names, got a str")
         expect(self.p, (int, float), "MetricConfig(p=...)")
         expect(self.null_draws, int, "MetricConfig(null_draws=...)")
         expect(self.null_seed, int, "MetricConfig(null_seed=...)")
@@ -60,11 +90,32 @@ class MetricConfig(_MetricFields):
             raise ValueError(f"metrics.ks must be a non-empty list of K >= 1, got {list(self.ks)}")
         if self.null_draws < 2:
             raise ValueError(f"metrics.null_draws must be at least 2, got {self.null_draws}")
-        return self
+
+    def at(self, ks: int | Sequence[int]) -> MetricConfig:
+        """The same settings for another K list (checked).
+
+        Parameters
+        ----------
+        ks : int or sequence of int
+            The new K list (one K: a list of one).
+
+        Returns
+        -------
+        MetricConfig
+            A copy with ``ks`` replaced; this object is unchanged.
+        """
+        return MetricConfig(**{**self._asdict(), "ks": (ks,) if isinstance(ks, int) else tuple(ks)})
 
     def at_ks(self, ks: tuple[int, ...]) -> MetricConfig:
-        """The same settings for another K list (checked)."""
-        return MetricConfig(**{**self._asdict(), "ks": tuple(ks)})
+        """Deprecated: ``at`` (one name for changing K on every config type)."""
+        import warnings
+
+        warnings.warn(
+            "MetricConfig.at_ks is renamed at; the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.at(ks)
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> MetricConfig:
@@ -242,17 +293,38 @@ def _of_model(dataset: xr.Dataset) -> str:
 
 
 def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -> xr.Dataset:
-    """Every registered per-pair measure (``coupling.registry.MEASURES``) of the depth family, its
-    null, the effective rank of every Jacobian, and the per-prompt summaries over block pairs.
+    """The coupling measures of the depth family, from the statistics ``extract`` returned.
 
-    ``depth_mis`` is raw m_K; ``depth_null``/``depth_null_se (reading, norm, k, prompt, layer)``
-    its spectrum-matched null for J^layer; ``depth_excess`` = null - m_K; ``depth_overlap_u/_v
-    (k, prompt, layer, layer_ref)``; ``effective_rank (prompt, layer)`` = (sum s^2)^2 / sum s^4.
-    Summaries (per reading, norm, k, variant, prompt as they apply): ``coupling`` = minus the
-    mean of ``depth_mis`` over l != l' and ``coupling_null`` the same of the null (what
-    ``coupling`` is at chance), ``adjacent_coupling`` over |l - l'| = 1, ``coupling_excess`` and
-    ``adjacent_excess`` the mean excess, ``overlap_u``/``overlap_v`` the mean overlap over
-    l != l', and ``overlap_null (k)`` = K/d.
+    Every registered per-pair measure (``coupling.registry.MEASURES``), its chance level, the
+    effective rank of every Jacobian, and the per-prompt summaries over block pairs.
+
+    Parameters
+    ----------
+    depth : xarray.Dataset
+        ``extract(...)["depth"]`` (or a workflow's ``results/extract/MODEL/STEP/depth.nc``).
+    config : MetricConfig
+        The K list, readings, norms and the chance level's draws.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``depth_mis`` raw m_K ``(reading, norm, k, variant, prompt, layer, layer_ref)``;
+        ``depth_null``/``depth_null_se (reading, norm, k, prompt, layer)`` its spectrum-matched
+        null for J^layer; ``depth_excess`` = null - m_K; ``depth_overlap_u/_v (k, prompt, layer,
+        layer_ref)``; ``effective_rank (prompt, layer)`` = (sum s^2)^2 / sum s^4. Summaries (per
+        reading, norm, k, variant, prompt as they apply): ``coupling`` = minus the mean of
+        ``depth_mis`` over l != l' and ``coupling_null`` the same of the null (what ``coupling``
+        is at chance), ``adjacent_coupling`` over |l - l'| = 1, ``coupling_excess`` and
+        ``adjacent_excess`` the mean excess, ``overlap_u``/``overlap_v`` the mean overlap over
+        l != l', and ``overlap_null (k)`` = K/d. All dimensionless.
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> config = bc.ExtractConfig(k_max=10)
+    >>> data = bc.extract(model, tokenizer, ["2 + 2 ="], config)  # doctest: +SKIP
+    >>> coupling = bc.coupling_dataset(data["depth"], bc.MetricConfig(ks=(10,)))  # doctest: +SKIP
+    >>> float(coupling["coupling_excess"].mean())  # doctest: +SKIP
     """
     expect_dataset(depth, "depth", "coupling_dataset(depth=...)")
     expect(config, MetricConfig, "coupling_dataset(config=...)")

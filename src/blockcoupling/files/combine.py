@@ -89,9 +89,35 @@ def _check_parts(parts: Any, name: Any, along: Any, meta: Any) -> None:
 def combine(
     parts: dict[tuple[str, str], xr.Dataset], name: str, along: str, meta: dict[str, dict[str, Any]]
 ) -> xr.Dataset:
-    """``parts``: ``(model, step) -> dataset``; ``along``: ``init`` (step final/random) or ``step``
-    (checkpoint ints). Outer join: NaN where a model has fewer layers or a prompt fewer tokens.
-    Model metadata (docs/datasets.md) become coords along ``model``.
+    """One dataset of several models' and steps' datasets, as the workflow's combine rule
+    writes ``results/combined/``.
+
+    Outer join: NaN where a model has fewer layers or a prompt fewer tokens.
+
+    Parameters
+    ----------
+    parts : dict of (str, str) to xarray.Dataset
+        ``(model, step) -> dataset``; step ``final``/``random`` along ``init``, checkpoint ints
+        along ``step``.
+    name : str
+        Which dataset the parts are, one of ``NAMES`` (``coupling``, ``tokens``,
+        ``trajectories``, ``spectra``, ``evaluation``).
+    along : str
+        ``init`` (steps final/random) or ``step`` (checkpoint ints).
+    meta : dict of str to dict
+        Each model's metadata (``d_model``, ``n_layers``, ``family``, ...: docs/datasets.md),
+        made coords along ``model``.
+
+    Returns
+    -------
+    xarray.Dataset
+        The parts with dims ``model`` and ``along`` in front.
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> parts = {("m", "final"): trained, ("m", "random"): twin}  # doctest: +SKIP
+    >>> bc.combine(parts, "coupling", "init", {"m": {"d_model": 576}})  # doctest: +SKIP
     """
     _check_parts(parts, name, along, meta)
     per_model: dict[str, list[xr.Dataset]] = {}

@@ -138,12 +138,30 @@ def replace_marked_block(text: str, source: str | Path, start: str, end: str, bo
 
 
 def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
-    """Write ``dataset`` to NetCDF (zlib-compressed) atomically, labelled CF-style (``cf.label``:
-    ``long_name`` and ``units`` on every variable and coordinate, ``Conventions``) and with its
-    provenance (the versions and git commit, where the dataset does not carry those of the job
-    that computed it). Encodings inherited from files the data was read from are dropped: a
-    string coord read with 8 characters and concatenated with longer ones would otherwise be
-    written truncated to 8.
+    """Write a dataset to NetCDF as the workflow does, atomically.
+
+    zlib-compressed, labelled CF-style (``cf.label``: ``long_name`` and ``units`` on every
+    variable and coordinate, ``Conventions``) and with its provenance (the versions and git
+    commit, where the dataset does not carry those of the job that computed it). Encodings
+    inherited from files the data was read from are dropped: a string coord read with 8
+    characters and concatenated with longer ones would otherwise be written truncated to 8.
+
+    Parameters
+    ----------
+    dataset : xarray.Dataset
+        What to write.
+    path : str or pathlib.Path
+        The file (its folder is created).
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> bc.write_netcdf(coupling, "coupling.nc")  # doctest: +SKIP
     """
     expect(dataset, xr.Dataset, "write_netcdf(dataset=...)")
     expect_path(path, "write_netcdf(path=...)")
@@ -174,8 +192,25 @@ def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
 
 
 def read_netcdf(path: str | Path) -> xr.Dataset:
-    """Open a dataset fully into memory (the file is closed afterwards); a file that cannot be
-    read (truncated by a killed run, say) is one error naming it and the remedy.
+    """A NetCDF dataset read fully into memory (the file is closed afterwards).
+
+    A file that cannot be read (truncated by a killed run, say) is one error naming it and the
+    remedy.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+
+    Returns
+    -------
+    xarray.Dataset
+        Its contents, loaded.
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> coupling = bc.read_netcdf("results/combined/coupling.nc")  # doctest: +SKIP
     """
     expect_path(path, "read_netcdf(path=...)")
     try:

@@ -160,11 +160,26 @@ def _missing(root: Path) -> Iterator[Path]:
 
 
 def verify(root: str | Path) -> list[str]:
-    """One line per problem of ``root`` (a results folder): a symlink, a leftover temp file, a
-    file with no record, an unreadable record, a file that differs from its record or does not
-    open as its type, a recorded file that is gone, and against the run record: a record it
-    does not list or lists with another hash, a file it lists whose record is gone too (deleted
-    together), or a run record that does not read; empty when all hold.
+    """Check a results folder against the content hash each job recorded.
+
+    Parameters
+    ----------
+    root : str or pathlib.Path
+        A workflow's ``results/`` folder.
+
+    Returns
+    -------
+    list of str
+        One line per problem, empty when all hold: a symlink, a leftover temp file, a file
+        with no record, an unreadable record, a file that differs from its record or does not
+        open as its type, a recorded file that is gone, and against the run record: a record
+        it does not list or lists with another hash, a file it lists whose record is gone too
+        (deleted together), or a run record that does not read.
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> bc.verify("results") or "every file matches its record"  # doctest: +SKIP
     """
     expect_path(root, "verify(root=...)")
     root = Path(root)

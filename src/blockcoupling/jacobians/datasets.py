@@ -16,7 +16,7 @@ import xarray as xr
 
 from blockcoupling.coupling.formulas import READINGS, reduced_stats
 from blockcoupling.jacobians import trajectories
-from blockcoupling.jacobians.options import MeasureConfig, PromptText
+from blockcoupling.jacobians.options import ExtractConfig, PromptText
 
 
 @dataclass
@@ -70,7 +70,7 @@ NUMERATOR2_DESCRIPTION = (
 )
 
 
-def _k_coords(config: MeasureConfig) -> dict[str, Any]:
+def _k_coords(config: ExtractConfig) -> dict[str, Any]:
     """The ``rank`` coord (``k_max``) and the ``k`` coord of the stored statistics (every K up to
     ``k_max``, or ``stored_ks``), with ``variant`` and, when reduced, ``reading``.
     """
@@ -141,7 +141,7 @@ def depth_dataset(
     results: list[DepthResult],
     prompt_coords: dict[str, Any],
     positions: list[int],
-    config: MeasureConfig,
+    config: ExtractConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
     """The ``depth`` dataset: ``singular_values (prompt, layer, rank)``, ``depth_diag`` and
@@ -199,7 +199,7 @@ def depth_dataset(
 def spectra_dataset(
     results: list[DepthResult], prompt_coords: dict[str, Any], attrs: dict[str, Any]
 ) -> xr.Dataset:
-    """Full spectra of the prompts that have one (``MeasureConfig.spectra_prompts``)."""
+    """Full spectra of the prompts that have one (``ExtractConfig.spectra_prompts``)."""
     keep = [i for i, r in enumerate(results) if r.spectrum is not None]
     coords = {
         name: (value[0], [value[1][i] for i in keep])
@@ -230,7 +230,7 @@ def tokens_dataset(
     items: list[PromptText],
     lengths: list[int],
     layers: list[int],
-    config: MeasureConfig,
+    config: ExtractConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
     """The ``tokens`` dataset: ``singular_values (prompt, layer, token_in, token_out, rank)`` and
@@ -291,14 +291,14 @@ def tokens_dataset(
         **_k_coords(config),
     }
     if not config.token_bases:
-        attrs = {**attrs, "token_bases": "not stored (MeasureConfig.token_bases false)"}
+        attrs = {**attrs, "token_bases": "not stored (ExtractConfig.token_bases false)"}
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
 def trajectory_dataset(
     all_states: list[np.ndarray],
     prompt_coords: dict[str, Any],
-    config: MeasureConfig,
+    config: ExtractConfig,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
     """The ``trajectories`` dataset: ``lss``, ``expodistance``, ``spacing_cv (prompt, token)``,

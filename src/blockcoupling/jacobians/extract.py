@@ -1,9 +1,9 @@
-"""The one-call API: ``measure(model, tokenizer, prompts)`` -> xarray datasets (docs/datasets.md).
+"""The one-call API: ``extract(model, tokenizer, prompts)`` -> xarray datasets (docs/datasets.md).
 
 Shared by the workflow's rules and by notebooks. Per prompt: one recorded forward pass, the
 depth-wise Jacobians ``J^l_{tt}`` at the depth token for every block, optionally every
 ``J^l_{t1 t2}`` at the token layers, their SVDs, the exact coupling statistics of every pair, and
-the trajectory metrics of every token. ``measure_inputs`` is the same for any model inputs (image
+the trajectory metrics of every token. ``extract_inputs`` is the same for any model inputs (image
 models); ``metrics.coupling_dataset`` then turns statistics into m_K.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
@@ -41,7 +42,7 @@ from blockcoupling.jacobians.engine import (
     log,
 )
 from blockcoupling.jacobians.gram import gram_top_k
-from blockcoupling.jacobians.options import MeasureConfig, PromptText
+from blockcoupling.jacobians.options import ExtractConfig, PromptText
 from blockcoupling.jacobians.run_mode import eager_attention, eval_mode, matmul_precision
 from blockcoupling.jacobians.spectral import SVD, singular_values, svd, top_k
 from blockcoupling.jacobians.statistics import (
@@ -51,7 +52,7 @@ from blockcoupling.jacobians.statistics import (
 )
 from blockcoupling.runtime.progress import track
 
-__all__ = ["MeasureConfig", "PromptText", "as_prompts", "measure", "measure_inputs"]
+__all__ = ["ExtractConfig", "PromptText", "as_prompts", "extract", "extract_inputs"]
 
 
 def _field(prompt: Any, key: str, default: Any) -> Any:
@@ -145,7 +146,7 @@ def _resolve_layers(layers: Sequence[int], n_layers: int) -> list[int]:
 
 
 def _depth(
-    engine: JacobianEngine, t: int, config: MeasureConfig, n_layers: int, spectrum: bool
+    engine: JacobianEngine, t: int, config: ExtractConfig, n_layers: int, spectrum: bool
 ) -> DepthResult:
     """Statistics of every depth pair at token t; the full spectra when ``spectrum``."""
     jac = None  # (layer, d, d), filled in place: L d^2 floats at the peak, never twice that
@@ -173,7 +174,7 @@ def _depth(
 
 
 def _spectra(
-    jac: torch.Tensor, config: MeasureConfig, spectrum: bool
+    jac: torch.Tensor, config: ExtractConfig, spectrum: bool
 ) -> tuple[SVD, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor]]:
     """Top-``k_max`` factors of ``jac (layer, d, d)``, every singular value ``(layer, d)`` when
     ``spectrum`` (else None), and ``sum s^2``, ``sum s^4`` of each full spectrum ``(layer,)``.
@@ -206,7 +207,7 @@ def token_hold_bytes(device: torch.device) -> float:
 
 
 def _token_families(
-    engine: JacobianEngine, layers: list[int], n: int, config: MeasureConfig
+    engine: JacobianEngine, layers: list[int], n: int, config: ExtractConfig
 ) -> TokenResult:
     """The statistics of the three token families at the token layers, every ``J^l_{t1 t2}``
     (t1 <= t2 < n) computed once, by one batch of d VJPs per output token and layer on its
@@ -325,7 +326,7 @@ def _basis_stats(
 
 def _family_stats(
     jacs: dict[int, torch.Tensor],
-    config: MeasureConfig,
+    config: ExtractConfig,
     family: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]],
     where: tuple[int, slice],
 ) -> dict[int, SVD]:
@@ -397,43 +398,73 @@ def _np(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().cpu().numpy()
 
 
-def measure(
+def extract(
     model: nn.Module,
     tokenizer: Any,
     prompts: Sequence[Any],
-    config: MeasureConfig = MeasureConfig(),
+    config: ExtractConfig = ExtractConfig(),
     attrs: dict[str, Any] | None = None,
     progress: bool = True,
 ) -> dict[str, xr.Dataset]:
-    """Extract Jacobian statistics and trajectory metrics for each text prompt.
+    """Extract the block Jacobians' statistics and the trajectory metrics of text prompts.
 
-    ``prompts``: strings, mappings with ``text`` or ``prompts.Prompt`` objects. Returns datasets
-    ``depth``, ``spectra``, ``tokens`` (empty when no token layers or prompts are configured)
-    and ``trajectories``, with the dims of docs/datasets.md; runs wherever the model sits.
-    ``attrs`` are added to every dataset (model id, revision, ...).
+    Runs wherever the model sits; the coupling measures come after, from the statistics
+    (``coupling_dataset``).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A loaded model (``load_model``, ``load_random_twin``) whose architecture is in the
+        adapter table (``jacobians.adapters.ADAPTERS``).
+    tokenizer : Any
+        Its tokenizer.
+    prompts : sequence
+        Strings, mappings with ``text`` (and optionally ``id``, ``source``) or
+        ``lm.prompts.Prompt`` objects.
+    config : ExtractConfig
+        What to extract (K_max, variants, token families, ...).
+    attrs : dict, optional
+        Added to every dataset's attrs (model id, revision, ...).
+    progress : bool
+        Show a progress bar on a terminal.
+
+    Returns
+    -------
+    dict of str to xarray.Dataset
+        ``depth``, ``spectra``, ``tokens`` (empty when no token layers or prompts are
+        configured) and ``trajectories``, with the dims of docs/datasets.md.
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> model, tokenizer = bc.load_model("hub:gpt2", device="cpu")  # doctest: +SKIP
+    >>> config = bc.ExtractConfig(k_max=10)
+    >>> data = bc.extract(model, tokenizer, ["2 + 2 ="], config)  # doctest: +SKIP
+    >>> sorted(data)  # doctest: +SKIP
+    ['depth', 'spectra', 'tokens', 'trajectories']
     """
-    expect(model, nn.Module, "measure(model=...)")
-    expect(config, MeasureConfig, "measure(config=...)")
+    expect(model, nn.Module, "extract(model=...)")
+    expect(config, ExtractConfig, "extract(config=...)")
     if attrs is not None:
-        expect(attrs, dict, "measure(attrs=...)")
+        expect(attrs, dict, "extract(attrs=...)")
     items = as_prompts(prompts)
     limit = context_length(model)
     device = next(model.parameters()).device
     inputs = [
         {"input_ids": tokenize(tokenizer, p, config.max_tokens, limit).to(device)} for p in items
     ]
-    return measure_inputs(model, inputs, items, config, attrs, progress)
+    return extract_inputs(model, inputs, items, config, attrs, progress)
 
 
-def measure_inputs(
+def extract_inputs(
     model: nn.Module,
     inputs: Sequence[dict[str, torch.Tensor]],
     items: Sequence[PromptText],
-    config: MeasureConfig = MeasureConfig(),
+    config: ExtractConfig = ExtractConfig(),
     attrs: dict[str, Any] | None = None,
     progress: bool = True,
 ) -> dict[str, xr.Dataset]:
-    """``measure`` for any model inputs: ``inputs[i]`` are the model's keyword inputs of item
+    """``extract`` for any model inputs: ``inputs[i]`` are the model's keyword inputs of item
     ``i`` with batch size 1 (``input_ids (1, token)``, ``pixel_values (1, C, H, W)``, ...); the
     token count is what the blocks see (e.g. patches plus a class token).
     """
@@ -526,3 +557,21 @@ def measure_inputs(
         ),
         "trajectories": trajectory_dataset(trajectory_states, prompt_coords, config, common),
     }
+
+
+_RENAMED = {"measure": extract, "measure_inputs": extract_inputs, "MeasureConfig": ExtractConfig}
+
+
+def __getattr__(name: str) -> Any:
+    """The names before the rename (extraction is ``extract``; a *measure* is a coupling
+    measure of ``coupling.registry``), with a DeprecationWarning.
+    """
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(
+            f"{name} is renamed {new.__name__}; the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return new
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Extraction options, torch-free: the workflow builds and checks them when it builds the DAG.
 
-``MeasureConfig.from_config`` is the one place where the config's ``extract`` section becomes
+``ExtractConfig.from_config`` is the one place where the config's ``extract`` section becomes
 library options; ``RUN_ONLY_KEYS`` are the keys that say how or where a job runs (speed, device),
 never what it computes, so changing them re-runs nothing.
 """
@@ -105,29 +105,62 @@ class SVDOptions:
 
 
 @dataclass(frozen=True)
-class MeasureConfig:
-    """What to extract.
+class ExtractConfig:
+    """What to extract: the options of ``extract`` (the config's ``extract`` section).
 
-    k_max: singular triplets kept per Jacobian (the largest K of m_K later); variants: ujv/vju;
-    depth_token: position of the depth-wise token (negative: from the end); token_layers: blocks
-    (1-based, negative from the end) for the token families; token_prompts: how many prompts (the
-    first ones) get token families; max_tokens: truncate prompts to this many tokens (None: keep);
-    store_factors: keep top-K_max U, V of the depth Jacobians; chunk_size: VJPs per vmap batch
-    (None: all d at once; speed only); pca_components: of the trajectory projections; svd: how
-    the top-K factors are computed; spectra_prompts: how many prompts (the first ones) get the
-    full singular-value spectrum of every depth Jacobian (None: all); token_max_tokens: the token
-    families cover the first this many tokens of a prompt (None: all; their cost grows as n^3);
-    tf32: allow TensorFloat-32
-    matmuls on CUDA (off: Jacobians and SVDs in full float32); jacobian_prompts: how many prompts
-    (the first ones) get block Jacobians (depth-wise and token families, full spectra); the others
-    get only the forward-pass measures (trajectories), as the paper measured its Jacobian
-    alignment on a subset of its prompts (None: all); allow_full_sequence: on an accelerator, let
-    a block whose single-token ``J_tt`` was refused take the full-sequence path (~t times the
-    cost) instead of stopping the job (the CPU always may); stored_ks: the Ks whose m_K the
-    stored statistics give (each pair stores the squared numerator of m_K per reading at these Ks
-    instead of its diagonal and corner sums at every K up to k_max; None: every K, for sweeps);
-    token_bases: store the token families' basis corner sums (their overlap measures; the ViT
-    sweep reads only their m_K and stores none).
+    Checked when built (a one-line ValueError naming the key).
+
+    Parameters
+    ----------
+    k_max : int
+        Singular triplets kept per Jacobian: the largest K of m_K later.
+    variants : tuple of str
+        Basis variants, ``ujv`` and/or ``vju``.
+    depth_token : int
+        Position of the depth-wise token (negative: from the end).
+    token_layers : tuple of int
+        Blocks (1-based, negative from the end) of the token families.
+    token_prompts : int
+        How many prompts (the first ones) get token families.
+    max_tokens : int or None
+        Truncate prompts to this many tokens (None: keep them whole).
+    store_factors : bool
+        Keep the top-K_max ``U``, ``V`` of the depth Jacobians.
+    chunk_size : int or None
+        VJPs per vmapped batch (None: sized by ``auto_chunk``; speed only).
+    pca_components : int
+        Components of the trajectory projections.
+    svd : SVDOptions
+        How the top-K factors are computed.
+    spectra_prompts : int or None
+        How many prompts (the first ones) get the full singular-value spectrum of every depth
+        Jacobian (None: all).
+    token_max_tokens : int or None
+        The token families cover the first this many tokens of a prompt (None: all; their cost
+        grows as n^3).
+    tf32 : bool
+        Allow TensorFloat-32 matmuls on CUDA (off: Jacobians and SVDs in full float32).
+    jacobian_prompts : int or None
+        How many prompts (the first ones) get block Jacobians; the others get only the
+        forward-pass measures (trajectories), as the paper measured its Jacobian alignment on a
+        subset of its prompts (None: all).
+    allow_full_sequence : bool
+        On an accelerator, let a block whose single-token ``J_tt`` was refused take the
+        full-sequence path (~t times the cost) instead of stopping the job (the CPU always may).
+    stored_ks : tuple of int or None
+        The Ks whose m_K the stored statistics give: each pair stores the squared numerator of
+        m_K per reading at these Ks instead of its diagonal and corner sums at every K up to
+        k_max (None: every K, for sweeps).
+    token_bases : bool
+        Store the token families' basis corner sums (their overlap measures; the ViT sweep reads
+        only their m_K and stores none).
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> config = bc.ExtractConfig(k_max=10, variants=("ujv",))
+    >>> config.at(30).k_max
+    30
     """
 
     k_max: int = 50
@@ -185,22 +218,37 @@ class MeasureConfig:
     def _check_types(self) -> None:
         """A one-line TypeError naming the field whose value has the wrong type."""
         for name in ("k_max", "depth_token", "token_prompts", "pca_components"):
-            expect(getattr(self, name), int, f"MeasureConfig({name}=...)")
+            expect(getattr(self, name), int, f"ExtractConfig({name}=...)")
         optional = ("max_tokens", "chunk_size", "spectra_prompts", "token_max_tokens")
         for name in (*optional, "jacobian_prompts"):
             if getattr(self, name) is not None:
-                expect(getattr(self, name), int, f"MeasureConfig({name}=...) (or None)")
+                expect(getattr(self, name), int, f"ExtractConfig({name}=...) (or None)")
         for name in ("store_factors", "tf32"):
-            expect(getattr(self, name), bool, f"MeasureConfig({name}=...)")
+            expect(getattr(self, name), bool, f"ExtractConfig({name}=...)")
         if isinstance(self.variants, str) or not isinstance(self.variants, (tuple, list)):
             raise TypeError(
-                f"MeasureConfig(variants=...): expected a tuple such as ('ujv',), got "
+                f"ExtractConfig(variants=...): expected a tuple such as ('ujv',), got "
                 f"{self.variants!r}"
             )
-        expect_ints(self.token_layers, "MeasureConfig(token_layers=...)")
-        expect(self.svd, SVDOptions, "MeasureConfig(svd=...)")
+        expect_ints(self.token_layers, "ExtractConfig(token_layers=...)")
+        expect(self.svd, SVDOptions, "ExtractConfig(svd=...)")
 
-    def for_shard(self, first: int) -> MeasureConfig:
+    def at(self, k_max: int) -> ExtractConfig:
+        """The same options keeping ``k_max`` singular triplets (checked).
+
+        Parameters
+        ----------
+        k_max : int
+            The new K_max.
+
+        Returns
+        -------
+        ExtractConfig
+            A copy with ``k_max`` replaced; this object is unchanged.
+        """
+        return replace(self, k_max=int(k_max))
+
+    def for_shard(self, first: int) -> ExtractConfig:
         """The options for a shard whose first prompt is prompt ``first`` of the whole set: token
         families and full spectra stay on the first ``token_prompts`` / ``spectra_prompts``
         prompts of the whole set, so merged shards equal one job over every prompt.
@@ -219,7 +267,7 @@ class MeasureConfig:
         return n_prompts if self.jacobian_prompts is None else min(self.jacobian_prompts, n_prompts)
 
     @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> MeasureConfig:
+    def from_config(cls, section: Mapping[str, Any]) -> ExtractConfig:
         """From the config's ``extract`` section; the run-only keys other than ``chunk_size``
         are ignored, an unknown key is an error naming it.
         """
@@ -251,7 +299,7 @@ class MeasureConfig:
 def stored_ks(
     section: Mapping[str, Any], metric_ks: Sequence[int], where: str = ""
 ) -> list[int] | None:
-    """The Ks whose statistics extraction stores (``MeasureConfig.stored_ks``) from a config's
+    """The Ks whose statistics extraction stores (``ExtractConfig.stored_ks``) from a config's
     ``extract`` section: ``metrics`` (the default) the Ks of the metrics (``metric_ks``), ``all``
     every K up to k_max (None: a sweep over K), or a list as given.
     """
@@ -267,7 +315,7 @@ def stored_ks(
     )
 
 
-def check_stored_ks(measure: MeasureConfig, metric_ks: Sequence[int], where: str = "") -> None:
+def check_stored_ks(measure: ExtractConfig, metric_ks: Sequence[int], where: str = "") -> None:
     """One-line error when the metrics read a K whose statistics extraction does not store."""
     if measure.stored_ks is None:
         return
@@ -282,8 +330,22 @@ def check_stored_ks(measure: MeasureConfig, metric_ks: Sequence[int], where: str
 
 @dataclass(frozen=True)
 class PromptText:
-    """A prompt (or image) as measure() sees it: an id, its source (task style), its text."""
+    """A prompt (or image) as extract() sees it: an id, its source (task style), its text."""
 
     id: str
     source: str
     text: str
+
+
+def __getattr__(name: str) -> Any:
+    """``MeasureConfig``, the name before the rename, with a DeprecationWarning."""
+    if name == "MeasureConfig":
+        import warnings
+
+        warnings.warn(
+            "MeasureConfig is renamed ExtractConfig; the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ExtractConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,8 @@ from typing import Any
 
 from blockcoupling.coupling.finite import require_finite, scores_defined
 from blockcoupling.files.io import provenance, write_netcdf
-from blockcoupling.jacobians.extract import MeasureConfig, measure
+from blockcoupling.jacobians.extract import ExtractConfig
+from blockcoupling.jacobians.extract import extract as extract_statistics
 from blockcoupling.lm import prompts
 from blockcoupling.lm.evaluate import evaluate
 from blockcoupling.lm.models import load_for_job
@@ -37,14 +38,14 @@ def extract(
     job names ``tokens`` only).
     """
     model, tokenizer, attrs = loaded
-    config = MeasureConfig.from_config({**options, "chunk_size": chunk or None})
+    config = ExtractConfig.from_config({**options, "chunk_size": chunk or None})
     whole = str(asdict(config))  # the files' attrs: the options of the whole prompt set
     if shard is not None:
         first, count = shard["first"], shard["count"]
         items, config = items[first : first + count], config.for_shard(first)
         if not shard["token_families"]:  # a job of their own computes them
             config = replace(config, token_prompts=0)
-    datasets = measure(
+    datasets = extract_statistics(
         model,
         tokenizer,
         list(items),

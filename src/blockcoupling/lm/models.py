@@ -133,15 +133,37 @@ QUANT_TYPES = ("nf4", "fp4")
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How to load: storage dtype, device, quantization (None, '4bit', '8bit': bitsandbytes),
-    task, and ``device_map`` (``'auto'``: accelerate spreads the blocks over every visible GPU,
-    for models larger than one; each block's Jacobians are then taken on its own device).
-    ``quant_type`` (nf4/fp4), ``double_quant`` and ``compute_dtype`` set 4-bit loading only;
-    None: ``QUANT_4BIT_DEFAULTS``.
+    """How ``load_model`` and ``load_random_twin`` load a model.
+
+    Parameters
+    ----------
+    dtype : str
+        Storage dtype of the weights, one of ``DTYPES``.
+    device : str
+        ``auto`` (the default everywhere: CUDA when a GPU is visible, else the CPU), ``cpu``,
+        ``cuda[:N]`` or ``mps``; resolved when the model is loaded.
+    quantization : str or None
+        None, ``4bit`` or ``8bit`` (bitsandbytes).
+    task : str
+        ``causal-lm`` or ``encoder`` (no tokenizer is loaded for an encoder).
+    device_map : str or None
+        ``auto``: accelerate spreads the blocks over every visible GPU, for models larger than
+        one; each block's Jacobians are then taken on its own device.
+    quant_type, double_quant, compute_dtype : optional
+        4-bit loading only (nf4/fp4, double quantization, compute dtype); None:
+        ``QUANT_4BIT_DEFAULTS``.
+    extra : dict
+        Further keyword arguments of ``from_pretrained``.
+
+    Examples
+    --------
+    >>> from blockcoupling.lm.models import LoadOptions
+    >>> LoadOptions(dtype="float64").device
+    'auto'
     """
 
     dtype: str = "float32"
-    device: str = "cpu"
+    device: str = "auto"
     quantization: str | None = None
     task: str = "causal-lm"
     device_map: str | None = None
@@ -200,10 +222,34 @@ def _quantization_config(options: LoadOptions) -> Any:
 
 
 def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tuple[nn.Module, Any]:
-    """Load ``(model, tokenizer)`` in eval mode with eager attention (needed for batched VJPs and
-    forward-mode AD; sdpa has neither on CPU) and eager mixture-of-experts layers (grouped_mm has
-    no float64 kernel and no vmap rule). The tokenizer is None for non-text models.
+    """A trained model and its tokenizer from a parsed source.
+
+    In eval mode with eager attention (needed for batched VJPs and forward-mode AD; sdpa has
+    neither on CPU) and eager mixture-of-experts layers (grouped_mm has no float64 kernel and
+    no vmap rule). ``blockcoupling.load_model`` is the same from a source string.
+
+    Parameters
+    ----------
+    source : ModelSource
+        Where the model is (``lm.sources.parse_source``).
+    options : LoadOptions
+        dtype, device (default ``auto``), quantization, task.
+
+    Returns
+    -------
+    model : torch.nn.Module
+        The model, on ``options.device`` (resolved) or spread by ``device_map``.
+    tokenizer : Any
+        Its tokenizer; None for non-text models.
+
+    Examples
+    --------
+    >>> from blockcoupling.lm.models import LoadOptions, load_model
+    >>> from blockcoupling.lm.sources import parse_source
+    >>> source = parse_source({"hub": "gpt2"})
+    >>> model, tokenizer = load_model(source, LoadOptions(dtype="float64"))  # doctest: +SKIP
     """
+    options = _resolved(options)
     where = resolve(source)
     kwargs = _pretrained_kwargs(where, options)
     quantization = _quantization_config(options)
@@ -232,6 +278,14 @@ def load_model(source: ModelSource, options: LoadOptions = LoadOptions()) -> tup
     return model, tokenizer
 
 
+def _resolved(options: LoadOptions) -> LoadOptions:
+    """``options`` with its device resolved (``auto``: CUDA when a GPU is visible, else CPU)."""
+    from dataclasses import replace
+
+    device = resolve_device(options.device)
+    return options if device == options.device else replace(options, device=device)
+
+
 def _reads(where: Resolved) -> AbstractContextManager[None]:
     """A GGUF's config, weights and tokenizer from one parse of its header (gguf_once)."""
     return one_parse_per_file() if where.gguf_file else nullcontext()
@@ -240,11 +294,37 @@ def _reads(where: Resolved) -> AbstractContextManager[None]:
 def load_random_twin(
     source: ModelSource, seed: int, options: LoadOptions = LoadOptions()
 ) -> tuple[nn.Module, Any]:
-    """``(twin, tokenizer)``: the source's config with a seeded random initialisation, without
-    reading its weights (equal to ``random_twin(load_model(source)[0], seed)``).
+    """The random-init twin of a parsed source, and its tokenizer, without reading its weights.
+
+    ``blockcoupling.load_random_twin`` is the same from a source string.
+
+    Parameters
+    ----------
+    source : ModelSource
+        Where the model is (its config and tokenizer are read).
+    seed : int
+        Seed of the initialisation: the same seed gives the same weights on the same kind of
+        device.
+    options : LoadOptions
+        dtype, device (default ``auto``), task.
+
+    Returns
+    -------
+    twin : torch.nn.Module
+        The source's architecture and config with a seeded random initialisation, in eval
+        mode; equal to ``random_twin_of(load_model(source, options)[0], seed)``.
+    tokenizer : Any
+        Its tokenizer; None for non-text models.
+
+    Examples
+    --------
+    >>> from blockcoupling.lm.models import load_random_twin
+    >>> from blockcoupling.lm.sources import parse_source
+    >>> twin, tokenizer = load_random_twin(parse_source({"hub": "gpt2"}), seed=0)  # doctest: +SKIP
     """
     import transformers
 
+    options = _resolved(options)
     where = resolve(source)
     kwargs = {
         k: v
@@ -323,10 +403,42 @@ def _seeded_init(
     return model.eval()
 
 
-def random_twin(model: nn.Module, seed: int) -> nn.Module:
-    """The same architecture and config with a fresh, seeded random initialisation, in eval mode,
-    same storage dtype and device (quantized models get a float32 twin).
+def random_twin_of(model: nn.Module, seed: int) -> nn.Module:
+    """The random-init twin of a model already loaded.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A loaded model (its config and the storage dtype and device of its weights are read).
+    seed : int
+        Seed of the initialisation.
+
+    Returns
+    -------
+    torch.nn.Module
+        The same architecture and config with a fresh, seeded random initialisation, in eval
+        mode, same storage dtype and device (quantized models get a float32 twin).
+
+    Examples
+    --------
+    >>> from blockcoupling.lm.models import random_twin_of
+    >>> twin = random_twin_of(model, seed=0)  # doctest: +SKIP
     """
     parameter = next(model.parameters())
     dtype = parameter.dtype if parameter.is_floating_point() else torch_dtype("float32")
     return _seeded_init(type(model), model.config, dtype, seed, parameter.device)
+
+
+def __getattr__(name: str) -> Any:
+    """``random_twin(model, seed)``, the name before the rename (``random_twin_of``: a loaded
+    model's twin; ``load_random_twin``: a source's), with a DeprecationWarning.
+    """
+    if name == "random_twin":
+        warnings.warn(
+            "blockcoupling.lm.models.random_twin is renamed random_twin_of; "
+            "the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return random_twin_of
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

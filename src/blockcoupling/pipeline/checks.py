@@ -9,7 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.jacobians.options import MeasureConfig, check_stored_ks, stored_ks
+from blockcoupling.jacobians.options import ExtractConfig, check_stored_ks, stored_ks
 from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.budget import DEFAULT_MAX_OUTPUT_GB
 from blockcoupling.pipeline.entries import RANDOM, ModelEntry, model_entries, train_config
@@ -158,7 +158,7 @@ def check_config(
                 f"metrics.ks has K={max(metric.ks)} > extract.k_max={extract['k_max']}; "
                 "raise k_max or drop that K"
             )
-        measure = MeasureConfig.from_config(extract)
+        measure = ExtractConfig.from_config(extract)
         check_stored_ks(measure, metric.ks)
     except ValueError as error:
         raise ConfigError(str(error)) from None
@@ -315,7 +315,7 @@ def model_shape(entry: ModelEntry, runs: dict[str, Any]) -> tuple[int | None, in
 
 
 def _check_shape(
-    name: str, entry: ModelEntry, runs: dict[str, Any], measure: MeasureConfig
+    name: str, entry: ModelEntry, runs: dict[str, Any], measure: ExtractConfig
 ) -> None:
     """``extract.k_max`` and ``extract.token_layers`` fit the model's width and depth (where the
     config knows them), so that no extraction job fails on them after training.
@@ -363,7 +363,7 @@ def _check_score(section: dict[str, Any], cross_model: dict[str, ModelEntry]) ->
 
 def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
     """Every id of ``stats.primary`` is a test the analysis tables report, and ``power_file``
-    (the pilot's power of each, ``blockcoupling power``) is a readable table.
+    (the pilot's power of each, ``blockcoupling pilot power``) is a readable table.
     """
     from blockcoupling.stats.hypotheses import HYPOTHESES
 
@@ -381,8 +381,8 @@ def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
     if not header or not {"analysis", "effect", "power"} <= set(header[0].split(",")):
         raise ConfigError(
             f"stats.power_file {power_file!r} is missing or has no analysis,effect,power "
-            "columns: write it from a pilot run with blockcoupling power "
-            "PILOT/results/stats/analyses.csv"
+            "columns: write it with blockcoupling pilot power --configfile FILE (from the "
+            "pilot runs of blockcoupling pilot within, across)"
         )
 
 

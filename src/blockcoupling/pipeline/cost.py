@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from blockcoupling.coupling.formulas import READINGS
 from blockcoupling.jacobians.options import (
     AUTO_CHUNK_FLOATS,
-    MeasureConfig,
+    ExtractConfig,
     auto_chunk,
     runs_on_gpu,
 )
@@ -205,13 +205,13 @@ def shape_of(meta: dict[str, Any], load: dict[str, Any]) -> Shape | None:
     return Shape(int(layers), int(d), float(params), BYTES_PER_PARAM[storage])
 
 
-def _svd_seconds(d: int, count: float, options: MeasureConfig, rates: Rates) -> float:
+def _svd_seconds(d: int, count: float, options: ExtractConfig, rates: Rates) -> float:
     if options.svd.uses_dense(d, options.k_max):
         return count * rates.dense_svd * d**3
     return count * rates.topk * d**2 * (options.k_max + options.svd.oversample)
 
 
-def pair_floats(options: MeasureConfig) -> tuple[int, int]:
+def pair_floats(options: ExtractConfig) -> tuple[int, int]:
     """Floats stored per Jacobian pair (``jacobians.datasets``): its statistics over every
     variant (``2 k_max`` each, or 2 readings per stored K) and its basis corners (2 per K).
     """
@@ -239,7 +239,7 @@ def token_vjp_flops(n_family: int, d: int, block_params: float) -> float:
 
 def extract_cost(
     shape: Shape,
-    options: MeasureConfig,
+    options: ExtractConfig,
     n_prompts: int,
     rates: Rates,
     hold_bytes: float = TOKEN_HOLD_BYTES,
@@ -319,7 +319,7 @@ def extract_cost(
     return {"seconds": seconds, "peak": peak, "output": output}
 
 
-def hold_budget(shape: Shape, options: MeasureConfig, declared_gb: float, on_gpu: bool) -> float:
+def hold_budget(shape: Shape, options: ExtractConfig, declared_gb: float, on_gpu: bool) -> float:
     """Bytes a job may hold the token families' Jacobians in, as the extraction decides
     (``jacobians.extract.token_hold_bytes``): on a GPU ``TOKEN_HOLD_FRACTION`` of what its
     declared memory leaves free beside the rest of the job's peak, else ``TOKEN_HOLD_BYTES``.

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from blockcoupling.jacobians.options import MeasureConfig, runs_on_gpu
+from blockcoupling.jacobians.options import ExtractConfig, runs_on_gpu
 from blockcoupling.lm.hub_cache import incomplete, missing_files
 from blockcoupling.lm.hub_revisions import Revision, hub_revisions, predecessor, revision_of
 from blockcoupling.lm.prompts import SOURCES
@@ -60,7 +60,7 @@ class Plan:
     token_model: str | None  # the model of the per-model figures
     n_prompts: int  # prompts of the extraction set (hub sets: the most they can hold)
     vit: ViTPlan | None  # the ViT sweep, when enabled
-    measure: MeasureConfig  # the checked extract section
+    measure: ExtractConfig  # the checked extract section
     metric: MetricConfig  # the checked metrics section
     hub: HubSettings  # the checked hub section (``max_revisions: all`` -> None: all ahead)
     extract: dict[str, Any]  # the checked ``extract`` section (a rule param, through
@@ -174,7 +174,7 @@ class Plan:
         """The metrics section at the ViT sweep's K list (``vit.ks``)."""
         if self.vit is None:
             raise ValueError("vit_metric: the ViT sweep is off (vit.enabled: false)")
-        return self.metric.at_ks(self.vit.ks)
+        return self.metric.at(self.vit.ks)
 
     def prompt_hub(self, prompt_set: str) -> list[str]:
         """The hub datasets a prompt set samples from (``prompts.sets.<set>.hub``)."""
@@ -201,8 +201,8 @@ class Plan:
             section["token_prompts"] = 0
         return section
 
-    def measure_options(self, model: str) -> MeasureConfig:
-        """The checked ``MeasureConfig`` as it applies to one model (the planner's and the
+    def measure_options(self, model: str) -> ExtractConfig:
+        """The checked ``ExtractConfig`` as it applies to one model (the planner's and the
         checks' options; jobs rebuild the same from ``extract_options``).
         """
         if self.models[model].token_families:

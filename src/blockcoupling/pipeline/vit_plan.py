@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from blockcoupling.jacobians.options import MeasureConfig, check_stored_ks, stored_ks
+from blockcoupling.jacobians.options import ExtractConfig, check_stored_ks, stored_ks
 from blockcoupling.vit.config import DATASETS, ViTRunConfig, measure_config
 
 
@@ -39,7 +39,7 @@ class ViTPlan:
     weight_decay: dict[str, float]
     seeds: tuple[int, ...]
     base: dict[str, Any]
-    measure: MeasureConfig
+    measure: ExtractConfig
     extract: dict[str, Any]
     images: int
     ks: tuple[int, ...]  # the K list of the ViT metrics (``vit.ks``)

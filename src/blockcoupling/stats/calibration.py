@@ -38,10 +38,31 @@ def _mean(values: xr.DataArray, selection: Selection) -> float:
 def calibration_table(
     coupling: xr.Dataset, ks: Sequence[int], selection: Selection
 ) -> pd.DataFrame:
-    """One row per (model, init, K of ``ks``) of a combined ``coupling.nc`` (dims ``model`` x
-    ``init``): the means over prompts of ``coupling``, ``coupling_null``, ``coupling_excess``
-    and ``overlap_u``, ``overlap_null`` (K/d), the median ``effective_rank`` over prompts and
-    blocks, and the number of prompts with a value.
+    """One row per model, init and K of a combined coupling dataset: the run's
+    ``results/stats/calibration.csv``.
+
+    Parameters
+    ----------
+    coupling : xarray.Dataset
+        A combined ``coupling.nc`` (dims ``model`` x ``init``; ``combine``).
+    ks : sequence of int
+        The Ks tabulated (each in the dataset's ``k``).
+    selection : Selection
+        The reading, variant and norm read (its K is replaced by each of ``ks``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``model``, ``init``, ``k``, the means over prompts of ``coupling``,
+        ``coupling_null``, ``coupling_excess`` and ``overlap_u``, ``overlap_null`` (K/d), the
+        median ``effective_rank`` over prompts and blocks, and the number of prompts with a
+        value.
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> combined = bc.read_netcdf("results/combined/coupling.nc")  # doctest: +SKIP
+    >>> bc.calibration_table(combined, [10, 50], bc.Selection(k=10))  # doctest: +SKIP
     """
     expect_dataset(coupling, "coupling", "calibration_table(coupling=...)")
     expect_ints(ks, "calibration_table(ks=...)")
@@ -85,11 +106,28 @@ def calibration_table(
 
 
 def prompt_table(coupling: xr.Dataset, selection: Selection) -> pd.DataFrame:
-    """One row per prompt of one model's coupling dataset (``coupling_dataset``, dims without
-    ``model``/``init``) at ``selection``, indexed by prompt id, plus a last row ``mean``: the
-    ``MEANS`` of ``calibration_table`` (raw coupling, its chance level, the excess, overlap U,
-    K/d; dimensionless) and ``effective_rank``, the median over blocks (over prompts and blocks
-    in the mean row).
+    """The table ``blockcoupling measure`` prints: one row per prompt of one model's coupling
+    dataset, and their mean.
+
+    Parameters
+    ----------
+    coupling : xarray.Dataset
+        ``coupling_dataset``'s output for one model (dims without ``model``/``init``).
+    selection : Selection
+        The K, reading, variant and norm read.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by prompt id, plus a last row ``mean``: the ``MEANS`` of ``calibration_table``
+        (raw coupling, its chance level, the excess, overlap U, K/d; dimensionless) and
+        ``effective_rank``, the median over blocks (over prompts and blocks in the mean row).
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> table = bc.prompt_table(coupling, bc.Selection(k=10))  # doctest: +SKIP
+    >>> table.loc["mean", "coupling_excess"]  # doctest: +SKIP
     """
     expect_dataset(coupling, "coupling", "prompt_table(coupling=...)")
     expect(selection, Selection, "prompt_table(selection=...)")

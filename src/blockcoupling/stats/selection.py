@@ -14,9 +14,28 @@ COORDINATES = ("k", "reading", "variant", "norm")
 
 
 class Selection(dict):
-    """One value per coupling coordinate: ``k`` (None: the dataset has no K dim), ``reading``,
-    ``variant`` and ``norm``. A read-only dict of those four, so ``core.select(obj,
-    **selection)`` picks them (a coordinate the object lacks is skipped).
+    """One value per coupling coordinate: what a table or figure reads of a coupling dataset.
+
+    A read-only dict of the four, so ``core.select(obj, **selection)`` picks them (a
+    coordinate the object lacks is skipped).
+
+    Parameters
+    ----------
+    k : int or None
+        The K of m_K (None: the dataset has no K dim).
+    reading : str
+        The m_K reading (``authors``, ``offdiag``).
+    variant : str
+        The basis variant (``ujv``, ``vju``).
+    norm : str
+        The norm of m_K (``p``, ``trace``).
+
+    Examples
+    --------
+    >>> import blockcoupling as bc
+    >>> at = bc.Selection(k=10)
+    >>> at.at(30).k, at.reading
+    (30, 'authors')
     """
 
     def __init__(
@@ -50,7 +69,18 @@ class Selection(dict):
         return self["norm"]
 
     def at(self, k: int | None) -> Selection:
-        """The same selection at another K."""
+        """The same selection at another K.
+
+        Parameters
+        ----------
+        k : int or None
+            The new K.
+
+        Returns
+        -------
+        Selection
+            A copy with ``k`` replaced; this object is unchanged.
+        """
         return Selection(k, self.reading, self.variant, self.norm)
 
     def every_k(self) -> dict[str, object]:

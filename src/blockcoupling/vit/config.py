@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from blockcoupling.jacobians.options import MeasureConfig
+from blockcoupling.jacobians.options import ExtractConfig
 
 # dataset -> (channels, image side in pixels, classes)
 DATASETS: dict[str, tuple[int, int, int]] = {"digits": (1, 8, 10), "cifar10": (3, 32, 10)}
@@ -131,10 +131,10 @@ def learning_rate(step: int, steps_per_epoch: int, cfg: ViTRunConfig) -> float:
 EXTRACT_KEYS = ("k_max", "variants", "depth_token", "token_layers", "stored_ks")
 
 
-def measure_config(extract: Mapping[str, Any], chunk_size: int | None = None) -> MeasureConfig:
-    """The ``MeasureConfig`` of a ``vit.extract`` section (``chunk_size``: run-only)."""
+def measure_config(extract: Mapping[str, Any], chunk_size: int | None = None) -> ExtractConfig:
+    """The ``ExtractConfig`` of a ``vit.extract`` section (``chunk_size``: run-only)."""
     values = {key: extract[key] for key in EXTRACT_KEYS if key in extract}
-    return MeasureConfig.from_config(  # the sweep's results read the token families' m_K only
+    return ExtractConfig.from_config(  # the sweep's results read the token families' m_K only
         values
         | {"token_prompts": extract["token_images"], "chunk_size": chunk_size, "token_bases": False}
     )
