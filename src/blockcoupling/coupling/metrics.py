@@ -75,10 +75,10 @@ class MetricConfig(_MetricFields):
         null_seed: int = NULL_SEED,
     ) -> None:
         """Check the fields the tuple was built with (one-line errors naming the key)."""
+        expect_ints(self.ks, "MetricConfig(ks=...)")
         for key in ("ks", "readings", "norms"):
             if not isinstance(getattr(self, key), tuple):
                 raise TypeError(f"metrics.{key} must be a tuple, got {getattr(self, key)!r}")
-        expect_ints(self.ks, "MetricConfig(ks=...)")
         expect(self.p, (int, float), "MetricConfig(p=...)")
         expect(self.null_draws, int, "MetricConfig(null_draws=...)")
         expect(self.null_seed, int, "MetricConfig(null_seed=...)")
