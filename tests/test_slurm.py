@@ -600,3 +600,20 @@ def test_the_shipped_profile_checks_job_states_soon_after_a_job_ends() -> None:
 
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["slurm-init-seconds-before-status-checks"] == 10
+
+
+def test_the_job_counts_docs_cluster_states_are_the_smoke_dags(tmp_path: Path) -> None:
+    """docs/cluster.md's smoke DAG job count and its Slurm share (all but the local rules) are
+    what a dry run counts (the page said 66 jobs where the DAG had 59)."""
+    text = " ".join((REPO / "docs" / "cluster.md").read_text().split())
+    stated = re.search(
+        r"smoke DAG \((\d+) jobs; `all` and `vit_data` .*?so (\d+) Slurm jobs\)", text
+    )
+    assert stated, "docs/cluster.md no longer states the smoke DAG's job count"
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--quiet", "rules"]
+    command += ["--configfile", "config/smoke.yaml", "--directory", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", done.stdout, re.M))
+    local = int(counts.get("all", 0)) + int(counts.get("vit_data", 0))
+    assert (int(stated[1]), int(stated[2])) == (int(counts["total"]), int(counts["total"]) - local)
