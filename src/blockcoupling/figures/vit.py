@@ -205,6 +205,7 @@ def vit_coupling_vs_accuracy(
             )
             ax.set_title(_title(row, "within-rate r"), fontsize="small")
             ax.set(xlabel=label(measure), ylabel="test accuracy")
+            ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(
                     loc="upper center",
