@@ -9,6 +9,7 @@ blockcoupling claims RESULTS --readme README.md            put a run's claims ta
 blockcoupling power PILOT/results/stats/analyses.csv       power of the primary tests (power.csv)
 blockcoupling pilot within|across|power                    pilot runs (seeds 100+) and their power
 blockcoupling docs docs/datasets.md                      the measure registry's table into the docs
+blockcoupling docs --figures RUN                           a default run's figures into docs/figures
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from blockcoupling.cli.records import (
     power_table,
     render_claims,
     render_docs,
+    render_figures,
     verify_results,
 )
 
@@ -37,7 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "claims":
             print(render_claims(args.results, args.readme))
         elif args.command == "docs":
-            print(render_docs(args.file))
+            if args.file is None and args.figures is None:
+                raise ValueError("name FILE (docs/datasets.md) or --figures RUN")
+            if args.file is not None:
+                print(render_docs(args.file))
+            if args.figures is not None:
+                print(render_figures(args.figures, args.out))
         elif args.command == "power":
             print(power_table(args))
         elif args.command == "pilot":
