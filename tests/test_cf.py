@@ -13,7 +13,7 @@ import xarray as xr
 
 from blockcoupling.coupling.registry import MEASURES
 from blockcoupling.files.cf import CONVENTIONS, attributes, check_files, label
-from blockcoupling.files.io import read_netcdf, write_netcdf
+from blockcoupling.files.io import command_line, read_netcdf, write_netcdf
 
 
 def small() -> xr.Dataset:
@@ -96,6 +96,14 @@ def test_files_carry_title_history_and_source(tmp_path: Path) -> None:
     bare = tmp_path / "bare.nc"
     label(small()).to_netcdf(bare)
     assert any("no title attribute" in p for p in check_files(tmp_path)[2])
+
+
+def test_history_names_a_snakemake_jobs_script_not_its_temporary_copy() -> None:
+    job = ["/run/.snakemake/scripts/tmpa1b2c3d4.figure.py"]
+    assert command_line(job) == "Snakemake job: scripts/figure.py"
+    assert command_line(["/x/.venv/bin/blockcoupling", "measure", "gpt2", "a b"]) == (
+        "blockcoupling measure gpt2 'a b'"
+    )
 
 
 def test_a_renamed_coordinate_gets_its_own_long_name() -> None:

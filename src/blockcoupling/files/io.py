@@ -139,13 +139,25 @@ def replace_marked_block(text: str, source: str | Path, start: str, end: str, bo
     return pattern.sub(lambda _: f"{start}\n{body}{end}", text, count=1)
 
 
+def command_line(argv: list[str] | None = None) -> str:
+    """This process's command as a file's history names it: a Snakemake job's script by its
+    name in scripts/ (Snakemake runs a temporary copy, ``.snakemake/scripts/tmpXXXX.NAME.py``),
+    else the program's name and its arguments.
+    """
+    argv = list(sys.argv if argv is None else argv) or ["python"]
+    script = re.fullmatch(r"tmp\w+\.(\w+\.py)", Path(argv[0]).name)
+    if script:
+        return f"Snakemake job: scripts/{script[1]}"
+    return shlex.join([Path(argv[0]).name, *argv[1:]])
+
+
 def global_attrs(attrs: dict[str, Any], path: str | Path) -> dict[str, str]:
     """The CF global attributes of a file written at ``path``: ``title`` (``cf.title``, where
     ``attrs`` has none), ``source`` (the package and version) and ``history``: ``attrs``'s
     history, then one line with this process's command and the code's commit.
     """
     package = versions()["blockcoupling_version"]
-    line = f"{shlex.join(sys.argv) or 'python'} (blockcoupling commit {git_commit()})"
+    line = f"{command_line()} (blockcoupling commit {git_commit()})"
     earlier = str(attrs.get("history", ""))
     return {
         "title": str(attrs.get("title") or cf_title(path)),
