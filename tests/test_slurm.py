@@ -487,6 +487,17 @@ def test_a_sacct_without_accounting_stops_a_profile_without_a_status_command(
     given = ["snakemake", "--profile", "site", "--slurm-status-command", "squeue"]
     assert slurm.unpolled_jobs(given, {}) == ""
     assert slurm.unpolled_jobs(["snakemake", "--profile", "site"], {ENV + "STATUS": "squeue"}) == ""
+    shipped = {"BLOCKCOUPLING_SLURM_PROFILE": "1"}  # its config sets status_command() itself
+    assert slurm.unpolled_jobs(["snakemake", "--profile", "slurm"], shipped) == ""
+    # a profile named relative to where the command started, the workflow parsed in --directory
+    (tmp_path / "project" / "relative").mkdir(parents=True)
+    (tmp_path / "project" / "relative" / "config.yaml").write_text(
+        SITE_PROFILE + "slurm-status-command: squeue\n"
+    )
+    monkeypatch.chdir(tmp_path / "home")  # --directory: not where the command started
+    started = {"PWD": str(tmp_path / "project")}
+    assert slurm.unpolled_jobs(["snakemake", "--profile", "relative"], started) == ""
+    assert slurm.unpolled_jobs(["snakemake", "--profile", "relative"], {}).startswith("slurm:")
     assert settings().status_command("") == "squeue"  # the shipped profile sets it itself
     (tmp_path / "sacct").write_text("#!/bin/sh\nexit 1\n")
     assert slurm.sacct_problem().startswith("sacct failed with exit status 1")

@@ -43,6 +43,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from fnmatch import fnmatch
+from pathlib import Path
 from typing import Any
 
 from blockcoupling.pipeline.slurm_nodes import Nodes, SlurmError, read_nodes, run_slurm_command
@@ -128,7 +129,9 @@ def _option(argv: list[str], names: tuple[str, ...]) -> str | None:
 
 def profile_configs(argv: list[str], environ: Mapping[str, str]) -> list[dict[str, Any]]:
     """The raw config.yaml of each profile this invocation names (``--profile``, else
-    ``SNAKEMAKE_PROFILE``), found where Snakemake finds it; none without Snakemake.
+    ``SNAKEMAKE_PROFILE``), found where Snakemake finds it, a relative one also in the folder
+    the command started in (``PWD``: the workflow is parsed in ``--directory``); none without
+    Snakemake.
     """
     import yaml
 
@@ -146,10 +149,12 @@ def profile_configs(argv: list[str], environ: Mapping[str, str]) -> list[dict[st
     configs = []
     for profile in profiles:
         found = get_profile_dir(profile)
-        if found is None:
+        started = Path(environ.get("PWD", ".")) / profile / "config.yaml"  # before --directory
+        path = found[1] if found is not None else started if started.is_file() else None
+        if path is None:
             continue
         try:
-            config = yaml.safe_load(found[1].read_text(encoding="utf-8")) or {}
+            config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
             continue
         configs += [config] if isinstance(config, dict) else []
@@ -197,6 +202,8 @@ def unpolled_jobs(
     forever): no status command is set (``status_command_given``) and ``problem`` says why
     sacct cannot tell; '' otherwise.
     """
+    if environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1":  # the shipped profile sets its own
+        return ""
     if status_command_given(argv, environ) or environ.get(f"{ENV}STATUS"):
         return ""
     why = problem()
