@@ -170,10 +170,12 @@ def test_max_threads_is_the_smallest_partitions_largest_node() -> None:
 def test_status_command_is_squeue_where_slurm_keeps_no_accounting() -> None:
     no_accounting = "AccountingStorageType   = accounting_storage/none\nMinJobAge = 300 sec\n"
     with_dbd = "AccountingStorageType   = accounting_storage/slurmdbd\n"
-    assert settings().status_command(no_accounting) == "squeue"
-    assert settings().status_command(with_dbd) is None
-    assert settings().status_command("") is None
-    assert settings(STATUS="sacct").status_command(no_accounting) == "sacct"
+    answers = lambda: ""  # noqa: E731 - a sacct that answers
+    assert settings().status_command(no_accounting, answers) == "squeue"
+    assert settings().status_command(with_dbd, answers) is None
+    assert settings().status_command("", answers) is None
+    assert settings(STATUS="sacct").status_command(no_accounting, answers) == "sacct"
+    assert settings().status_command(with_dbd, lambda: "sacct failed") == "squeue"
 
 
 # --- what the workflow asks Slurm, and when (fake Slurm commands on PATH that log their calls) ---
