@@ -9,6 +9,7 @@ from snakemake.utils import min_version
 from blockcoupling.coupling.registry import caption_list
 from blockcoupling.lm.lockfile import adopt_all
 from blockcoupling.pipeline.report_text import report_models
+from blockcoupling.pipeline.docs_figures import CONFIG_HASH_ENV, config_hash
 from blockcoupling.pipeline.schema_check import validate_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.running import another_run
@@ -39,6 +40,8 @@ try:
     )
 except ConfigError as error:
     sys.exit(f"config error: {error}")
+# the config as read (schema defaults in), for the figures' provenance stamp (scripts/figure.py)
+os.environ[CONFIG_HASH_ENV] = config_hash(config)
 
 
 report: "report/workflow.rst"

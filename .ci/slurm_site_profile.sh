@@ -16,11 +16,12 @@ name="site profile test"
 
 home=$work/home
 mkdir -p "$home/.config/snakemake/site"
-cat > "$home/.config/snakemake/site/config.yaml" << PROFILE
+write_profile() {  # the site's profile; $1: its status command line (or nothing)
+    cat > "$home/.config/snakemake/site/config.yaml" << PROFILE
 executor: slurm
 jobs: 4
 slurm-qos: normal
-slurm-status-command: squeue
+$1
 slurm-init-seconds-before-status-checks: 2
 default-resources:
   slurm_account: "'siteacct'"
@@ -28,9 +29,21 @@ default-resources:
   runtime: 5
   mem_mb: 1000
 PROFILE
-unset XDG_CONFIG_HOME BLOCKCOUPLING_SLURM_PARTITION BLOCKCOUPLING_SLURM_ACCOUNT
+}
+unset XDG_CONFIG_HOME BLOCKCOUPLING_SLURM_PARTITION BLOCKCOUPLING_SLURM_ACCOUNT BLOCKCOUPLING_SLURM_STATUS
 prompts=results/prompts/default.jsonl
 train=results/train/fixed_size-f0.5-s0/history.csv
+write_profile ""
+say "the site profile without a status command (sacct: $(sacct -X -n 2>&1 | head -n 1))"
+if HOME=$home "$repo/.venv/bin/snakemake" --profile site --configfile config/smoke.yaml \
+    --directory "$work/nostatus" "$prompts" > "$work/nostatus.log" 2>&1; then
+    fail "the run without a status command went on where sacct cannot answer"
+fi
+grep -q "^slurm: .*slurm-status-command: squeue" "$work/nostatus.log" \
+    || { tail -n 20 "$work/nostatus.log"; fail "no one-line stop naming slurm-status-command"; }
+[ -z "$(squeue -h -o %i)" ] && [ ! -s "$work/jobcomp.log" ] || fail "a job was submitted"
+say "stopped before its first job: $(grep '^slurm: ' "$work/nostatus.log")"
+write_profile "slurm-status-command: squeue"
 say "the site profile from \$HOME/.config/snakemake/site, targets $prompts $train"
 HOME=$home "$repo/.venv/bin/snakemake" --profile site --configfile config/smoke.yaml \
     --directory "$work/run" --verbose "$prompts" "$train" > "$work/run.log" 2>&1 \

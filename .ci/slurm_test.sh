@@ -6,8 +6,8 @@
 # starts munged, slurmctld and slurmd, and checks that
 #   - every job of the DAG went through sbatch, the short CPU jobs in batches of the profile's
 #     group width (each Slurm job the jobcomp log records COMPLETED),
-#   - a job killed with scancel says CANCELLED in its Slurm log, is resubmitted (retries: 1) and
-#     the run completes,
+#   - a measure_* job killed with scancel says CANCELLED in its Slurm log, is resubmitted
+#     (retries: 1) with twice its runtime (sbatch's -t) and the run completes,
 #   - the results equal a local run of the same config (.ci/compare_results.py),
 #   - a rerun does nothing, and a run whose models need GPUs the partition lacks (config/paper.yaml)
 #     stops before any job with one line,
@@ -44,6 +44,7 @@ slurm_run=$work/slurm
 run=("$snakemake" --profile slurm --configfile config/smoke.yaml --directory "$slurm_run"
     --slurm-init-seconds-before-status-checks 2)
 dry=$("${run[@]}" -n --quiet rules)
+run+=(--verbose)  # the log shows each sbatch call: the retry's runtime is checked below
 planned=$(echo "$dry" | awk '$1 == "total" {n = $2} END {print n}')
 # Slurm jobs: local rules (all, vit_data, the fetch stage) run here; with BLOCKCOUPLING_SLURM_BATCH
 # the short CPU jobs go in batches of the profile's group width (slurm.slurm_jobs); + 1: the retry
@@ -63,12 +64,12 @@ run_start=$SECONDS
 run_pid=$!
 cancelled=""
 for _ in $(seq 1200); do
-    cancelled=$(squeue -h -t RUNNING -o '%i %k' | awk '$2 ~ /^rule_extract_/ {id = $1} END {print id}' || true)
+    read -r cancelled cancelled_rule < <(squeue -h -t RUNNING -o '%i %k' | awk '$2 ~ /^rule_measure_/ {line = $0} END {print line}' || true) || true
     [ -n "$cancelled" ] && break
     kill -0 "$run_pid" 2> /dev/null || break
     sleep 0.5
 done
-[ -n "$cancelled" ] || fail "no extract job was seen running: $(tail -n 5 "$work/run.log")"
+[ -n "$cancelled" ] || fail "no measure job was seen running: $(tail -n 5 "$work/run.log")"
 scancel "$cancelled"
 say "cancelled Slurm job $cancelled ($(grep -o "jobid $cancelled .*" "$work/run.log" || true))"
 if ! timeout 1800 tail --pid="$run_pid" -f /dev/null; then fail "the Slurm run hangs"; fi
@@ -87,6 +88,13 @@ done
 grep -q "JobId=$cancelled .*JobState=CANCELLED" "$work/jobcomp.log" \
     || fail "job $cancelled is not CANCELLED in the jobcomp log"
 grep -q "Trying to restart job" "$work/run.log" || fail "Snakemake did not resubmit the cancelled job"
+# the retry asks what the rule says: runtime x attempt (rules/runs.smk, JobRequests.own)
+times=$(grep -o "sbatch call: .*" "$work/run.log" | grep -E -- "--comment '?$cancelled_rule'?( |$)" | grep -o -- " -t [0-9']*" | tr -dc '0-9\n' || true)
+[ "$(echo "$times" | wc -l)" -eq 2 ] || fail "expected 2 sbatch calls of $cancelled_rule, got: $times"
+first=$(echo "$times" | head -n 1)
+[ "$(echo "$times" | tail -n 1)" -eq $((2 * first)) ] \
+    || fail "the retry of $cancelled_rule asked -t $(echo "$times" | tail -n 1), not twice -t $first"
+say "$cancelled_rule: -t $first, its retry -t $((2 * first))"
 # Slurm's own line, or the job's (blockcoupling.runtime.runner) where its script had started
 grep -rqsE "JOB $cancelled ON .* CANCELLED|CANCELLED \(SIGTERM to Slurm job $cancelled" \
     "$slurm_run/.snakemake/slurm_logs" || fail "the cancelled job's Slurm log does not say CANCELLED"

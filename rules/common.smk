@@ -16,11 +16,14 @@ from blockcoupling.pipeline.figure_registry import FIGURES
 from blockcoupling.pipeline.job_requests import TRAIN_MEM_MB, TRAIN_RUNTIME
 from blockcoupling.pipeline.plan import EXTRACTED, STATS_TABLES, VIT_STATS_TABLES
 from blockcoupling.pipeline.rule_names import rule_suffix
-from blockcoupling.pipeline.slurm import job_group, slurm_profile
+from blockcoupling.pipeline.slurm import job_group, slurm_profile, unpolled_jobs
 from blockcoupling.pipeline.workflow_setup import SetupError, check_slurm_jobs, setup_workflow
 from blockcoupling.runtime import isa
 
 SLURM_PROFILE = slurm_profile(workflow.is_main_process, sys.argv, os.environ)
+# a Slurm run whose plugin would poll with a sacct that cannot answer waits forever: stop now
+if SLURM_PROFILE and (_unpolled := unpolled_jobs(sys.argv, os.environ)):
+    sys.exit(_unpolled)
 
 
 def on_slurm():

@@ -59,7 +59,7 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
     _jobs = metric_jobs(PLAN.run_measured(_run))
 
     rule:
-        f"""Coupling measures (m_K, excess, overlaps) of every model and step of the run {_run}."""
+        f"""Stage metrics_{{run}} for run {_run}: coupling measures of its models and steps."""
         name:
             f"metrics_{rule_suffix(_run)}"
         input:

@@ -24,7 +24,7 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
     _scored = [job["evaluation"] for job in _jobs if job["evaluation"]]
 
     rule:
-        f"""Extract (and score) every model and step of the run {_run} in one job."""
+        f"""Stage measure_{{run}} for run {_run}: extract and score its models and steps."""
         name:
             f"measure_{rule_suffix(_run)}"
         input:

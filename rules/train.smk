@@ -4,7 +4,7 @@
 for _run, _spec in PLAN.train_runs.items():
 
     rule:
-        f"""Train the GPT-NeoX run {_run} of a grid on Shakespeare."""
+        f"""Stage train_{{run}} for run {_run}: train its GPT-NeoX on Shakespeare."""
         name:
             f"train_{rule_suffix(_run)}"
         output:

@@ -1,6 +1,9 @@
 """Rules figure_<name>: one figure (PNG + PDF) from a combined dataset or a stats table."""
 
+import os
+
 from blockcoupling import figures
+from blockcoupling.pipeline.docs_figures import CONFIG_HASH_ENV, stamp_png
 from blockcoupling.runtime.runner import run_script
 
 
@@ -12,6 +15,8 @@ def main(sm):
         tables=list(sm.input.tables),
         **sm.params.options,
     )
+    # commit, the config's hash (the Snakefile's, of the config as read) and the code's
+    stamp_png(sm.output.png, os.environ[CONFIG_HASH_ENV], sm.params.code)
 
 
 run_script(snakemake, main)

@@ -13,7 +13,7 @@ import xarray as xr
 
 from blockcoupling.coupling.registry import MEASURES
 from blockcoupling.files.cf import CONVENTIONS, attributes, check_files, label
-from blockcoupling.files.io import read_netcdf, write_netcdf
+from blockcoupling.files.io import command_line, read_netcdf, write_netcdf
 
 
 def small() -> xr.Dataset:
@@ -77,3 +77,37 @@ def test_check_files_names_what_is_missing(tmp_path: Path) -> None:
     assert f"{tmp_path / 'bare.nc'}: no Conventions attribute" in problems
     assert f"{tmp_path / 'bare.nc'}: depth_mis has no long_name/units" in problems
     assert not any("bits_per_byte" in problem for problem in problems)
+
+
+def test_files_carry_title_history_and_source(tmp_path: Path) -> None:
+    """Every written file has the CF global attributes: a title naming what it holds, a source
+    naming the package, and a history line with the command and the commit; a file written from
+    one read keeps the earlier line. (They had none.)"""
+    path = write_netcdf(small(), tmp_path / "coupling.nc")
+    written = read_netcdf(path)
+    assert written.attrs["title"].startswith("block coupling m_K")
+    assert written.attrs["source"].startswith("blockcoupling ")
+    history = written.attrs["history"]
+    assert f"blockcoupling commit {written.attrs['git_commit']}" in history, history
+    again = read_netcdf(write_netcdf(written, tmp_path / "other" / "trajectories.nc"))
+    assert again.attrs["title"] == written.attrs["title"]  # the file's own title stays
+    assert again.attrs["history"].startswith(history)
+    assert check_files(tmp_path)[2] == []
+    bare = tmp_path / "bare.nc"
+    label(small()).to_netcdf(bare)
+    assert any("no title attribute" in p for p in check_files(tmp_path)[2])
+
+
+def test_history_names_a_snakemake_jobs_script_not_its_temporary_copy() -> None:
+    job = ["/run/.snakemake/scripts/tmpa1b2c3d4.figure.py"]
+    assert command_line(job) == "Snakemake job: scripts/figure.py"
+    assert command_line(["/x/.venv/bin/blockcoupling", "measure", "gpt2", "a b"]) == (
+        "blockcoupling measure gpt2 'a b'"
+    )
+
+
+def test_a_renamed_coordinate_gets_its_own_long_name() -> None:
+    """vit/combined.nc renames the prompt coordinate to image: it said "prompt id"."""
+    renamed = label(small()).rename(prompt="image")
+    assert renamed["image"].attrs["long_name"] == "prompt id"  # what the rename carries
+    assert label(renamed)["image"].attrs["long_name"] == "test image id"

@@ -3,11 +3,13 @@ single-model cases."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
+import matplotlib.text
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,6 +19,7 @@ from matplotlib.collections import PathCollection
 from blockcoupling import figures
 from blockcoupling.figures import common, quotes
 from blockcoupling.figures import crossmodel as figure_crossmodel
+from blockcoupling.pipeline import figure_registry
 from blockcoupling.stats import checkpoints, core, crossmodel
 from blockcoupling.stats.selection import Bootstrap, Selection
 
@@ -390,9 +393,10 @@ def _has_content(ax) -> bool:
 
 def layout_problems(fig) -> list[str]:
     """Every pair of drawn, non-empty text elements whose boxes overlap, every text of one axes
-    (a label, tick label, title, legend) that lies over another's plotting area, and every axes
-    with nothing in it (an empty or switched-off panel slot), in the places ``common.fix_layout``
-    fixes (it is called here: write the figure with ``common.write``).
+    (a label, tick label, title, legend) that lies over another's plotting area, every text with
+    a superscript outside mathtext, and every axes with nothing in it (an empty or switched-off
+    panel slot), in the places ``common.fix_layout`` fixes (it is called here: write the figure
+    with ``common.write``).
     """
     import matplotlib.text
 
@@ -431,6 +435,11 @@ def layout_problems(fig) -> list[str]:
     ]
     problems += [
         f"empty axes at {ax.get_position().bounds}" for ax in fig.axes if not _has_content(ax)
+    ]
+    problems += [  # a symbol as typed ("J^l"), not in mathtext
+        f"text {t.get_text()!r} prints a superscript as typed"
+        for t in dict.fromkeys(drawn)
+        if re.search(r"\w\^", re.sub(r"\$[^$]*\$", "", t.get_text()))
     ]
     return problems + merged_ticks(fig, drawn)
 
@@ -612,59 +621,109 @@ def test_the_layout_check_finds_overlaps_stray_texts_and_empty_panels():
     assert clean == []
 
 
-def _titles(figure: str, registered: dict, monkeypatch) -> list[str]:
-    """The axes titles of a registered figure ("many"), each on one line (wrapping undone)."""
+def figure_texts(figure: str, registered: dict, monkeypatch) -> list[str]:
+    """Every text a registered figure ("many") shows, read from its matplotlib objects (axes
+    titles, texts, legends, the figure's own texts), each on one line (wrapping undone)."""
     found: list[str] = []
 
     def keep(fig, path):
-        found.extend(" ".join(ax.get_title().split()) for ax in fig.axes)
+        texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible()]
+        found.extend(" ".join(t.get_text().replace("\u00a0", " ").split()) for t in texts)
         plt.close(fig)
         return []
 
     for module in (figure_crossmodel, *(getattr(figures, m) for m in LAYOUT_MODULES)):
         monkeypatch.setattr(module, "save", keep)
+    monkeypatch.setattr(importlib.import_module("blockcoupling.figures.calibration"), "save", keep)
     source, tables, options = registered["many"][figure]
     figures.render(figure, source, "unused", tables=tables, **options)
-    return found
+    return [t for t in found if t]
 
 
-@pytest.mark.parametrize(
-    ("figure", "claimed"),
-    [
-        ("coupling_vs_score", [0, 1]),
-        ("vit_coupling_vs_sd", [2]),
-        ("vit_coupling_vs_accuracy", [3]),
-    ],
-)
-def test_panels_quote_their_claims_row_as_claims_md_prints_it(
-    figure, claimed, registered, monkeypatch
+def test_every_claims_row_is_tied_to_a_registered_figure():
+    """Each row of the claims table (stats.claims.CLAIMS) names the figure that draws its
+    measure (figure_registry.CLAIM_FIGURES), a registered one that reads claims.csv and the K."""
+    from blockcoupling.stats import claims
+
+    untied = [c.analysis for c in claims.CLAIMS if c.analysis not in figure_registry.CLAIM_FIGURES]
+    assert not untied, f"claims rows without a figure (add them to CLAIM_FIGURES): {untied}"
+    stale = set(figure_registry.CLAIM_FIGURES) - {c.analysis for c in claims.CLAIMS}
+    assert not stale, stale
+    for figure in set(figure_registry.CLAIM_FIGURES.values()):
+        _, _, takes, tables = figures.FIGURES[figure]
+        assert figure_registry.CLAIMS_TABLE in tables and "selection" in takes, figure
+
+
+TIED = sorted(set(figure_registry.CLAIM_FIGURES.values()))
+
+
+@pytest.mark.parametrize("figure", TIED)
+def test_tied_figures_quote_their_claims_rows_as_claims_csv_has_them(
+    figure, registered, monkeypatch
 ):
-    """A panel that draws a claim prints that claim's row of claims.csv with claims.md's own
-    digits (estimate [interval], unit (n), p, wild p, Holm p, verdict); its other statistics say
-    "exploratory" and carry no verdict of their own. (coupling_vs_score once printed the
-    correlations table's Pearson row, Holm over its 6 tests: "below 0" beside an inconclusive
-    claim; vit_coupling_vs_sd p = 0.51 where the claims table said 0.536.)"""
+    """Every figure a claims row is tied to prints that row as claims.md does (estimate
+    [interval] unit (n), p, wild p, Holm p, primary or exploratory, verdict), states K and the
+    chance level it draws, and no other text of it carries a verdict of its own. (Before,
+    claims.csv reached three figures: coupling_vs_step quoted nothing, coupling_vs_validation_loss
+    said "no row" beside the within-run primary.)"""
     from blockcoupling.stats import claims
 
     table = make_claims()
     markdown = claims.claims_markdown(table, "abc1234")
-    titles = _titles(figure, registered, monkeypatch)
-    for index in claimed:
-        claim = claims.claim_of(ANALYSES["analysis"].iloc[index])
+    text = " ".join(figure_texts(figure, registered, monkeypatch))
+    assert f"K = {SEL.k}" in text and "chance level: " in text, text
+    for analysis in figure_registry.claim_rows(figure):
+        claim = claims.claim_of(analysis)
         row = next(line for line in markdown.splitlines() if line.startswith(f"| {claim} |"))
         cells = [cell.strip() for cell in row.strip("| ").split(" | ")]
         estimate, unit, p, wild, p_holm = cells[2], cells[3], cells[4], cells[5], cells[6]
-        expected = [f"{estimate} {unit}", cells[11].strip("*")]  # after power, power (run)
+        kind = "(primary)" if cells[7] == "yes" else "(exploratory)"
+        expected = [f"{claim} {kind}: {estimate} {unit}".rstrip(), cells[11].strip("*")]
         expected += ([f"p = {p}"] if p else []) + ([f"wild p = {wild}"] if wild else [])
         expected += [f"Holm p = {p_holm}"] if p_holm else []
-        quoting = [t for t in titles if f"{estimate} {unit}" in t]
-        assert len(quoting) == 1, (claim, expected, titles)
-        assert all(part in quoting[0] for part in expected), (expected, quoting[0])
-    others = [t for t in titles if t and "claim (" not in t]
-    assert others and all("exploratory" in t or "no row" in t or "no fit" in t for t in others), (
-        others
+        assert all(part in text for part in expected), (figure, expected, text)
+
+
+def test_a_fit_line_is_drawn_only_where_it_agrees_in_sign_with_its_claims(monkeypatch):
+    """coupling_vs_score drew a falling line under a claim quoted at +0.137: in a panel whose
+    measure a claims row rests on, the least-squares line is drawn only when its slope has the
+    row's sign; else the panel says why there is none."""
+    from blockcoupling.stats import claims as claims_module
+
+    ds = make_coupling(MANY).assign_coords(family=("model", ["fixed_size"] * 4 + ["other"]))
+    table = with_calibration(
+        crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=20)))
     )
-    assert not any(t.endswith(("above 0", "below 0")) for t in others), others
+    correlations = crossmodel.correlations(
+        table, predictors=("coupling_excess",), subsets=crossmodel.table_subsets(table)
+    )
+    row = quotes.first_row(
+        correlations,
+        dict(subset="family:fixed_size", predictor="coupling_excess", method="pearson"),
+    )
+    assert quotes.estimable(row)
+    drawn: dict[str, tuple[int, str]] = {}
+
+    def count(fig, path):
+        for ax in fig.axes:
+            if (
+                ax.get_xlabel().startswith("calibrated excess")
+                and ax.get_subplotspec().colspan.start == 0
+            ):
+                fits = [line for line in ax.lines if line.get_color() == "0.3"]
+                drawn["excess"] = (len(fits), ax.get_title())
+        plt.close(fig)
+
+    monkeypatch.setattr(figure_crossmodel, "save", count)
+    for sign in (1, -1):
+        analyses = ANALYSES.iloc[:1].assign(estimate=sign * np.sign(row["r"]) * 0.2)
+        claims = claims_module.claims_table(analyses, {})
+        figures.coupling_vs_score(table, "unused", correlations=correlations, claims=claims)
+        lines, title = drawn["excess"]
+        if sign == 1:
+            assert lines == 1 and "no line" not in title, title
+        else:
+            assert lines == 0 and "no line: its slope's sign differs" in title, title
 
 
 def test_every_caption_names_its_paper_figure():
@@ -828,3 +887,25 @@ def test_hyperparameter_panels_show_only_estimated_correlations(registered, monk
     figures.render("hyperparameter_correlations", source, "unused", tables=tables, **options)
     assert titles and not any(title.startswith(tuple(empty)) for title in titles), titles
     assert "n/a" not in texts
+
+
+def test_block_colours_are_one_per_block_drawn_with_regular_ticks(monkeypatch):
+    """A 4-block model beside a 30-block one in the combined spectra (NaN past its depth): its
+    spectra figure had a 1-30 colour scale, its four lines one colour. Now one colour per block
+    it has, a tick on each."""
+    ds = make_spectra(["small", "large"]).reindex(layer=np.arange(1, 31))
+    found = {}
+
+    def keep(fig, path):
+        bar = next(ax for ax in fig.axes if ax.get_ylabel() == "block $l$")
+        found["ticks"] = [float(t) for t in bar.get_yticks()]
+        found["colours"] = {
+            tuple(np.round(line.get_color(), 3)) for ax in fig.axes[:2] for line in ax.lines
+        }
+        plt.close(fig)
+        return []
+
+    monkeypatch.setattr(figures.trajectories, "save", keep)
+    figures.singular_value_spectra(ds, "unused", model="small")
+    assert found["ticks"] == [1.0, 2.0, 3.0, 4.0], found
+    assert len(found["colours"]) == LAYERS, found

@@ -15,7 +15,7 @@ from blockcoupling.pipeline.job_requests import DEFAULT_RUNTIME, JobRequests, sh
 from blockcoupling.pipeline.plan import Plan
 from blockcoupling.pipeline.schema_check import validate_config
 from blockcoupling.pipeline.slurm import SlurmSettings
-from blockcoupling.pipeline.slurm_nodes import parse_sinfo
+from blockcoupling.pipeline.slurm_nodes import Nodes, parse_sinfo
 
 
 def smoke_plan(monkeypatch: pytest.MonkeyPatch) -> Plan:
@@ -68,6 +68,19 @@ def test_a_local_run_asks_slurm_nothing(monkeypatch: pytest.MonkeyPatch) -> None
     jobs.check(threads=1)
     assert jobs.own()["runtime"](None, 1) == DEFAULT_RUNTIME
     assert jobs.resources("extract")["runtime"](_Wildcards(model=next(iter(plan.models))), 1, 1)
+
+
+def test_a_retried_job_asks_twice_its_own_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule with ``retries`` and its own runtime (measure_*, train_*: JOBS.own) asks the
+    runtime times the attempt, as the rules say (a cancelled measure job was resubmitted with the
+    same -t), and never past the partition's limit."""
+    plan = smoke_plan(monkeypatch)
+    local = JobRequests(plan, SlurmSettings.from_env({}), lambda: False, lambda _: None)
+    runtime = local.own(4000, 60)["runtime"]
+    assert [runtime(None, attempt) for attempt in (1, 2)] == [60, 120]
+    nodes = Nodes("batch", cpus=8, mem_mb=64000, gpus=0, time_limit=90)
+    capped = JobRequests(plan, SlurmSettings.from_env({}), lambda: True, lambda _: nodes)
+    assert [capped.own(4000, 60)["runtime"](None, attempt) for attempt in (1, 2)] == [60, 90]
 
 
 def test_shard_sizes_pass_from_the_main_process_to_the_jobs(

@@ -49,3 +49,24 @@ def test_each_figure_rule_names_the_figure_it_draws() -> None:
         caption = (REPO / "report" / f"{figure}.rst").read_text("utf-8").split(". ")[0]
         paper = DOCS[figure][1].split(",")[0]
         assert paper.split(":")[-1].split("/")[0] in caption, (name, paper, caption)
+
+
+def test_per_run_rules_say_which_stage_they_are_an_instance_of() -> None:
+    """The default's --list-rules listed 60 per-run train_/measure_/metrics_ lines that buried
+    the stages: each names its stage (``Stage measure_{run} for run R: ...``), so the listing
+    filters to a table of stages (docs/workflow.md)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--list-rules"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    listed = dict(re.findall(r"^(\w+) \((.*)\)$", done.stdout, re.M))
+    per_run = {n: t for n, t in listed.items() if n.startswith(("train_", "measure_", "metrics_"))}
+    assert len(per_run) >= 3, listed
+    for name, text in per_run.items():
+        stage = name.split("_")[0]
+        assert text.startswith(f"Stage {stage}_{{run}} for run "), (name, text)
+    stages = [n for n, t in listed.items() if not t.startswith("Stage ")]
+    assert len(stages) <= 45, stages  # the table of contents: stages, not runs

@@ -170,10 +170,12 @@ def test_max_threads_is_the_smallest_partitions_largest_node() -> None:
 def test_status_command_is_squeue_where_slurm_keeps_no_accounting() -> None:
     no_accounting = "AccountingStorageType   = accounting_storage/none\nMinJobAge = 300 sec\n"
     with_dbd = "AccountingStorageType   = accounting_storage/slurmdbd\n"
-    assert settings().status_command(no_accounting) == "squeue"
-    assert settings().status_command(with_dbd) is None
-    assert settings().status_command("") is None
-    assert settings(STATUS="sacct").status_command(no_accounting) == "sacct"
+    answers = lambda: ""  # noqa: E731 - a sacct that answers
+    assert settings().status_command(no_accounting, answers) == "squeue"
+    assert settings().status_command(with_dbd, answers) is None
+    assert settings().status_command("", answers) is None
+    assert settings(STATUS="sacct").status_command(no_accounting, answers) == "sacct"
+    assert settings().status_command(with_dbd, lambda: "sacct failed") == "squeue"
 
 
 # --- what the workflow asks Slurm, and when (fake Slurm commands on PATH that log their calls) ---
@@ -458,6 +460,75 @@ def test_slurm_requested_reads_the_executor_and_the_profiles_snakemake_finds(
     assert not slurm.slurm_requested(["snakemake", "--profile", "nowhere"], {})
 
 
+NO_ACCOUNTING = "Slurm accounting storage is disabled"
+
+
+def test_a_sacct_without_accounting_stops_a_profile_without_a_status_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sacct prints "accounting storage is disabled" with exit status 0 where Slurm keeps no
+    accounting; a profile that leaves the plugin on sacct then never sees a job end. The run
+    stops with one line naming the fix; a status command on the command line, in the profile
+    or in the shipped profile's variable lets it go on; a working sacct says nothing."""
+    fake_slurm(tmp_path)
+    (tmp_path / "sacct").write_text(f"#!/bin/sh\necho '{NO_ACCOUNTING}'\n")
+    home = tmp_path / "home" / ".config" / "snakemake"
+    (home / "site").mkdir(parents=True)
+    (home / "site" / "config.yaml").write_text(SITE_PROFILE)
+    (home / "polled").mkdir()
+    (home / "polled" / "config.yaml").write_text(SITE_PROFILE + "slurm-status-command: squeue\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert slurm.sacct_problem() == f"sacct says {NO_ACCOUNTING!r}"
+    line = slurm.unpolled_jobs(["snakemake", "--profile", "site"], {})
+    assert line.startswith("slurm: sacct says") and "\n" not in line
+    assert "`slurm-status-command: squeue`" in line
+    assert slurm.unpolled_jobs(["snakemake", "--profile", "polled"], {}) == ""
+    given = ["snakemake", "--profile", "site", "--slurm-status-command", "squeue"]
+    assert slurm.unpolled_jobs(given, {}) == ""
+    assert slurm.unpolled_jobs(["snakemake", "--profile", "site"], {ENV + "STATUS": "squeue"}) == ""
+    shipped = {"BLOCKCOUPLING_SLURM_PROFILE": "1"}  # its config sets status_command() itself
+    assert slurm.unpolled_jobs(["snakemake", "--profile", "slurm"], shipped) == ""
+    # a profile named relative to where the command started, the workflow parsed in --directory
+    (tmp_path / "project" / "relative").mkdir(parents=True)
+    (tmp_path / "project" / "relative" / "config.yaml").write_text(
+        SITE_PROFILE + "slurm-status-command: squeue\n"
+    )
+    monkeypatch.chdir(tmp_path / "home")  # --directory: not where the command started
+    started = {"PWD": str(tmp_path / "project")}
+    assert slurm.unpolled_jobs(["snakemake", "--profile", "relative"], started) == ""
+    assert slurm.unpolled_jobs(["snakemake", "--profile", "relative"], {}).startswith("slurm:")
+    assert settings().status_command("") == "squeue"  # the shipped profile sets it itself
+    (tmp_path / "sacct").write_text("#!/bin/sh\nexit 1\n")
+    assert slurm.sacct_problem().startswith("sacct failed with exit status 1")
+    (tmp_path / "sacct").write_text("#!/bin/sh\necho 12345\n")
+    assert slurm.sacct_problem() == "" and settings().status_command("") is None
+
+
+def test_a_site_profile_on_a_cluster_without_accounting_stops_before_any_job(
+    tmp_path: Path,
+) -> None:
+    """The workflow with a site profile as docs/cluster.md once showed it (no status command)
+    where sacct says accounting is disabled: a dry run exits 1 with the one line."""
+    folder = fake_slurm(tmp_path / "bin" if (tmp_path / "bin").mkdir() is None else tmp_path)
+    (folder / "sacct").write_text(f"#!/bin/sh\necho '{NO_ACCOUNTING}'\n")
+    site = tmp_path / "home" / ".config" / "snakemake" / "site"
+    site.mkdir(parents=True)
+    (site / "config.yaml").write_text(SITE_PROFILE)
+    environ = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+    environ |= {"HOME": str(tmp_path / "home")}
+    for key in ("XDG_CONFIG_HOME", "BLOCKCOUPLING_SLURM_PROFILE", ENV + "STATUS"):
+        environ.pop(key, None)
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--profile", "site"]
+    command += ["--configfile", "config/smoke.yaml", "--directory", str(tmp_path / "work")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environ)
+    assert done.returncode == 1, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("slurm: ")]
+    assert len(lines) == 1 and "slurm-status-command: squeue" in lines[0], done.stderr[-2000:]
+
+
 def test_partition_and_account_as_the_plugins_own_resources() -> None:
     from snakemake.resources import Resources
 
@@ -542,3 +613,20 @@ def test_the_shipped_profile_checks_job_states_soon_after_a_job_ends() -> None:
 
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["slurm-init-seconds-before-status-checks"] == 10
+
+
+def test_the_job_counts_docs_cluster_states_are_the_smoke_dags(tmp_path: Path) -> None:
+    """docs/cluster.md's smoke DAG job count and its Slurm share (all but the local rules) are
+    what a dry run counts (the page said 66 jobs where the DAG had 59)."""
+    text = " ".join((REPO / "docs" / "cluster.md").read_text().split())
+    stated = re.search(
+        r"smoke DAG \((\d+) jobs; `all` and `vit_data` .*?so (\d+) Slurm jobs\)", text
+    )
+    assert stated, "docs/cluster.md no longer states the smoke DAG's job count"
+    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", "--quiet", "rules"]
+    command += ["--configfile", "config/smoke.yaml", "--directory", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", done.stdout, re.M))
+    local = int(counts.get("all", 0)) + int(counts.get("vit_data", 0))
+    assert (int(stated[1]), int(stated[2])) == (int(counts["total"]), int(counts["total"]) - local)

@@ -10,6 +10,7 @@ Maintainer commands (they write the project's own files):
 
 blockcoupling claims RESULTS --readme README.md            a run's claims table into the README
 blockcoupling docs docs/datasets.md                        the measure registry's table
+blockcoupling docs --figures RUN                           a default run's figures: docs/figures
 blockcoupling pilot within|across                          pilot runs (seeds 100+)
 blockcoupling pilot power --configfile config.yaml         their power: stats.power_file
 blockcoupling power ANALYSES --out FILE.csv                deprecated: another power estimate
@@ -28,6 +29,7 @@ from blockcoupling.cli.records import (
     power_table,
     render_claims,
     render_docs,
+    render_figures,
     verify_results,
 )
 
@@ -43,7 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "claims":
             print(render_claims(args.results, args.readme))
         elif args.command == "docs":
-            print(render_docs(args.file))
+            if args.file is None and args.figures is None:
+                raise ValueError("name FILE (docs/datasets.md) or --figures RUN")
+            if args.file is not None:
+                print(render_docs(args.file))
+            if args.figures is not None:
+                print(render_figures(args.figures, args.out))
         elif args.command == "power":
             print(power_table(args))
         elif args.command == "pilot":

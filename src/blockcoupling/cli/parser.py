@@ -316,10 +316,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     docs = commands.add_parser(
         "docs",
+        help="render the measure registry's table, or a run's figures, into the docs",
         description=(
             "Replace FILE's block between <!-- measures:start --> and <!-- measures:end --> with "
-            "the table of every registered per-pair measure (blockcoupling.coupling.registry)."
+            "the table of every registered per-pair measure (blockcoupling.coupling.registry); "
+            "with --figures RUN, copy the docs' figures from RUN/results/figures (a finished "
+            "default run) into --out with their stamps: the commit, the config's hash and the "
+            "figure code's hash (blockcoupling.pipeline.docs_figures)."
         ),
     )
-    docs.add_argument("file", type=Path, metavar="FILE", help="docs/datasets.md")
+    docs.add_argument("file", type=Path, nargs="?", metavar="FILE", help="docs/datasets.md")
+    docs.add_argument("--figures", type=Path, metavar="RUN", help="a finished run's folder")
+    docs.add_argument("--out", type=Path, default=Path("docs/figures"), help="docs/figures")
     return parser

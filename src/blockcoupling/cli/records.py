@@ -100,6 +100,18 @@ def render_docs(file: Path) -> str:
     return f"{file}: measure table from blockcoupling.coupling.registry"
 
 
+def render_figures(run: Path, out: Path) -> str:
+    """Copy a finished run's docs figures into ``out`` with their stamps
+    (``pipeline.docs_figures``).
+    """
+    from blockcoupling.pipeline.docs_figures import COMMIT, copy_figures, read_stamp
+
+    written = copy_figures(run, out)
+    return (
+        f"{len(written)} figures into {out} from {run} (made at {read_stamp(written[0])[COMMIT]})"
+    )
+
+
 def _rewrite_block(file: Path, start: str, end: str, body: str) -> None:
     """Replace ``file``'s block between ``start`` and ``end`` by ``body``, atomically: a
     symlink's target is rewritten (the link kept) with its own permissions; a read-only file is

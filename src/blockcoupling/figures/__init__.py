@@ -37,7 +37,7 @@ from blockcoupling.figures.trajectories import (
 )
 from blockcoupling.figures.vit import vit_coupling_vs_accuracy, vit_coupling_vs_sd
 from blockcoupling.files.io import read_netcdf
-from blockcoupling.pipeline.figure_registry import FIGURES
+from blockcoupling.pipeline.figure_registry import FIGURES, claim_rows
 from blockcoupling.stats.core import select
 from blockcoupling.stats.selection import Selection
 
@@ -85,7 +85,8 @@ def render(
     """Draw figure ``name`` of FIGURES from its input file ``source`` (CSV or NetCDF) at ``path``;
     ``selection`` (k, reading, variant, norm) and ``token_model`` as FIGURES says it takes;
     ``tables``: the statistics tables (CSV) its titles read, those the run produced (a
-    ``claims.csv`` as ``claims=``, the other as FIGURES' keyword for it).
+    ``claims.csv`` as ``claims=``, the other as FIGURES' keyword for it); a figure that quotes
+    claims rows (``figure_registry.CLAIM_FIGURES``) also gets the selection's K as ``k=``.
     """
     if name not in FIGURES:
         raise ValueError(f"no figure named {name!r}; one of {', '.join(FIGURES)}")
@@ -100,8 +101,12 @@ def render(
         "depth_heatmaps_over_training": lambda: depth_heatmaps_over_training(
             select(data["depth_mis"], **at), path
         ),
-        "token_heatmaps": lambda: token_heatmaps(data, path, model=token_model, **at),
+        "token_heatmaps": lambda: token_heatmaps(
+            data, path, model=token_model, claims=extra.get("claims"), **at
+        ),
         "pca_trajectories": lambda: pca_trajectories(data, path, model=token_model),
         "singular_value_spectra": lambda: singular_value_spectra(data, path, model=token_model),
     }
+    if claim_rows(name):  # its claims note states the K of the claims it quotes
+        extra["k"] = at.get("k")
     return adapters.get(name, lambda: globals()[name](data, path, **extra))()

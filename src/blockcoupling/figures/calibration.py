@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from blockcoupling.figures.common import label, no_data, require_columns, save, style
+from blockcoupling.figures.quotes import add_claims_note
 
 # (column, its chance level: a column or a constant, x label) of each panel, left to right
 PANELS = (
@@ -23,10 +24,13 @@ PANELS = (
 INITS = {"trained": ("o", "C0"), "random": ("s", "C1")}
 
 
-def calibration(table: pd.DataFrame, path: str | Path) -> list[Path]:
+def calibration(
+    table: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None = None, k: object = None
+) -> list[Path]:
     """One row of panels per K of ``table`` (a ``stats.calibration`` table): per model (y),
     its raw coupling, calibrated excess, overlap and effective rank (x) for each init (marker),
     each beside its chance level (grey ``|``: ``coupling_null``, 0, K/d, and K for the rank).
+    Under the grid: the trained-vs-twin claim's row of ``claims``, at the claims' K ``k``.
     """
     require_columns(table, ["model", "init", "k", "coupling"])
     panels = [p for p in PANELS if p[0] in table.columns]
@@ -42,16 +46,18 @@ def calibration(table: pd.DataFrame, path: str | Path) -> list[Path]:
             squeeze=False,
             layout="constrained",
         )
-        for r, k in enumerate(ks):
-            rows = table[table["k"] == k]
+        for r, row_k in enumerate(ks):
+            rows = table[table["k"] == row_k]
             for c, (column, chance, xlabel) in enumerate(panels):
                 ax = axes[r, c]
                 _panel(ax, rows, models, column, chance)
                 ax.set_xlabel(label(xlabel) if xlabel in table.columns else xlabel)
-                ax.set_title(f"K = {int(k)}", fontsize="small")
+                ax.set_title(f"K = {int(row_k)}", fontsize="small")
             axes[r, 0].set_yticks(range(len(models)), models, fontsize="x-small")
             axes[r, 0].set_ylim(len(models) - 0.5, -0.5)
         fig.legend(handles=_handles(table), loc="outside right upper", frameon=False)
+        chance = "grey |, the Gaussian null's coupling, 0 for the excess, K/d, K for the rank"
+        add_claims_note(fig, claims, "calibration", k, chance)
         return save(fig, path)
 
 

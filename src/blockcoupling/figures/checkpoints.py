@@ -4,7 +4,7 @@ early/middle/final steps, coupling against validation loss.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -27,6 +27,7 @@ from blockcoupling.figures.common import (
     long_form,
     measures,
     no_data,
+    null_values,
     require_columns,
     save,
     step_axis,
@@ -34,7 +35,7 @@ from blockcoupling.figures.common import (
     style,
 )
 from blockcoupling.figures.heatmaps import heatmap_grid, matrix, require_dims
-from blockcoupling.figures.quotes import exploratory_title, first_row
+from blockcoupling.figures.quotes import add_claims_note, exploratory_title, first_row
 from blockcoupling.stats.core import select
 
 
@@ -85,11 +86,16 @@ def model_legend(grid: sns.FacetGrid, vacant: plt.Axes | None, palette: dict) ->
     where.legend(handles=handles, loc=loc, title="model", fontsize="small", frameon=False)
 
 
-def _lines_vs_step(table: pd.DataFrame, panels: Sequence[str], path: str | Path) -> list[Path]:
+def _lines_vs_step(
+    table: pd.DataFrame,
+    panels: Sequence[str],
+    path: str | Path,
+    annotate: Callable[[plt.Figure], None] | None = None,
+) -> list[Path]:
     """One panel per column of ``panels`` (a seaborn FacetGrid): value vs step (symlog x, a
     tick at every step), one line per model (ordered by size), a band where the table has the
     column's CI (``*_low``, ``*_high``) and a dashed line per model at the column's chance level
-    where it has one (common.MEASURES).
+    where it has one (common.MEASURES); ``annotate`` adds to the figure before it is saved.
     """
     require_columns(table, ["model", "step", *panels])
     order = _model_order(table)
@@ -105,6 +111,8 @@ def _lines_vs_step(table: pd.DataFrame, panels: Sequence[str], path: str | Path)
         grid.set_xlabels(STEP_LABEL)
         model_legend(grid, vacant, palette)
         declutter(grid.figure)
+        if annotate is not None:
+            annotate(grid.figure)
         return save(grid.figure, path)
 
 
@@ -125,18 +133,34 @@ def _step_panel(data: pd.DataFrame, palette: dict, **_: object) -> None:
             ax.plot(rows["step"], rows["null"], color=color, ls="--", lw=0.8, zorder=1)
 
 
-def coupling_vs_step(table: pd.DataFrame, path: str | Path) -> list[Path]:
+def coupling_vs_step(
+    table: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None = None, k: object = None
+) -> list[Path]:
     """Each coupling measure the `checkpoint_table` has (raw; calibrated excess and overlap when
     present), over all pairs and adjacent blocks, vs training step, one line per model; dashed:
-    the chance level.
+    the chance level, in the panels whose measure has one in the table. Under the grid: the
+    emergence claims' rows of ``claims``, K and which panels draw a chance level.
     """
     panels = [
         column
         for m in measures(table)
         for column in (m, ADJACENT.get(m))
         if column in table.columns and table[column].notna().any()
-    ]
-    return _lines_vs_step(table, panels or ["coupling", "adjacent_coupling"], path)
+    ] or ["coupling", "adjacent_coupling"]
+    return _lines_vs_step(
+        table,
+        panels,
+        path,
+        lambda fig: add_claims_note(fig, claims, "coupling_vs_step", k, chance_text(table, panels)),
+    )
+
+
+def chance_text(table: pd.DataFrame, panels: Sequence[str]) -> str:
+    """Which of ``panels`` (columns of ``table``) draw a chance level (dashed), which do not."""
+    drawn = [p for p in panels if null_values(table, p) is not None]
+    text = "dashed, " + ", ".join(drawn) if drawn else "none in this table"
+    missing = [p for p in panels if p not in drawn]
+    return text + (f" (none for {', '.join(missing)})" if drawn and missing else "")
 
 
 def trajectory_metrics_vs_step(table: pd.DataFrame, path: str | Path) -> list[Path]:
@@ -180,13 +204,18 @@ def depth_heatmaps_over_training(
 
 
 def coupling_vs_validation_loss(
-    table: pd.DataFrame, path: str | Path, correlations: pd.DataFrame | None = None
+    table: pd.DataFrame,
+    path: str | Path,
+    correlations: pd.DataFrame | None = None,
+    claims: pd.DataFrame | None = None,
+    k: object = None,
 ) -> list[Path]:
     """Each coupling measure vs validation loss over checkpoints and models (a seaborn
     FacetGrid, one panel per measure): colour = log10(step + 1), marker = model, a thin line
     through each run's checkpoints, light grey ``_``: the chance level. Titles: the run-level
     estimate from ``correlations`` (a `checkpoint_correlations` table: the mean within-run r,
-    t over runs) with its verdict; no line is fitted through the pooled points.
+    t over runs, n = runs), exploratory; no line is fitted through the pooled points. Under the
+    grid: the within-run claim's row of ``claims``, K and the chance level drawn.
     """
     require_columns(table, ["model", "step", "coupling", "val_loss"])
     shown = measures(table) or ["coupling"]
@@ -211,7 +240,11 @@ def coupling_vs_validation_loss(
                 correlations,
                 dict(design="runs combined (t over runs)", predictor=measure, method="pearson"),
             )
-            ax.set_title(exploratory_title(row, "mean within-run r"), fontsize="small")
+            if row is not None and "n_groups" in row.index:  # its units: runs, not checkpoints
+                row = row.copy()
+                row["n"] = row["n_groups"]
+            title = exploratory_title(row, "mean within-run r").replace(", n = ", ", runs = ")
+            ax.set_title(title, fontsize="small")
             ax.set(xlabel=label("val_loss"), ylabel=label(measure))
         if models:
             handles = [
@@ -236,6 +269,8 @@ def coupling_vs_validation_loss(
             near = np.abs(ticks[:, None] - np.linspace(ticks[0], ticks[-1], 8)).argmin(axis=0)
             ticks = ticks[np.unique(near)]
         bar.set_ticks(ticks, labels=[step_label(round(10**t - 1)) for t in ticks])
+        chance = chance_text(data, shown).replace("dashed", "light grey _")
+        add_claims_note(grid.figure, claims, "coupling_vs_validation_loss", k, chance)
         return save(grid.figure, path)
 
 

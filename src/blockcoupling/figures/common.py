@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import BoundaryNorm, Colormap, ListedColormap
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from blockcoupling.coupling import registry as measures_registry
@@ -252,6 +254,36 @@ def step_axis(ax: plt.Axes, steps: np.ndarray) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: step_label(value)))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlim(-0.3, steps.max() * 1.15 if len(steps) else 1)
+
+
+def block_scale(blocks: np.ndarray, cmap: str = "viridis") -> tuple[Colormap, BoundaryNorm]:
+    """A colour scale with one colour per block of ``blocks`` (the integer indices a figure
+    draws, finite data only), each colour's band centred on its block, for ``block_colorbar``.
+    """
+    blocks = np.unique(np.asarray(blocks, dtype=int))
+    if blocks.size == 0:
+        blocks = np.array([0])
+    colours = plt.get_cmap(cmap)(np.linspace(0, 1, blocks.size))
+    bounds = np.arange(blocks.min(), blocks.max() + 2) - 0.5
+    # one band per integer between the first and last block: the blocks drawn get the colours
+    full = np.array(
+        [colours[min(np.searchsorted(blocks, b), blocks.size - 1)] for b in bounds[:-1] + 0.5]
+    )
+    return ListedColormap(full), BoundaryNorm(bounds, len(full))
+
+
+def block_colorbar(
+    fig: plt.Figure, axes: list, blocks: np.ndarray, label: str, cmap: str = "viridis"
+) -> None:
+    """A colour bar of ``block_scale``: one band per block, ticks at regular whole-block steps
+    (every block up to 12 blocks).
+    """
+    colours, norm = block_scale(blocks, cmap)
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=colours), ax=axes, label=label)
+    blocks = np.unique(np.asarray(blocks, dtype=int))
+    step = max(1, int(np.ceil(blocks.size / 12)))
+    bar.set_ticks(list(range(int(blocks.min()), int(blocks.max()) + 1, step)))
+    bar.ax.minorticks_off()
 
 
 def declutter(fig: plt.Figure, pad: float = 6.0) -> None:

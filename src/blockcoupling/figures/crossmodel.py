@@ -28,14 +28,24 @@ from blockcoupling.figures.common import (
     style,
     wrap_name,
 )
-from blockcoupling.figures.quotes import claim_title, estimable, exploratory_title, first_row
+from blockcoupling.figures.quotes import (
+    add_claims_note,
+    estimable,
+    exploratory_title,
+    first_row,
+    stat_row,
+)
 from blockcoupling.stats.claims import claim_of
 
 OTHER = "other models"
-# (design, measure) -> the analysis whose claims row a panel of coupling_vs_score quotes
+# (design, measure) -> the analyses whose claims rows rest on that panel's measure against the
+# score: a least-squares line is drawn there only when its slope has each row's sign
 PANEL_CLAIMS = {
-    ("fixed_size", "coupling_excess"): "fixed_size_excess_vs_bpb_rank_adjusted",
-    ("fixed_size", "coupling"): "fixed_size_coupling_vs_bpb_rank_adjusted",
+    ("fixed_size", "coupling_excess"): (
+        "fixed_size_excess_vs_bpb",
+        "fixed_size_excess_vs_bpb_rank_adjusted",
+    ),
+    ("fixed_size", "coupling"): ("fixed_size_coupling_vs_bpb_rank_adjusted",),
 }
 
 
@@ -71,6 +81,7 @@ def coupling_vs_score(
     y: str = "score",
     correlations: pd.DataFrame | None = None,
     claims: pd.DataFrame | None = None,
+    k: object = None,
 ) -> list[Path]:
     """Score vs each coupling measure (a seaborn FacetGrid; rows: raw m_K-based coupling,
     calibrated excess, overlap, as the table has them) per design (columns: a family of at
@@ -81,8 +92,10 @@ def coupling_vs_score(
     chance level (``coupling_null``, ``overlap_null``), a dashed line at the excess's 0. A
     least-squares line only in a panel whose correlation ``correlations`` (a stats table) holds
     for that design's subset; the title quotes it as exploratory (estimate, interval, p, n),
-    never computed here. A panel that draws a claim (``PANEL_CLAIMS``) quotes that claim's row
-    of ``claims`` (a claims table) above it: estimate, interval, p, Holm p and verdict.
+    never computed here. In a panel whose measure claims rest on (``PANEL_CLAIMS``) the line is
+    drawn only when its slope has the sign of each of those rows of ``claims`` (else the title
+    says why there is none). Under the grid: the claims rows this figure draws, as claims.csv
+    has them, with K and the chance levels drawn.
     """
     shown = measures(table) or ["coupling"]
     groups = designs(table.dropna(subset=[y]) if y in table.columns else table, y)
@@ -104,7 +117,7 @@ def coupling_vs_score(
             despine=False,
         )
         order = list(dict.fromkeys(long["model"]))  # one marker and colour per model, all designs
-        draw_panels(grid, _score_panel, y=y, correlations=correlations, order=order)
+        draw_panels(grid, _score_panel, y=y, correlations=correlations, order=order, claims=claims)
         for (measure, design), ax in grid.axes_dict.items():
             row = _correlation_row(correlations, design, measure)
             stat = (
@@ -112,15 +125,37 @@ def coupling_vs_score(
                 if design == OTHER
                 else exploratory_title(row, "Pearson r")
             )
-            analysis = PANEL_CLAIMS.get((design, measure))
-            quote = claim_title(claims, claim_of(analysis)) if analysis else None
-            stat = f"{quote}\n{stat}" if quote else stat
+            against = _against_claims(row, claims, design, measure)
+            stat = f"{stat}\nno line: {against}" if against and estimable(row) else stat
             ax.set_title(f"{design}\n{stat}" if measure == shown[0] else stat, fontsize="small")
             ax.set(xlabel=label(measure), ylabel="")
             ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
         _legend(grid)
         grid.figure.supylabel(score_column_label(table, y))
+        chance = "grey | at each model's null level, dashed 0 for the excess"
+        add_claims_note(grid.figure, claims, "coupling_vs_score", k, chance)
         return save(grid.figure, path)
+
+
+def _against_claims(
+    row: pd.Series | None, claims: pd.DataFrame | None, design: str, measure: str
+) -> str:
+    """Why a panel's least-squares line is not drawn: the claims rows (``PANEL_CLAIMS``) whose
+    estimate's sign its correlation ``row`` does not share ('' when it shares every one).
+    """
+    if not estimable(row):
+        return ""
+    assert row is not None
+    r = float(row["r"])
+    differ = []
+    for analysis in PANEL_CLAIMS.get((design, measure), ()):
+        claim_row = stat_row(claims, claim=claim_of(analysis))
+        estimate = float(claim_row["estimate"]) if claim_row is not None else np.nan
+        if np.isfinite(estimate) and np.sign(estimate) != np.sign(r):
+            differ.append(f"{estimate:+.3g}")
+    if not differ:
+        return ""
+    return f"its slope's sign differs from the claims' {', '.join(differ)} (note below)"
 
 
 def _legend(grid: sns.FacetGrid) -> None:
@@ -163,6 +198,7 @@ def _score_panel(
     y: str,
     correlations: pd.DataFrame | None,
     order: list[str],
+    claims: pd.DataFrame | None = None,
     **_: object,
 ) -> None:
     """One panel of ``coupling_vs_score`` (one measure, one design), on the current axes; each
@@ -199,7 +235,8 @@ def _score_panel(
             label=model,
         )
     x = data["value"].to_numpy(float)
-    if estimable(_correlation_row(correlations, design, measure)) and np.ptp(x) > 0:
+    row = _correlation_row(correlations, design, measure)
+    if estimable(row) and np.ptp(x) > 0 and not _against_claims(row, claims, design, measure):
         _fit_line(ax, x, data[y].to_numpy(float))
 
 

@@ -4,7 +4,7 @@ colour scale per figure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -15,6 +15,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
 from blockcoupling.figures.common import MIS_LABEL, no_data, save, style, wrap_name
+from blockcoupling.figures.quotes import add_claims_note
 from blockcoupling.stats.core import select
 
 HEATMAP_CMAP = "viridis"
@@ -27,9 +28,10 @@ def heatmap_grid(
     cbar_label: str,
     path: str | Path,
     title: str = "",
+    annotate: Callable[[plt.Figure], None] | None = None,
 ) -> list[Path]:
     """Grid of heatmaps (rows x cols of (title, frame index=y, columns=x)) on one shared colour
-    scale.
+    scale; ``annotate`` adds to the figure before it is saved (a claims note).
     """
     values = np.concatenate(
         [np.empty(0)] + [f.to_numpy(dtype=float).ravel() for row in panels for _, f in row]
@@ -68,6 +70,8 @@ def heatmap_grid(
         )
         if title:
             fig.suptitle(title)
+        if annotate is not None:
+            annotate(fig)
         return save(fig, path)
 
 
@@ -192,12 +196,14 @@ def token_heatmaps(
     variant: str = "ujv",
     norm: str = "p",
     fixed_token: int | None = None,
+    claims: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Token x token_ref m_K (mean over prompts) for self, fixed-input, fixed-output coupling.
 
     Rows = init, cols = family, for one model and block pair (layer, layer_ref; default: the first
     layer with data, layer_ref = layer). Fixed families: averaged over the fixed token (NaN-aware)
-    when `fixed_token` is None, else at that fixed token position.
+    when `fixed_token` is None, else at that fixed token position. Under the grid: the token
+    claims' rows of ``claims`` (``quotes.add_claims_note``), with K.
     """
     present = [v for v in TOKEN_FAMILIES if v in coupling]
     if not present:
@@ -220,7 +226,17 @@ def token_heatmaps(
         f"{model}: block {layer} vs block {layer if layer_ref is None else layer_ref}, "
         "mean over prompts"
     )
-    return heatmap_grid(panels, inits, ("token t", "reference token t'"), MIS_LABEL, path, title)
+    title += f", $m_K$ at K = {k}"
+    chance = "not drawn (each pair's m_K beside its chance level: the claims' token-pair excess)"
+    return heatmap_grid(
+        panels,
+        inits,
+        ("token t", "reference token t'"),
+        MIS_LABEL,
+        path,
+        title,
+        lambda fig: add_claims_note(fig, claims, "token_heatmaps", k, chance),
+    )
 
 
 def _first_finite_layer(da: xr.DataArray) -> int:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from blockcoupling.figures.common import fix_layout
+from blockcoupling.pipeline import figure_registry
 from blockcoupling.stats import claims as claims_table
 
 
@@ -123,14 +126,59 @@ def exploratory_title(row: pd.Series | None, what: str) -> str:
     return text.replace(", n = ", " (unadjusted), n = ", 1) if ", p = " in text else text
 
 
-def claim_title(claims: pd.DataFrame | None, claim: str, width: int = 52) -> str | None:
-    """The row of ``claim`` (its text in ``stats.claims.CLAIMS``) in a claims table, as a panel
-    quotes it (``stats.claims.claim_quote``: claims.md's digits), its lines wrapped at
-    ``width`` (never inside "p = 0.21": no-break spaces); None when the table is absent or has
-    no such row.
+def claims_note(
+    claims: pd.DataFrame | None, figure: str, k: object = None, chance: str = ""
+) -> str:
+    """The claims rows ``figure`` draws (``pipeline.figure_registry.CLAIM_FIGURES``), each as
+    claims.csv has it (``stats.claims.claim_quote``: claims.md's digits, primary marked, verdict),
+    after a line stating K and the chance level the figure draws; '' when no row is tied to it.
     """
-    row = stat_row(claims, claim=claim)
-    if row is None:
-        return None
-    lines = claims_table.claim_quote(row).replace(" = ", "\u00a0=\u00a0").splitlines()
-    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in lines)
+    analyses = figure_registry.claim_rows(figure)
+    if not analyses:
+        return ""
+    head = "Claims drawn here (results/stats/claims.csv)"
+    head += f"; K = {k}" if k is not None else ""
+    head += f"; chance level: {chance}" if chance else ""
+    lines = [head]
+    for analysis in analyses:
+        claim = claims_table.claim_of(analysis)
+        row = stat_row(claims, claim=claim)
+        if row is None:
+            where = "no claims table in this run" if claims is None else "no row in claims.csv"
+            lines.append(f"- {claim}: {where}")
+            continue
+        quote, _, verdict_text = claims_table.claim_quote(row).partition("\n")
+        kind, _, numbers = quote.removeprefix("claim ").partition(": ")  # "(primary)", the rest
+        lines.append(f"- {claim} {kind}: {numbers}" + (f"; {verdict_text}" if verdict_text else ""))
+    return "\n".join(lines)
+
+
+def add_claims_note(
+    fig: plt.Figure,
+    claims: pd.DataFrame | None,
+    figure: str,
+    k: object = None,
+    chance: str = "",
+) -> None:
+    """``claims_note`` under everything ``fig`` shows, its lines wrapped to the figure's width:
+    the layout is fixed first (``common.fix_layout``), so the note goes below the lowest text
+    (a legend under the panels too) and the saved tight box takes it in. Call it last, just
+    before ``common.save``; nothing when no claims row is tied to ``figure``.
+    """
+    text = claims_note(claims, figure, k, chance)
+    if not text:
+        return
+    width = max(70, int(fig.get_figwidth() * 16))
+    wrapped = [
+        textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False)
+        for line in text.replace(" = ", "\u00a0=\u00a0").splitlines()
+    ]
+    fix_layout(fig)
+    renderer = fig.canvas.get_renderer()
+    for legend in fig.legends:  # anchored where the layout put them, not at the saved box's edge
+        box = legend.get_window_extent(renderer).transformed(fig.transFigure.inverted())
+        legend.set_bbox_to_anchor(box, transform=fig.transFigure)
+        legend.set_loc("center")
+    bottom = fig.get_tightbbox(renderer).y0  # inches
+    y = (bottom - 0.1) / fig.get_figheight()
+    fig.text(0.01, y, "\n".join(wrapped), ha="left", va="top", fontsize="x-small")

@@ -10,11 +10,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 import xarray as xr
-from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
-from matplotlib.ticker import MaxNLocator
 
-from blockcoupling.figures.common import label, no_data, save, seeded_numpy, style
+from blockcoupling.figures.common import (
+    block_colorbar,
+    block_scale,
+    label,
+    no_data,
+    save,
+    seeded_numpy,
+    style,
+)
 from blockcoupling.figures.heatmaps import init_order
 from blockcoupling.stats.core import select
 
@@ -94,8 +99,10 @@ def pca_trajectories(
     prompt = str(da["prompt"].values[0]) if prompt is None else prompt
     da = select(da, prompt=prompt)
     inits = init_order(da)
+    finite = np.isfinite(da).any([d for d in da.dims if d != "layer"]).values
     layers = da["layer"].values
-    norm = Normalize(float(np.min(layers)), float(np.max(layers)))
+    drawn = layers[finite] if finite.any() else layers
+    cmap, norm = block_scale(drawn)
     with style():
         fig, axes = plt.subplots(
             1, len(inits), figsize=(4.5 * len(inits) + 1, 4.2), squeeze=False, layout="constrained"
@@ -109,7 +116,7 @@ def pca_trajectories(
                     line[keep, 0],
                     line[keep, 1],
                     c=layers[keep],
-                    cmap="viridis",
+                    cmap=cmap,
                     norm=norm,
                     s=8,
                     zorder=2,
@@ -121,12 +128,7 @@ def pca_trajectories(
                 xlabel=_pclabel(trajectories, model, init, prompt, 0),
                 ylabel=_pclabel(trajectories, model, init, prompt, 1),
             )
-        bar = fig.colorbar(
-            ScalarMappable(norm=norm, cmap="viridis"),
-            ax=axes.ravel().tolist(),
-            label="depth (layer; 0 = input embedding)",
-        )
-        bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # ticks name the layers
+        block_colorbar(fig, axes.ravel().tolist(), drawn, "depth (layer; 0 = input embedding)")
         fig.suptitle(f"{model}, prompt {prompt}: one line per token")
         return save(fig, path)
 
@@ -142,16 +144,17 @@ def _pclabel(trajectories: xr.Dataset, model: str, init: str, prompt: str, pc: i
 
 
 def singular_value_spectra(spectra: xr.Dataset, path: str | Path, model: str) -> list[Path]:
-    """Singular values of J^l_tt vs rank, one line per layer (colour = layer), per init; log y.
+    """Singular values of J^l_tt vs rank, one line per block with data (one colour each), per
+    init; log y.
 
     `spectra.singular_values`: dims (model, init, prompt, layer, rank); mean over prompts.
     """
     da = select(spectra["singular_values"], model=model).mean("prompt", skipna=True)
     da = da.where(da > 0)
     inits = init_order(da)
-    layers = da["layer"].values
-    norm = Normalize(float(np.min(layers)), float(np.max(layers)))
-    cmap = plt.get_cmap("viridis")
+    finite = np.isfinite(da).any([d for d in da.dims if d != "layer"]).values
+    layers = da["layer"].values[finite] if finite.any() else da["layer"].values
+    cmap, norm = block_scale(layers)
     with style():
         fig, axes = plt.subplots(
             1,
@@ -172,10 +175,7 @@ def singular_value_spectra(spectra: xr.Dataset, path: str | Path, model: str) ->
             else:
                 no_data(ax)
             ax.set(title=init, xlabel="rank a (singular index, descending)")
-        axes[0, 0].set_ylabel("singular value of J^l (mean over prompts)")
-        bar = fig.colorbar(
-            ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(), label="block l"
-        )
-        bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # ticks name the blocks
+        axes[0, 0].set_ylabel("singular value of $J^l$ (mean over prompts)")
+        block_colorbar(fig, axes.ravel().tolist(), layers, "block $l$")
         fig.suptitle(model)
         return save(fig, path)

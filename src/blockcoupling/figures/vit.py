@@ -25,13 +25,12 @@ from blockcoupling.figures.common import (
     style,
 )
 from blockcoupling.figures.quotes import (
-    claim_title,
+    add_claims_note,
     estimable,
     exploratory_title,
     first_row,
     stat_title,
 )
-from blockcoupling.stats.claims import claim_of
 
 SD_LABEL = "stochastic-depth rate (drop-path rate of the last block)"
 RATE_LABEL = "stochastic-depth rate"
@@ -57,16 +56,10 @@ def _measure_grid(
     )
 
 
-def _title(
-    row: pd.Series | None, what: str, claims: pd.DataFrame | None, analysis: str | None
-) -> str:
-    """A panel title: the claims row of ``analysis`` where ``claims`` has it (the panel of the
-    measure that claim rests on), else the statistics row as ``stat_title`` reads it, labelled
-    exploratory where it is not a declared primary test.
+def _title(row: pd.Series | None, what: str) -> str:
+    """A panel title: the statistics row as ``stat_title`` reads it, labelled exploratory where
+    it is not a declared primary test (the claims rows are quoted under the grid).
     """
-    quote = claim_title(claims, claim_of(analysis)) if analysis else None
-    if quote:
-        return quote
     if row is not None and str(row.get("primary", "")).lower() == "true":
         return stat_title(row, what)
     return exploratory_title(row, what)
@@ -77,6 +70,7 @@ def vit_coupling_vs_sd(
     path: str | Path,
     trend: pd.DataFrame | None = None,
     claims: pd.DataFrame | None = None,
+    k: object = None,
 ) -> list[Path]:
     """Each coupling measure (one panel each: raw, calibrated excess, overlap as the table has
     them) vs stochastic-depth rate (a tick at every rate): the mean over weight decays (black,
@@ -84,8 +78,8 @@ def vit_coupling_vs_sd(
     coloured line per weight decay; dashed grey: the chance level.
 
     `by_rate`: a `stats.vit_coupling_by_rate` table (wd = "all" for the pooled rows). Titles:
-    the excess panel quotes the claim's row of ``claims`` (vit_sd_effect, claims.md's digits);
-    the others the sd slope from ``trend`` (a `stats.vit_sd_trend` table), exploratory.
+    the sd slope from ``trend`` (a `stats.vit_sd_trend` table), exploratory; under the grid:
+    the claim's row of ``claims`` (vit_sd_effect, claims.md's digits), K and the chance level.
     """
     require_columns(by_rate, ["sd", "wd", "coupling"])
     data = by_rate.assign(wd=by_rate["wd"].astype(str)).sort_values("sd")
@@ -113,14 +107,15 @@ def vit_coupling_vs_sd(
         rates = np.unique(data["sd"].to_numpy(dtype=float))
         for measure, ax in grid.axes_dict.items():
             row = rows[measure]
-            analysis = "vit_sd_effect" if measure == "coupling_excess" else None
-            ax.set_title(_title(row, "sd slope", claims, analysis), fontsize="small")
+            ax.set_title(_title(row, "sd slope"), fontsize="small")
             ax.set_xticks(rates, [f"{r:g}" for r in rates])
             ax.set(xlabel="", ylabel=label(measure))
         grid.figure.supxlabel(SD_LABEL, fontsize="medium")
         handles, labels = grid.axes.flat[0].get_legend_handles_labels()
         grid.figure.legend(handles, labels, loc="outside right upper", fontsize="small")
         grid.figure.suptitle("coupling vs stochastic depth (mean over seeds and images, 95% CI)")
+        chance = "dashed grey, each measure's mean null level (0 for the excess)"
+        add_claims_note(grid.figure, claims, "vit_coupling_vs_sd", k, chance)
         return save(grid.figure, path)
 
 
@@ -183,15 +178,16 @@ def vit_coupling_vs_accuracy(
     path: str | Path,
     within: pd.DataFrame | None = None,
     claims: pd.DataFrame | None = None,
+    k: object = None,
 ) -> list[Path]:
     """Test accuracy vs each coupling measure (one panel each), one point per ViT coloured by
     its stochastic-depth rate, with its CI (horizontal bars), grey ``|`` at its chance level,
     and a least-squares line for each rate whose correlation the table estimates (its r,
     interval and verdict in the legend).
 
-    `table`: a `stats.vit_model_table`. Titles: the excess panel quotes the claim's row of
-    ``claims`` (vit_accuracy_within_rate, claims.md's digits); the others the pooled within-rate
-    estimate from ``within`` (a `stats.vit_coupling_accuracy` table), exploratory.
+    `table`: a `stats.vit_model_table`. Titles: the pooled within-rate estimate from ``within``
+    (a `stats.vit_coupling_accuracy` table), exploratory; under the grid: the claim's row of
+    ``claims`` (vit_accuracy_within_rate, claims.md's digits), K and the chance level.
     """
     require_columns(table, ["sd", "coupling", "test_accuracy"])
     shown = measures(table) or ["coupling"]
@@ -207,9 +203,9 @@ def vit_coupling_vs_accuracy(
                 dict(sd="pooled", method="within_r", measure=measure),
                 *([dict(sd="pooled", method="within_r")] if measure == "coupling" else []),
             )
-            analysis = "vit_accuracy_within_rate" if measure == "coupling_excess" else None
-            ax.set_title(_title(row, "within-rate r", claims, analysis), fontsize="small")
+            ax.set_title(_title(row, "within-rate r"), fontsize="small")
             ax.set(xlabel=label(measure), ylabel="test accuracy")
+            ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(
                     loc="upper center",
@@ -222,6 +218,8 @@ def vit_coupling_vs_accuracy(
             ScalarMappable(norm=norm, cmap=CMAP), ax=grid.axes.ravel().tolist(), label=RATE_LABEL
         )
         bar.set_ticks(rates, labels=[f"{r:g}" for r in rates])  # the rates trained
+        chance = "grey | at each ViT's null level"
+        add_claims_note(grid.figure, claims, "vit_coupling_vs_accuracy", k, chance)
         return save(grid.figure, path)
 
 

@@ -142,12 +142,36 @@ def attributes(name: str) -> tuple[str, str] | None:
     return None
 
 
+# file name -> the ``title`` attribute of the files of that name (else ``title``'s fallback)
+TITLES = {
+    "depth.nc": "sufficient statistics of the depth-wise block Jacobians (one checkpoint)",
+    "tokens.nc": "sufficient statistics of the token-wise block Jacobians (one checkpoint)",
+    "spectra.nc": "singular values of the block Jacobians",
+    "trajectories.nc": "hidden-state trajectories through the blocks: LSS, expodistance, PCA",
+    "coupling.nc": "block coupling m_K and its summaries, with their chance levels",
+    "token_coupling.nc": "token coupling m_K of the token families",
+    "final.nc": "ViT: coupling, spectra and accuracy of one trained ViT",
+    "combined.nc": "ViT sweep: coupling and accuracy over stochastic depth, weight decay, seed",
+}
+SOURCE = "blockcoupling {version}: block Jacobians of transformers (Aubry et al., ICLR 2025)"
+
+
+def title(path: str | Path) -> str:
+    """The ``title`` attribute of a file at ``path`` (``TITLES`` by its name)."""
+    path = Path(path)
+    return TITLES.get(path.name, f"blockcoupling results: {path.parent.name}/{path.stem}")
+
+
 def label(dataset: xr.Dataset) -> xr.Dataset:
     """A copy of ``dataset`` whose every variable and coordinate has ``long_name`` and
-    ``units`` (kept where the builder set them) and whose attrs say ``Conventions``. A
-    ValueError names a variable the table does not know.
+    ``units`` (kept where the builder set them, except on a coordinate the table names: a
+    renamed coordinate would carry its old name's label) and whose attrs say ``Conventions``.
+    A ValueError names a variable the table does not know.
     """
     dataset = dataset.copy()
+    for name in dataset.coords:
+        if name in VARIABLES:
+            dataset[name].attrs.pop("long_name", None)
     for name, variable in dataset.variables.items():
         if "long_name" in variable.attrs and "units" in variable.attrs:
             continue
@@ -169,13 +193,13 @@ def label(dataset: xr.Dataset) -> xr.Dataset:
 def check_files(root: str | Path) -> tuple[int, int, list[str]]:
     """Open every NetCDF under ``root`` with xarray: ``(files, variables checked, problems)``,
     a problem being a variable or coordinate without ``long_name`` or ``units``, or a file
-    without ``Conventions`` or ``git_commit``.
+    without ``Conventions``, ``git_commit``, ``title``, ``history`` or ``source``.
     """
     files, checked, problems = 0, 0, []
     for path in sorted(Path(root).rglob("*.nc")):
         files += 1
         with xr.open_dataset(path, engine="netcdf4") as dataset:
-            for key in ("Conventions", "git_commit"):
+            for key in ("Conventions", "git_commit", "title", "history", "source"):
                 if key not in dataset.attrs:
                     problems.append(f"{path}: no {key} attribute")
             for name, variable in dataset.variables.items():

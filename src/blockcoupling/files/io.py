@@ -7,8 +7,10 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +21,8 @@ from typing import Any
 import xarray as xr
 
 from blockcoupling.coupling.arguments import expect, expect_path
-from blockcoupling.files.cf import label
+from blockcoupling.files.cf import SOURCE, label
+from blockcoupling.files.cf import title as cf_title
 
 
 def git_commit() -> str:
@@ -137,12 +140,40 @@ def replace_marked_block(text: str, source: str | Path, start: str, end: str, bo
     return pattern.sub(lambda _: f"{start}\n{body}{end}", text, count=1)
 
 
+def command_line(argv: list[str] | None = None) -> str:
+    """This process's command as a file's history names it: a Snakemake job's script by its
+    name in scripts/ (Snakemake runs a temporary copy, ``.snakemake/scripts/tmpXXXX.NAME.py``),
+    else the program's name and its arguments.
+    """
+    argv = list(sys.argv if argv is None else argv) or ["python"]
+    script = re.fullmatch(r"tmp\w+\.(\w+\.py)", Path(argv[0]).name)
+    if script:
+        return f"Snakemake job: scripts/{script[1]}"
+    return shlex.join([Path(argv[0]).name, *argv[1:]])
+
+
+def global_attrs(attrs: dict[str, Any], path: str | Path) -> dict[str, str]:
+    """The CF global attributes of a file written at ``path``: ``title`` (``cf.title``, where
+    ``attrs`` has none), ``source`` (the package and version) and ``history``: ``attrs``'s
+    history, then one line with this process's command and the code's commit.
+    """
+    package = versions()["blockcoupling_version"]
+    line = f"{command_line()} (blockcoupling commit {git_commit()})"
+    earlier = str(attrs.get("history", ""))
+    return {
+        "title": str(attrs.get("title") or cf_title(path)),
+        "source": SOURCE.format(version=package),
+        "history": f"{earlier}\n{line}" if earlier and line not in earlier else earlier or line,
+    }
+
+
 def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
     """Write a dataset to NetCDF as the workflow does, atomically.
 
     zlib-compressed, labelled CF-style (``cf.label``: ``long_name`` and ``units`` on every
     variable and coordinate, ``Conventions``) and with its provenance (the versions and git
-    commit, where the dataset does not carry those of the job that computed it). Encodings
+    commit, where the dataset does not carry those of the job that computed it; ``global_attrs``:
+    title, source, history). Encodings
     inherited from files the data was read from are dropped: a string coord read with 8
     characters and concatenated with longer ones would otherwise be written truncated to 8.
 
@@ -168,6 +199,7 @@ def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
     dataset = label(dataset)
     for key, value in versions().items():
         dataset.attrs.setdefault(key, value)
+    dataset.attrs.update(global_attrs(dataset.attrs, path))
     for variable in dataset.variables.values():
         variable.encoding = {}
     encoding = {name: {"zlib": True, "complevel": 4} for name in dataset.data_vars}

@@ -2,11 +2,15 @@
 entry when it parses the DAG, and ``figures.render`` draws them).
 
 ``FIGURES``: name -> (report category, input file, options it takes, statistics tables its titles
-read: its own statistics table first, then ``CLAIMS_TABLE`` where a panel draws a claim). A
-figure is made when its input file is one of the config's outputs; a statistics table it reads
-is an input when the config produces it (else the titles say there is no row). Adding one:
-its function in ``blockcoupling.figures`` (named as the figure, taking (data, path) or an adapter
-in ``render``), a line here, and its caption report/<name>.rst.
+read: its own statistics table first, then ``CLAIMS_TABLE`` where ``CLAIM_FIGURES`` ties a claims
+row to it). A figure is made when its input file is one of the config's outputs; a statistics
+table it reads is an input when the config produces it (else the titles say there is no row).
+Adding one: its function in ``blockcoupling.figures`` (named as the figure, taking (data, path,
+claims=None) or an adapter in ``render``), a line here, and its caption report/<name>.rst.
+
+``CLAIM_FIGURES``: every claims row (its analysis id, ``stats.claims.CLAIMS``) -> the figure that
+draws its measure; that figure quotes the row as claims.csv has it (``figures.quotes.claims_note``).
+A new claims row needs one entry here (tests/test_figures.py fails on a row without one).
 """
 
 from __future__ import annotations
@@ -15,12 +19,36 @@ from __future__ import annotations
 # Holm p, verdict) from here, in claims.md's digits, where the run has one.
 CLAIMS_TABLE = "results/stats/claims.csv"
 
-FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
+# Every claims row (analysis id) -> the figure that draws its measure.
+CLAIM_FIGURES: dict[str, str] = {
+    "fixed_size_trained_vs_random": "calibration",
+    "fixed_size_excess_vs_bpb": "coupling_vs_score",
+    "fixed_size_excess_vs_bpb_rank_adjusted": "coupling_vs_score",
+    "fixed_size_coupling_vs_bpb_rank_adjusted": "coupling_vs_score",
+    "fixed_size_excess_vs_gap_rank_adjusted": "coupling_vs_score",
+    "crossmodel_coupling_vs_score": "coupling_vs_score",
+    "emergence_final_vs_init": "coupling_vs_step",
+    "emergence_relaxation": "coupling_vs_step",
+    "emergence_locality": "coupling_vs_step",
+    "emergence_within_loss": "coupling_vs_validation_loss",
+    "tokens_self_trained_vs_random": "token_heatmaps",
+    "tokens_context_trained_vs_random": "token_heatmaps",
+    "vit_sd_effect": "vit_coupling_vs_sd",
+    "vit_accuracy_within_rate": "vit_coupling_vs_accuracy",
+}
+
+
+def claim_rows(figure: str) -> list[str]:
+    """The analysis ids of the claims rows figure ``figure`` quotes (CLAIM_FIGURES' order)."""
+    return [analysis for analysis, drawn in CLAIM_FIGURES.items() if drawn == figure]
+
+
+_FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
     "coupling_vs_score": (
         "cross-model",
         "results/stats/summary.csv",
         (),
-        ("results/stats/correlations.csv", CLAIMS_TABLE),
+        ("results/stats/correlations.csv",),
     ),
     "hyperparameter_correlations": (
         "cross-model",
@@ -78,14 +106,24 @@ FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
         "ViT sweep",
         "results/stats/vit_coupling_vs_sd.csv",
         (),
-        ("results/stats/vit_sd_trend.csv", CLAIMS_TABLE),
+        ("results/stats/vit_sd_trend.csv",),
     ),
     "vit_coupling_vs_accuracy": (
         "ViT sweep",
         "results/stats/vit_models.csv",
         (),
-        ("results/stats/vit_coupling_vs_accuracy.csv", CLAIMS_TABLE),
+        ("results/stats/vit_coupling_vs_accuracy.csv",),
     ),
+}
+
+# A figure that quotes claims rows also reads the claims table, and the selection (its K).
+FIGURES = {
+    name: (
+        (category, source, tuple(dict.fromkeys((*takes, "selection"))), (*tables, CLAIMS_TABLE))
+        if claim_rows(name)
+        else (category, source, takes, tables)
+    )
+    for name, (category, source, takes, tables) in _FIGURES.items()
 }
 
 # Each figure rule's docstring (``snakemake --list-rules``): what it draws, and the paper figure

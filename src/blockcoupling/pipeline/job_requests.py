@@ -176,11 +176,12 @@ class JobRequests:
     def own(self, mem_mb: int = SMALL_JOB_MEM_MB, runtime: int = DEFAULT_RUNTIME) -> dict[str, Any]:
         """The memory and runtime a rule without a planned time declares as its own (so that a
         site profile's ``default-resources`` fill only what the workflow leaves open): ``mem_mb``
-        and ``runtime`` minutes, at most its CPU partition's limit on Slurm (``check`` says so).
+        and ``runtime`` minutes times the attempt (a retried job, from a rule with ``retries``,
+        asks twice the time), at most its CPU partition's limit on Slurm (``check`` says so).
         """
 
         def capped(wildcards: Any, attempt: int) -> int:
-            return self.capped_runtime(runtime)
+            return self.capped_runtime(runtime * attempt)
 
         return {"mem_mb": mem_mb, "runtime": capped}
 

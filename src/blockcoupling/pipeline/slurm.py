@@ -38,9 +38,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
+import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from fnmatch import fnmatch
+from pathlib import Path
 from typing import Any
 
 from blockcoupling.pipeline.slurm_nodes import Nodes, SlurmError, read_nodes, run_slurm_command
@@ -110,34 +113,107 @@ def slurm_requested(argv: list[str], environ: Mapping[str, str]) -> bool:
     parsed, before Snakemake tells it its executor, so that the checks and the shard sizes
     apply with any Slurm profile: the shipped one or a site's own.
     """
+    if _option(argv, ("--executor", "-e")) == "slurm":
+        return True
+    return any(str(c.get("executor", "")) == "slurm" for c in profile_configs(argv, environ))
+
+
+def _option(argv: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of the first of option ``names`` on the command line (None: not given)."""
+    for index, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if name in names:
+            return value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+    return None
+
+
+def profile_configs(argv: list[str], environ: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The raw config.yaml of each profile this invocation names (``--profile``, else
+    ``SNAKEMAKE_PROFILE``), found where Snakemake finds it, a relative one also in the folder
+    the command started in (``PWD``: the workflow is parsed in ``--directory``); none without
+    Snakemake.
+    """
     import yaml
 
     profiles: list[str] = []
     for index, arg in enumerate(argv):
         name, _, value = arg.partition("=")
-        if name in ("--executor", "-e"):
-            if (value or (argv[index + 1] if index + 1 < len(argv) else "")) == "slurm":
-                return True
         if name == "--profile":
-            following = argv[index + 1 :]
-            profiles += [value] if value else following[:1]
+            profiles += [value] if value else argv[index + 1 : index + 2]
     if not profiles and environ.get("SNAKEMAKE_PROFILE"):
         profiles = [environ["SNAKEMAKE_PROFILE"]]
     try:
         from snakemake.cli import get_profile_dir
     except ImportError:  # no Snakemake here: no profile to read
-        return False
+        return []
+    configs = []
     for profile in profiles:
         found = get_profile_dir(profile)
-        if found is None:
+        started = Path(environ.get("PWD", ".")) / profile / "config.yaml"  # before --directory
+        path = found[1] if found is not None else started if started.is_file() else None
+        if path is None:
             continue
         try:
-            config = yaml.safe_load(found[1].read_text(encoding="utf-8")) or {}
+            config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
             continue
-        if isinstance(config, dict) and str(config.get("executor", "")) == "slurm":
-            return True
-    return False
+        configs += [config] if isinstance(config, dict) else []
+    return configs
+
+
+def status_command_given(argv: list[str], environ: Mapping[str, str]) -> bool:
+    """Whether this invocation sets the Slurm plugin's status command: on the command line
+    (``--slurm-status-command``) or in a profile (``slurm-status-command``, any value: the
+    shipped profile's is ``SlurmSettings.status_command``).
+    """
+    if _option(argv, ("--slurm-status-command",)):
+        return True
+    return any(c.get("slurm-status-command") for c in profile_configs(argv, environ))
+
+
+def sacct_problem(sacct: str | None = None) -> str:
+    """Why ``sacct`` cannot tell a job's state here ('' when it can, or when there is no
+    ``sacct``: the plugin then polls with squeue): it fails, hangs, or says that Slurm keeps
+    no accounting ("accounting storage is disabled", which it prints with exit status 0).
+    """
+    sacct = sacct or shutil.which("sacct")
+    if sacct is None:
+        return ""
+    command = [sacct, "-X", "-n", "-o", "JobID", "-S", "now"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return "sacct got no answer in 30 s"
+    except OSError as error:
+        return f"sacct failed ({error})"
+    said = " ".join(f"{done.stdout} {done.stderr}".split())
+    if "accounting storage is disabled" in said.lower():
+        return f"sacct says {said[:120]!r}"
+    if done.returncode != 0:
+        return f"sacct failed with exit status {done.returncode} ({said[:120]!r})"
+    return ""
+
+
+def unpolled_jobs(
+    argv: list[str], environ: Mapping[str, str], problem: Callable[[], str] = sacct_problem
+) -> str:
+    """The one line a Slurm run stops with before its first job when the plugin would poll
+    its jobs with a ``sacct`` that cannot answer (a failed job never noticed, the run waiting
+    forever): no status command is set (``status_command_given``) and ``problem`` says why
+    sacct cannot tell; '' otherwise.
+    """
+    if environ.get("BLOCKCOUPLING_SLURM_PROFILE") == "1":  # the shipped profile sets its own
+        return ""
+    if status_command_given(argv, environ) or environ.get(f"{ENV}STATUS"):
+        return ""
+    why = problem()
+    if not why:
+        return ""
+    return (
+        f"slurm: {why}: the Slurm plugin would poll jobs with sacct and never see one end; add "
+        "`slurm-status-command: squeue` to your profile's config.yaml (or pass "
+        "--slurm-status-command squeue)"
+    )
 
 
 def slurm_profile(is_main_process: bool, argv: list[str], environ: Mapping[str, str]) -> bool:
@@ -222,10 +298,13 @@ class SlurmSettings:
             return 0
         return math.ceil(gpu_mem_gb / self.gpu_mem_gb)
 
-    def status_command(self, scontrol_config: str | None = None) -> str | None:
+    def status_command(
+        self, scontrol_config: str | None = None, problem: Callable[[], str] = sacct_problem
+    ) -> str | None:
         """The plugin's status command: the setting; else ``squeue`` where Slurm keeps no
-        accounting (``scontrol show config`` says ``accounting_storage/none``); else None
-        (the plugin's default, ``sacct``).
+        accounting (``scontrol show config`` says ``accounting_storage/none``) or ``sacct``
+        cannot answer (``problem``: ``sacct_problem``); else None (the plugin's default,
+        ``sacct``).
         """
         if self.status:
             return self.status
@@ -238,7 +317,7 @@ class SlurmSettings:
             r"^AccountingStorageType\s*=\s*accounting_storage/none", config, re.M
         ):
             return "squeue"
-        return None
+        return "squeue" if problem() else None
 
     def max_threads(self, nodes_of: Callable[[str], Nodes | None] | None = None) -> int | None:
         """The most CPUs of one node in both partitions (the profile's ``max-threads``); None
