@@ -206,7 +206,6 @@ USER_PAGES = [
     REPO / "config" / "README.md",
     *sorted(DOCS.glob("*.md")),
 ]
-REWRITTEN_ELSEWHERE = {"cluster.md"}  # its how-to is being rewritten apart; history leaves it
 COMMIT = re.compile(r"(?<![\w/.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w-])")
 ISSUE = re.compile(r"\bissues?[ -]?#?\d+|(?<![\w&])#\d{1,5}\b", re.IGNORECASE)
 GENERATED = re.compile(r"<!-- (\w+):start -->.*?<!-- \1:end -->", re.DOTALL)
@@ -227,19 +226,7 @@ def test_the_lab_notes_pattern_finds_hashes_and_issue_numbers() -> None:
     assert found == ["733d5d5", "issue 41", "issue-25", "#12"]
 
 
-@pytest.mark.parametrize(
-    "page",
-    [
-        pytest.param(
-            page,
-            marks=[pytest.mark.xfail(reason="docs/cluster.md is rewritten on its own branch")]
-            if page.name in REWRITTEN_ELSEWHERE
-            else [],
-        )
-        for page in USER_PAGES
-    ],
-    ids=lambda page: str(page.relative_to(REPO)),
-)
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda page: str(page.relative_to(REPO)))
 def test_user_pages_carry_no_commit_hashes_or_issue_numbers(page: Path) -> None:
     """History (timings per commit, what an issue found) goes to ``bench/runs/`` or the changelog;
     a user page says what holds now. Generated blocks (the README's claims) are exempt."""

@@ -316,7 +316,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     docs = commands.add_parser(
         "docs",
-        help="render the measure registry's table, or a run's figures, into the docs",
         description=(
             "Replace FILE's block between <!-- measures:start --> and <!-- measures:end --> with "
             "the table of every registered per-pair measure (blockcoupling.coupling.registry); "
