@@ -250,6 +250,7 @@ def check_config(
         bootstrap=Bootstrap(n_boot=int(stats["n_boot"]), seed=int(stats["seed"])),
         primary=dict(stats["primary"]),
         peak_step=stats["peak_step"],
+        within_window=stats["within_window"],
         power_file=str(stats["power_file"]),
     )
     _check_lock(plan)
