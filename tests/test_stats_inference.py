@@ -742,6 +742,17 @@ def test_stats_primary_declared_in_config_yaml_with_effects_and_one_line_errors(
     bad["stats"]["primary"] = ["fixed_size_excess_vs_bpb"]
     with pytest.raises(Exception, match="primary"):
         validate(bad, schema)
+    # the declared peak and window must be steps the suites save (smoke: 0, 2, 8)
+    for stats, match in (
+        (dict(within_window=[2, 5]), r"\[5\] are not checkpoint steps of train.grids.emergence"),
+        (dict(within_window=[8, 2]), r"within_window \[8, 2\]: give \[start, end\]"),
+        (dict(peak_step=4), r"\[4\] are not checkpoint steps"),
+    ):
+        bad = copy.deepcopy(config)
+        bad["stats"].update(stats)
+        with pytest.raises(ConfigError, match=match) as error:
+            check_config(bad, repo)
+        assert "\n" not in str(error.value)
 
 
 def test_cross_model_correlations_average_the_seeds_of_a_configuration():

@@ -166,3 +166,23 @@ def test_hyperparameter_claim_compares_coupling_with_size_depth_and_width():
     )
     assert np.isnan(flat["estimate"]) and "not testable" in flat["note"]
     assert claims.claim_of("crossmodel_coupling_vs_size").startswith("Coupling correlates more")
+
+
+def test_every_claim_has_a_known_id_and_a_row_in_the_statistics_page():
+    """Each claim of claim_list is an analysis the tables report and has its row, with the
+    paper's section or figure, in docs/statistics.md; the ids are unique."""
+    from pathlib import Path
+
+    from blockcoupling.stats.hypotheses import HYPOTHESES
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "statistics.md").read_text()
+    section = page.split("## Every empirical claim of the paper and its row")[1].split("\n## ")[0]
+    rows = {
+        line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| `")
+    }
+    ids = [claim.analysis for claim in claims.CLAIMS]
+    assert len(set(ids)) == len(ids) and set(ids) <= set(HYPOTHESES)
+    assert set(rows) == {f"`{i}`" for i in ids}
+    for line in rows.values():
+        paper = line.split("|")[3]
+        assert any(ch.isdigit() for ch in paper), line  # a section or figure number
