@@ -186,3 +186,19 @@ def test_every_claim_has_a_known_id_and_a_row_in_the_statistics_page():
     for line in rows.values():
         paper = line.split("|")[3]
         assert any(ch.isdigit() for ch in paper), line  # a section or figure number
+
+
+def test_claims_verdicts_and_their_rendering_are_apart():
+    """stats/claims.py holds the verdicts (under 500 lines); the claim list and the markdown
+    rendering are their own modules, the rendering reading no verdict code."""
+    import ast
+    from pathlib import Path
+
+    stats = Path(claims.__file__).parent
+    source = (stats / "claims.py").read_text()
+    assert len(source.splitlines()) < 500
+    defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+    assert not defined & {"claims_markdown", "claims_prose", "claim_quote"}
+    rendering = ast.parse((stats / "claims_markdown.py").read_text())
+    imported = {n.module for n in ast.walk(rendering) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any(m.startswith("blockcoupling") for m in imported)
