@@ -259,7 +259,15 @@ NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9, n=10)
         (SIGNIFICANT | dict(p_holm=0.08), True, 1, 0.1, 0.9, "inconclusive: Holm-level interval"),
         (NULL, True, 1, 0.1, 0.3, "inconclusive: underpowered"),  # no declared TOST
         (NULL, True, 1, 0.05, 0.3, "inconclusive: underpowered"),
-        (NULL | dict(ci_low=np.nan, ci_high=np.nan), True, 1, 0.1, np.nan, "inconclusive: its"),
+        (
+            NULL | dict(ci_low=np.nan, ci_high=np.nan),
+            True,
+            1,
+            0.1,
+            0.9,
+            "inconclusive: no interval",
+        ),
+        (NULL, True, 1, 0.1, np.nan, "inconclusive: its power at the declared effect is unknown"),
         # powered, not significant: the Holm-level interval (here m = 1: the 95% one) holds both
         # 0 and the declared effect (inconclusive), or excludes the effect: the one-sided t test
         # of H0: effect >= E (t(9), se = 0.1 / (2 t_0.975(9)) = 0.0221) decides

@@ -145,10 +145,12 @@ def verdict(
         side = "the paper's direction" if (row["estimate"] > 0) == (sign > 0) else "opposite"
         direction = "no direction (interval holds 0)" if low <= 0 <= high else side
         return f"exploratory: {direction}, p = {p:.2g}{_wild(row)} unadjusted"
+    if not bounded:
+        return "inconclusive: no interval from these units (its limits say why)"
     h_low, h_high = (float(row.get(k, v)) for k, v in (("holm_low", low), ("holm_high", high)))
     quoted = f"Holm-level interval [{number(h_low)}, {number(h_high)}]"
     p = float(row["p_holm"])
-    if bounded and np.isfinite(p) and p < ALPHA and not low <= 0 <= high:
+    if np.isfinite(p) and p < ALPHA and not low <= 0 <= high:
         if (row["estimate"] > 0) == (sign > 0):
             if agree is not None and not (float(agree["estimate"]) > 0) == (sign > 0):
                 return (
@@ -268,7 +270,12 @@ def _with_holm_level(
     primary rows Holm runs over), its one-sided p against its declared effect
     (``p_below_effect``) and that p Holm-adjusted over the declared tests.
     """
-    m = int(analyses["primary"].astype(bool).sum()) if len(analyses) else 0
+    held = (
+        analyses["primary"].astype(bool)
+        if "primary" in analyses
+        else analyses["analysis"].isin(names)
+    )
+    m = int(held.sum())
     sign = {claim.analysis: claim.sign for claim in CLAIMS}
     out = {}
     for _, row in analyses[analyses["analysis"].isin(names)].iterrows():

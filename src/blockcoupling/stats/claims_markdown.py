@@ -18,13 +18,13 @@ def number(value: object) -> str:
     return str(value)
 
 
-def interval(row: pd.Series, low: str = "ci_low", high: str = "ci_high") -> str:
+def interval(row: pd.Series) -> str:
     """``estimate [low, high]`` (the estimate alone without an interval; blank without one)."""
     if not np.isfinite(row["estimate"]):
         return ""
-    if not (np.isfinite(row.get(low, np.nan)) and np.isfinite(row.get(high, np.nan))):
+    if not (np.isfinite(row["ci_low"]) and np.isfinite(row["ci_high"])):
         return number(row["estimate"])
-    return f"{number(row['estimate'])} [{number(row[low])}, {number(row[high])}]"
+    return f"{number(row['estimate'])} [{number(row['ci_low'])}, {number(row['ci_high'])}]"
 
 
 def unit(row: pd.Series) -> str:
@@ -40,20 +40,19 @@ def claims_markdown(claims: pd.DataFrame, commit: str) -> str:
         f"Claims of the paper and their verdicts from the run at commit `{commit}` "
         "(`results/stats/claims.csv`; p: the CR1 or t test's; p_wild: the wild cluster "
         "bootstrap's; p_holm: Holm over the declared primary tests of the larger of the two; "
-        "Holm-level interval: at Holm's first threshold, the level a primary's verdict reads; "
+        "a primary's verdict quotes its Holm-level interval: at Holm's first threshold; "
         "power: at the declared effect and Holm's first threshold, from a pilot run before this "
         "one, on other seeds; power (run): the same simulation at this run's own spread).",
         "",
-        "| claim | measure | estimate [95% CI] | Holm-level interval | unit (n) | p | p_wild "
-        "| p_holm | primary | effect | power | power (run) | verdict | limits |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| claim | measure | estimate [95% CI] | unit (n) | p | p_wild | p_holm | primary | effect "
+        "| power | power (run) | verdict | limits |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, row in claims.iterrows():
         cells = [
             row["claim"],
             row["measure"],
             interval(row),
-            interval(row, "holm_low", "holm_high") if row["primary"] else "",
             unit(row),
             number(row["p"]),
             number(row["p_wild"]),
