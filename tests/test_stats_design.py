@@ -305,6 +305,7 @@ def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
     across = pd.DataFrame(
         dict(
             excess_k2=rng.normal(size=8),
+            twin_excess_k2=rng.normal(scale=0.01, size=8),
             overlap_k2=rng.normal(size=8),
             val_loss=rng.normal(size=8) + 5,
             tok_self_k2=rng.normal(0.3, 0.02, 8),
@@ -322,6 +323,8 @@ def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
     change = wide[256] - wide[64]
     assert arms.estimate == pytest.approx(change[:3].mean() - change[3:].mean())
     assert arms.n == 3 and arms.design.check[0] > 0  # the full arm's loss improves more
+    twin = (across["excess_k2"] - across["twin_excess_k2"]).to_numpy()
+    assert tests["fixed_size_trained_vs_random"].estimate == pytest.approx(twin.mean())
     declared = {
         "emergence_relaxation": {"effect": 0.05},
         "emergence_within_arms": {"effect": 0.01},

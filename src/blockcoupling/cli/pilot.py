@@ -111,6 +111,7 @@ def design_units(config: dict[str, Any]) -> dict[str, int]:
     return {
         "fixed_size_excess_vs_bpb": runs,
         "tokens_self_trained_vs_random": runs,
+        "fixed_size_trained_vs_random": runs,
         "emergence_within_loss": len(fractions),
         "emergence_final_vs_init": len(fractions),
         "emergence_relaxation": len(fractions),

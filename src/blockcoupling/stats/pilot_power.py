@@ -86,10 +86,10 @@ def pilot_tests(
 ) -> dict[str, PilotTest]:
     """Each primary's pilot (``PilotTest``) from the two pilot tables at K = ``k`` and the
     design's checkpoint ``steps``: within-run Fisher z, last - first and last - ``peak_step``
-    excess per suite, the arms' difference in the excess's change over ``window`` (its
-    manipulation check: the same for minus validation loss), trained - twin token self excess
-    per run, and the across-runs slope of minus validation loss on the excess (its agreement
-    condition: the overlap's correlation with it).
+    excess per suite, trained - twin excess per run, the arms' difference in the excess's
+    change over ``window`` (its manipulation check: the same for minus validation loss),
+    trained - twin token self excess per run, and the across-runs slope of minus validation
+    loss on the excess (its agreement condition: the overlap's correlation with it).
     """
     col = f"excess_k{k}"
     suites = within[within["step"].isin(steps)].assign(neg_val_loss=lambda f: -f["val_loss"])
@@ -103,6 +103,9 @@ def pilot_tests(
     tests = {
         "emergence_within_loss": _mean_test(np.array(z)),
         "emergence_final_vs_init": _mean_test(np.array(growth)),
+        "fixed_size_trained_vs_random": _mean_test(
+            (across[col] - across[f"twin_{col}"]).to_numpy()
+        ),
         "tokens_self_trained_vs_random": _mean_test(
             (across[f"tok_self_k{k}"] - across[f"twin_tok_self_k{k}"]).to_numpy()
         ),
