@@ -122,6 +122,7 @@ if PLAN.checkpoint_models:
             bootstrap=PLAN.bootstrap,
             primary=list(PLAN.primary),
             peak_step=PLAN.peak_step,
+            within_window=PLAN.within_window,
             code=script_hash("stats_emergence"),
         script:
             "../scripts/stats_emergence.py"

@@ -1,12 +1,14 @@
 """Rule stats_emergence: the checkpoint table with percentile bootstrap CIs over prompts, and
 the emergence design's tests (final vs init, relaxation from the declared peak, locality, the
-trend): the checkpoint outputs that stats.n_boot changes."""
+trend, the two arms over the declared window, LSS and expodistance): the checkpoint outputs
+that stats.n_boot changes."""
 
 import pandas as pd
 
 from blockcoupling.files.io import read_netcdf
 from blockcoupling.runtime.runner import run_script
-from blockcoupling.stats import checkpoints, core
+from blockcoupling.stats import checkpoints, core, within_arms
+from blockcoupling.stats.core import select
 
 
 def main(sm):
@@ -30,6 +32,17 @@ def main(sm):
         )
         for variable in ("coupling_excess", "coupling")
     ]
+    primary = tuple(sm.params.primary)
+    emergence.append(
+        within_arms.within_arms(coupling, table, sm.params.within_window, primary=primary)
+    )
+    models = within_arms.suites(coupling)["model"].tolist()
+    blocks = (
+        checkpoints.init_blocks(select(coupling["coupling_excess"], **selection).sel(model=models))
+        if "coupling_excess" in coupling
+        else {m: m for m in models}
+    )
+    emergence.append(within_arms.trajectory_emergence(table, blocks, primary))
     core.write_table(table, sm.output.table)
     core.write_table(pd.concat(emergence, ignore_index=True), sm.output.analyses)
 

@@ -88,6 +88,16 @@ def one_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture(autouse=True)
+def few_power_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claims table simulates each primary's power at the run's spread (claims.ACHIEVED_SIM
+    studies, each with a wild bootstrap): 100 studies here, the value's Monte Carlo error about
+    0.04, where a test reads the verdicts, not the power's third digit."""
+    from blockcoupling.stats import claims
+
+    monkeypatch.setattr(claims, "ACHIEVED_SIM", 100)
+
+
 ONE_NODE = "batch*|2|24105|(null)|infinite\ngpu|16|128000|gpu:2|1:00:00\n"
 
 

@@ -9,7 +9,8 @@ import pytest
 import xarray as xr
 from scipy import stats as sps
 
-from blockcoupling.stats import checkpoints, claims, inference, pilot_power, power
+from blockcoupling.stats import checkpoints, claims, core, inference, pilot_power, power
+from blockcoupling.stats.decision_power import Design, decision_power
 from blockcoupling.stats.selection import Bootstrap, Selection
 
 
@@ -81,38 +82,108 @@ def test_within_run_claim_is_listed_and_declarable():
 
 def test_decision_power_sees_the_wild_bootstrap_floor():
     """6 units: the sign-flip bootstrap's p is at least 2/64, so no study passes alpha = 0.01
-    whatever the effect; the t test's power alone (the old resources/power.csv) said 0.82+."""
-    rng = np.random.default_rng(1)
-    pilot = rng.normal(scale=0.02, size=6)
-    se = pilot.std(ddof=1) / np.sqrt(6)
+    whatever the effect; the t test's power alone said 0.82+."""
+    se = 0.02 / np.sqrt(6)
     assert power.simulated_power(0.05, se, 5, 0.01) > 0.8
-    assert pilot_power.decision_power(pilot, 0.05, 6, 0.01, n_sim=50) == 0.0
-    assert pilot_power.decision_power(pilot, 0.05, 10, 0.0125, n_sim=100) > 0.9
+    assert decision_power(Design("mean", 0.02), 0.05, 6, 0.01, n_sim=50) == 0.0
+    assert decision_power(Design("mean", 0.02), 0.05, 10, 0.0125, n_sim=100) > 0.9
 
 
 def test_decision_power_matches_the_t_test_when_the_bootstrap_has_room():
-    """Many units and a normal pilot: the decision rule's power is the t test's (within MC
-    error), at the effect the pilot's spread is scaled to."""
-    pilot = np.random.default_rng(2).normal(size=400)
-    pilot = (pilot - pilot.mean()) / pilot.std(ddof=1)
-    got = pilot_power.decision_power(pilot, 0.5, 30, 0.0125, n_sim=300, draws=999)
+    """Many units: the decision rule's power is the t test's (within MC error)."""
+    got = decision_power(Design("mean", 1.0), 0.5, 30, 0.0125, n_sim=300, draws=999)
     expected = power.simulated_power(0.5, 1 / np.sqrt(30), 29, 0.0125)
     assert got == pytest.approx(expected, abs=0.1)
 
 
-def test_slope_decision_power_rises_with_n_and_is_alpha_under_no_effect():
-    rng = np.random.default_rng(3)
-    x = rng.normal(size=20)
-    y = 0.4 * x + rng.normal(size=20)
-    small = pilot_power.slope_decision_power(x, y, 0.5, 15, 0.0125, n_sim=150, draws=199)
-    large = pilot_power.slope_decision_power(x, y, 0.5, 90, 0.0125, n_sim=150, draws=199)
+def test_pilot_power_draws_at_the_pilots_sd_not_its_units():
+    """The issue's case: six pilot values in two clusters (-0.32 x 3, +0.46 x 3). Resampling
+    them gave 0.93 at mean z 0.5 over 10 suites; the power model draws normal units at their
+    sd, so any pilot with that sd gives the same power (0.78 at the noncentral t)."""
+    bimodal = np.array([-0.32, -0.27, -0.32, 0.46, 0.46, 0.46])
+    normal = np.random.default_rng(0).normal(size=6)
+    normal = normal / normal.std(ddof=1) * bimodal.std(ddof=1)
+    tests = [pilot_power._mean_test(v) for v in (bimodal, normal)]
+    assert tests[0].design == tests[1].design
+    got = decision_power(tests[0].design, 0.5, 10, 0.05 / 3, n_sim=400)
+    se = bimodal.std(ddof=1) / np.sqrt(10)
+    assert got == pytest.approx(power.simulated_power(0.5, se, 9, 0.05 / 3), abs=0.07)
+    assert got < 0.85
+
+
+def test_slope_decision_power_rises_with_n_and_counts_the_overlaps_sign():
+    design = Design("slope", agree_r=0.8)
+    small = decision_power(design, 0.5, 15, 0.0125, n_sim=150, draws=199)
+    large = decision_power(design, 0.5, 90, 0.0125, n_sim=150, draws=199)
     assert large > 0.85 > 0.5 > small
-    null = pilot_power.slope_decision_power(x, y, 1e-9, 30, 0.05, n_sim=300, draws=199)
+    null = decision_power(Design("slope"), 1e-3, 30, 0.05, n_sim=300, draws=199)
     assert null < 0.1
+    # an overlap that falls with generalization never agrees in sign: no study reproduces
+    against = decision_power(Design("slope", agree_r=-0.8), 0.5, 90, 0.0125, n_sim=100, draws=199)
+    assert against < 0.05
+
+
+def test_arms_power_needs_the_manipulation_check():
+    design = Design("arms", 1.0, check=(1.0, 0.02))
+    assert decision_power(design, 2.0, 12, 0.0125, n_sim=150) > 0.8
+    unchecked = Design("arms", 1.0, check=(0.0, 0.02))  # the arms do not part
+    assert decision_power(unchecked, 2.0, 12, 0.0125, n_sim=150) < 0.1
+
+
+def test_claims_verdict_quotes_the_holm_level_interval_the_issue_read_wrong():
+    """The default's within-run row at 3729328: 0.136 [-0.205, 0.476] over 10 suites, t(9),
+    Holm over 3: its Holm-level interval [-0.306, 0.578] (the issue: 0.577) holds 0.5, so the
+    clause "which the interval excludes" was wrong: it is inconclusive, holding both."""
+    rows = [
+        inference.analysis_row(
+            name, "suite", 10, "t", est, low, high, p, "one-sample t(9) over runs", p_wild=p
+        )
+        for name, est, low, high, p in [
+            ("emergence_within_loss", 0.136, -0.205, 0.476, 0.39),
+            ("emergence_final_vs_init", 0.09, 0.08, 0.10, 1e-6),
+            ("tokens_self_trained_vs_random", -0.01, -0.026, 0.006, 0.2),
+        ]
+    ]
+    declared = {
+        "emergence_within_loss": {"effect": 0.5, "source": "x"},
+        "emergence_final_vs_init": {"effect": 0.05, "source": "x"},
+        "tokens_self_trained_vs_random": {"effect": 0.05, "source": "x"},
+    }
+    table = inference.combine_analyses([inference.analysis_table(rows)], declared)
+    pilot = pd.DataFrame(
+        [dict(analysis=k, effect=v["effect"], power=0.9, alpha=0.0167) for k, v in declared.items()]
+    )
+    out = claims.claims_table(table, declared, pilot).set_index("claim")
+    within = out.loc[claims.claim_of("emergence_within_loss")]
+    assert within["verdict"].startswith(
+        "inconclusive: the Holm-level interval [-0.306, 0.578] holds both 0 and the declared "
+        "effect 0.5"
+    ), within["verdict"]
+    # tokens: -0.01 [-0.026, 0.006] excludes 0.05 even at Holm's level: one-sided p of
+    # H0: effect >= 0.05 by hand, Holm over the three primaries' one-sided p
+    se = {r["analysis"]: (r["ci_high"] - r["ci_low"]) / (2 * sps.t.ppf(0.975, 9)) for r in rows}
+    one = {
+        r["analysis"]: sps.t.cdf(
+            (r["estimate"] - declared[r["analysis"]]["effect"]) / se[r["analysis"]], 9
+        )
+        for r in rows
+    }
+    adjusted = dict(zip(one, core.holm(list(one.values()))))
+    tokens = out.loc[claims.claim_of("tokens_self_trained_vs_random")]
+    assert tokens["p_effect"] == pytest.approx(one["tokens_self_trained_vs_random"])
+    assert tokens["p_effect_holm"] == pytest.approx(adjusted["tokens_self_trained_vs_random"])
+    half = sps.t.ppf(1 - 0.05 / 6, 9) * se["tokens_self_trained_vs_random"]
+    assert tokens["holm_low"] == pytest.approx(-0.01 - half)
+    assert tokens["verdict"].startswith(
+        f"not reproduced at the declared size 0.05 (one-sided p = "
+        f"{one['tokens_self_trained_vs_random']:.2g}, Holm p = "
+        f"{adjusted['tokens_self_trained_vs_random']:.2g}; Holm-level interval ["
+    ), tokens["verdict"]
+    assert out.loc[claims.claim_of("emergence_final_vs_init"), "verdict"].startswith("reproduced (")
 
 
 def test_claims_verdict_uses_the_decision_power_column():
-    """A declared test with the new power table row: inconclusive says its decision power."""
+    """A declared test with the power table's row: an inconclusive verdict says its power."""
     row = inference.analysis_row(
         "emergence_within_loss",
         "initialization (10 runs)",
@@ -120,7 +191,7 @@ def test_claims_verdict_uses_the_decision_power_column():
         "t",
         0.1,
         -0.2,
-        0.4,
+        0.6,
         0.5,
         p_wild=0.6,
     )
@@ -132,7 +203,7 @@ def test_claims_verdict_uses_the_decision_power_column():
         table, {"emergence_within_loss": {"effect": 0.5, "source": "x"}}, pilot
     )
     got = out.set_index("claim").loc[claims.claim_of("emergence_within_loss")]
-    assert got["power"] == 0.9 and got["verdict"].startswith("inconclusive: powered (0.90)")
+    assert got["power"] == 0.9 and got["verdict"].endswith("(power 0.90)")
 
 
 def _fixed_size_table(overlap: float):
@@ -171,17 +242,21 @@ def _fixed_size_table(overlap: float):
 
 
 def test_across_runs_primary_is_reproduced_only_when_the_overlap_agrees_in_sign():
-    assert _fixed_size_table(0.5)["verdict"] == "reproduced"
+    assert _fixed_size_table(0.5)["verdict"].startswith("reproduced (Holm-level interval")
     disagree = _fixed_size_table(-0.5)["verdict"]
-    assert disagree.startswith("inconclusive: significant, but fixed_size_overlap_u_vs_bpb")
+    assert disagree.startswith(
+        "inconclusive: significant (Holm-level interval [0.4, 0.8]), but "
+        "fixed_size_overlap_u_vs_bpb"
+    )
 
 
 def test_claims_print_the_runs_own_power_beside_the_pilots():
-    """power_achieved: the run's power at the declared effect from its own interval and df,
-    at Holm's first threshold; 0 for 6 units (the wild bootstrap's floor 2/64 > 0.05/m)."""
+    """power_achieved: the pilot's simulation at the run's units, Holm's first threshold and
+    every condition of the verdict (the overlap's sign agreement: its correlation with the
+    score the run's overlap row); 0 for 6 units (the wild bootstrap's floor 2/64 > 0.05/m)."""
     row = _fixed_size_table(0.5)
-    se = 0.4 / (2 * sps.t.ppf(0.975, 19))
-    assert row["power_achieved"] == pytest.approx(power.simulated_power(0.5, se, 19, 0.05))
+    expected = decision_power(Design("slope", agree_r=0.5), 0.5, 20, 0.05, n_sim=100)
+    assert row["power_achieved"] == expected
     few = inference.analysis_row(
         "emergence_final_vs_init",
         "initialization (6 runs)",
@@ -210,9 +285,8 @@ def test_n_for_power_is_the_smallest_n_reaching_the_target():
 
 def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
     """blockcoupling pilot power: one row per declared primary, at the design's n and Holm's
-    first threshold, from per-unit pilot values (within-run z at the config's steps only)."""
-    from blockcoupling.stats import pilot_power as pilot
-
+    first threshold, from the pilot's per-unit values (at the config's steps only), the arms
+    test's from the change over the declared window."""
     rng = np.random.default_rng(4)
     steps = [0, 4, 16, 64, 256, 1000]
     within = pd.DataFrame(
@@ -220,38 +294,77 @@ def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
             dict(
                 run=f"w{i}",
                 step=s,
-                val_loss=7 - np.log1p(s) / 3,
+                data_fraction=1.0 if i < 3 else 0.01,
+                val_loss=7 - np.log1p(s) / 3 + (i >= 3) * (s > 64) * 0.5,
                 excess_k2=0.01 * np.log1p(s) + rng.normal(scale=0.01),
             )
-            for i in range(4)
+            for i in range(6)
             for s in steps
         ]
     )
     across = pd.DataFrame(
         dict(
             excess_k2=rng.normal(size=8),
+            twin_excess_k2=rng.normal(scale=0.01, size=8),
+            overlap_k2=rng.normal(size=8),
             val_loss=rng.normal(size=8) + 5,
             tok_self_k2=rng.normal(0.3, 0.02, 8),
             twin_tok_self_k2=rng.normal(0.4, 0.02, 8),
         )
     )
-    units = pilot.pilot_units(within, across, 2, [0, 4, 16, 64, 256])
-    assert units["emergence_within_loss"].shape == (4,)
+    design_steps = [0, 4, 16, 64, 256]
+    assert pilot_power.declared_window(within, design_steps) == [64, 256]
+    tests = pilot_power.pilot_tests(within, across, 2, design_steps, 64, [64, 256])
+    wide = within.pivot(index="run", columns="step", values="excess_k2")
+    relax = wide[256] - wide[64]
+    assert tests["emergence_relaxation"].estimate == pytest.approx(relax.mean())
+    assert tests["emergence_relaxation"].design.sd == pytest.approx(relax.std(ddof=1))
+    arms = tests["emergence_within_arms"]
+    change = wide[256] - wide[64]
+    assert arms.estimate == pytest.approx(change[:3].mean() - change[3:].mean())
+    assert arms.n == 3 and arms.design.check[0] > 0  # the full arm's loss improves more
+    twin = (across["excess_k2"] - across["twin_excess_k2"]).to_numpy()
+    assert tests["fixed_size_trained_vs_random"].estimate == pytest.approx(twin.mean())
     declared = {
-        "emergence_within_loss": {"effect": 0.5},
-        "emergence_final_vs_init": {"effect": 0.05},
+        "emergence_relaxation": {"effect": 0.05},
+        "emergence_within_arms": {"effect": 0.01},
         "tokens_self_trained_vs_random": {"effect": 0.05},
         "fixed_size_excess_vs_bpb": {"effect": 0.5},
     }
     n = {
-        "emergence_within_loss": 10,
-        "emergence_final_vs_init": 10,
+        "emergence_relaxation": 10,
+        "emergence_within_arms": 5,
         "tokens_self_trained_vs_random": 20,
         "fixed_size_excess_vs_bpb": 20,
     }
-    table = pilot.power_table(units, declared, n, n_sim=40).set_index("analysis")
+    table = pilot_power.power_table(tests, declared, n, n_sim=40).set_index("analysis")
     assert set(table.index) == set(declared) and (table["alpha"] == 0.0125).all()
     assert table["power"].between(0, 1).all() and (table["pilot_n"] > 0).all()
     assert table.loc["tokens_self_trained_vs_random", "pilot_estimate"] == pytest.approx(
         (across["tok_self_k2"] - across["twin_tok_self_k2"]).mean()
     )
+
+
+def test_the_defaults_declarations_are_the_pilots_and_its_primaries_powered():
+    """config.yaml's peak step and window are what its pilot (resources/pilot_within.csv,
+    seeds disjoint from the run's) declares, never read from the run; relaxation is primary;
+    and every primary of config.yaml and of each layered config has its power at its declared
+    effect in its power file, at least 0.8."""
+    from pathlib import Path
+
+    from blockcoupling.cli.pilot import design_steps, layered
+
+    root = Path(__file__).resolve().parents[1]
+    within = pd.read_csv(root / "resources/pilot_within.csv")
+    for extra in ([], ["config/across_runs.yaml"], ["config/within_arms.yaml"]):
+        config = layered([root / "config.yaml", *(root / e for e in extra)])
+        stats, steps = config["stats"], design_steps(config)
+        assert stats["peak_step"] == pilot_power.declared_peak_step(within, stats["k"], steps)
+        assert stats["within_window"] == pilot_power.declared_window(within, steps)
+        assert "emergence_relaxation" in stats["primary"]
+        table = pd.read_csv(root / stats["power_file"]).set_index("analysis")
+        assert list(table.index) == list(stats["primary"]), extra
+        for name, entry in stats["primary"].items():
+            assert table.loc[name, "effect"] == entry["effect"]
+            assert table.loc[name, "power"] >= 0.8, (extra, name)
+            assert table.loc[name, "alpha"] == pytest.approx(0.05 / len(stats["primary"]))

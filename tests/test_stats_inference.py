@@ -157,7 +157,7 @@ def test_a_primary_verdict_needs_cr1_and_the_wild_bootstrap_to_agree():
     a, b = by["emergence_final_vs_init"], by["emergence_relaxation"]
     assert a["p"] == 0.001 and a["p_wild"] == 0.09
     assert a["verdict"].startswith("inconclusive: the t test (p = 0.001) and the wild cluster")
-    assert b["verdict"] == "reproduced"
+    assert b["verdict"].startswith("reproduced (Holm-level interval [")
     assert "| 0.001 | 0.09 | 0.09 |" in claims.claims_markdown(table, "abc")
     explored = claims.verdict(pd.Series(dict(rows[0], primary=False)), +1)
     assert explored == "exploratory: the paper's direction, p = 0.001, wild p = 0.09 unadjusted"
@@ -201,7 +201,8 @@ def test_refuted_only_at_the_papers_scale():
     got = table.loc[table["claim"] == claims.claim_of("emergence_relaxation"), "verdict"].iloc[0]
     assert got.startswith("not reproduced in this design: the opposite direction")
     assert "Pythia 6.9B and 12B over 143k steps" in got and "refuted" not in got
-    assert claims.verdict(analyses.iloc[0], +1) == "refuted"  # a design at the paper's scale
+    refuted = claims.verdict(analyses.iloc[0], +1)  # a design at the paper's scale
+    assert refuted.startswith("refuted (Holm-level interval [")
     assert all(c.scale for c in claims.CLAIMS if c.analysis.startswith(("emergence", "vit")))
 
 
@@ -244,8 +245,8 @@ def test_no_effect_of_the_declared_size_only_from_a_declared_tost():
     assert "no effect" not in verdict
 
 
-SIGNIFICANT = dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.02)
-NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
+SIGNIFICANT = dict(estimate=0.5, ci_low=0.2, ci_high=0.8, p=0.01, p_holm=0.02, n=10)
+NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9, n=10)
 
 
 @pytest.mark.parametrize(
@@ -255,36 +256,46 @@ NULL = dict(estimate=0.01, ci_low=-0.04, ci_high=0.06, p=0.6, p_holm=0.9)
         (SIGNIFICANT, True, 1, 0.1, 0.9, "reproduced"),
         (SIGNIFICANT, True, -1, 0.1, 0.9, "refuted"),
         (SIGNIFICANT | dict(p_holm=0.08), True, 1, 0.1, 0.3, "inconclusive: underpowered (0.30"),
-        (SIGNIFICANT | dict(p_holm=0.08), True, 1, 0.1, 0.9, "inconclusive: powered (0.90)"),
+        (SIGNIFICANT | dict(p_holm=0.08), True, 1, 0.1, 0.9, "inconclusive: Holm-level interval"),
         (NULL, True, 1, 0.1, 0.3, "inconclusive: underpowered"),  # no declared TOST
         (NULL, True, 1, 0.05, 0.3, "inconclusive: underpowered"),
-        (NULL | dict(ci_low=np.nan, ci_high=np.nan), True, 1, 0.1, np.nan, "inconclusive: its"),
-        # powered, not significant: the interval holds the declared effect, or excludes it (the
-        # default's run at 3729328: [-0.205, 0.476] and 0.5, once read "which the interval holds")
+        (
+            NULL | dict(ci_low=np.nan, ci_high=np.nan),
+            True,
+            1,
+            0.1,
+            0.9,
+            "inconclusive: no interval",
+        ),
+        (NULL, True, 1, 0.1, np.nan, "inconclusive: its power at the declared effect is unknown"),
+        # powered, not significant: the Holm-level interval (here m = 1: the 95% one) holds both
+        # 0 and the declared effect (inconclusive), or excludes the effect: the one-sided t test
+        # of H0: effect >= E (t(9), se = 0.1 / (2 t_0.975(9)) = 0.0221) decides
         (
             NULL,
             True,
             1,
             0.05,
             0.9,
-            "inconclusive: powered (0.90) for 0.05, which the interval holds",
+            "inconclusive: the Holm-level interval [-0.04, 0.06] holds both 0",
         ),
-        (NULL, True, 1, 0.1, 0.9, "inconclusive: powered (0.90) for 0.1, which the interval excl"),
         (
             NULL,
             True,
-            -1,
-            0.03,
+            1,
+            0.1,
             0.9,
-            "inconclusive: powered (0.90) for 0.03, which the interval holds",
+            "not reproduced at the declared size 0.1 (one-sided p = 0.0014, Holm p = 0.0014; "
+            "Holm-level interval [-0.04, 0.06]; power 0.90)",
         ),
+        (NULL, True, -1, 0.03, 0.9, "inconclusive: the Holm-level interval [-0.04, 0.06] holds"),
         (
             NULL,
             True,
             -1,
             0.05,
             0.9,
-            "inconclusive: powered (0.90) for 0.05, which the interval excl",
+            "not reproduced at the declared size 0.05 (one-sided p = 0.012",
         ),
         # exploratory rows: a direction and an unadjusted p, never reproduced / refuted
         (SIGNIFICANT, False, 1, np.nan, np.nan, "exploratory: the paper's direction, p = 0.01"),
@@ -327,7 +338,8 @@ def test_claims_table_carries_declared_effect_power_and_flags():
     by = {c.analysis: row for c, (_, row) in zip(claims.CLAIMS, table.iterrows())}
     final = by["emergence_final_vs_init"]
     assert final["primary"] and final["effect"] == 0.05 and final["power"] == 0.93
-    assert final["verdict"].startswith("inconclusive: powered (0.93)")  # no declared TOST
+    # 0.02 [-0.01, 0.03] over 6 excludes the declared 0.05: the one-sided test says so
+    assert final["verdict"].startswith("not reproduced at the declared size 0.05 (one-sided p")
     low = claims.claims_table(analyses, declared, power.assign(power=0.3, n_for_target=40))
     row = low[low["claim"] == final["claim"]].iloc[0]
     assert row["power"] == 0.3 and "80% needs 40 units" in row["limits"]
@@ -738,6 +750,17 @@ def test_stats_primary_declared_in_config_yaml_with_effects_and_one_line_errors(
     bad["stats"]["primary"] = ["fixed_size_excess_vs_bpb"]
     with pytest.raises(Exception, match="primary"):
         validate(bad, schema)
+    # the declared peak and window must be steps the suites save (smoke: 0, 2, 8)
+    for stats, match in (
+        (dict(within_window=[2, 5]), r"\[5\] are not checkpoint steps of train.grids.emergence"),
+        (dict(within_window=[8, 2]), r"within_window \[8, 2\]: give \[start, end\]"),
+        (dict(peak_step=4), r"\[4\] are not checkpoint steps"),
+    ):
+        bad = copy.deepcopy(config)
+        bad["stats"].update(stats)
+        with pytest.raises(ConfigError, match=match) as error:
+            check_config(bad, repo)
+        assert "\n" not in str(error.value)
 
 
 def test_cross_model_correlations_average_the_seeds_of_a_configuration():

@@ -93,19 +93,28 @@ def summarize(depth: Any, tokens: Any) -> dict[str, float]:
 def design_units(config: dict[str, Any]) -> dict[str, int]:
     """The independent units of each primary in a config's design: its fixed-size runs (family
     ``fixed_size``, one seed each) for the across-runs and token-wise tests, its checkpoint
-    suites (family ``emergence``) for the within-run and emergence tests.
+    suites (family ``emergence``) for the emergence tests, and for the arms test the suites of
+    its smaller arm (the largest data fraction against the others).
     """
     from blockcoupling.pipeline.grids import expand_grids
 
     models = expand_grids(config).get("models", {})
-    family = {name: (spec.get("meta") or {}).get("family") for name, spec in models.items()}
-    runs = sum(f == "fixed_size" and n.endswith("-final") for n, f in family.items())
-    suites = sum(f == "emergence" and not n.endswith("-final") for n, f in family.items())
+    meta = {name: spec.get("meta") or {} for name, spec in models.items()}
+    runs = sum(m.get("family") == "fixed_size" and n.endswith("-final") for n, m in meta.items())
+    fractions = [
+        m.get("data_fraction")
+        for n, m in meta.items()
+        if m.get("family") == "emergence" and not n.endswith("-final")
+    ]
+    full = sum(f == max(fractions) for f in fractions) if fractions else 0
     return {
         "fixed_size_excess_vs_bpb": runs,
         "tokens_self_trained_vs_random": runs,
-        "emergence_within_loss": suites,
-        "emergence_final_vs_init": suites,
+        "fixed_size_trained_vs_random": runs,
+        "emergence_within_loss": len(fractions),
+        "emergence_final_vs_init": len(fractions),
+        "emergence_relaxation": len(fractions),
+        "emergence_within_arms": min(full, len(fractions) - full),
     }
 
 
@@ -146,11 +155,18 @@ def pilot_table(path: Path, columns: list[str]) -> pd.DataFrame:
 
 def write_power(args: argparse.Namespace) -> str:
     """``pilot power``: the power table of the declared primaries from the two pilot tables,
-    written to ``--out`` (default: the config's ``stats.power_file``); returns it as text.
+    written to ``--out`` (default: the config's ``stats.power_file``); returns it as text. The
+    config's ``stats.peak_step`` and ``stats.within_window`` must be the pilot's declarations
+    (``declared_peak_step``, ``declared_window``), else a one-line error says what to set.
     """
     from blockcoupling.cli.config_commands import layered
     from blockcoupling.cli.parser import configfiles
-    from blockcoupling.stats.pilot_power import pilot_units, power_table
+    from blockcoupling.stats.pilot_power import (
+        declared_peak_step,
+        declared_window,
+        pilot_tests,
+        power_table,
+    )
 
     config = layered(configfiles(args))
     files = " ".join(map(str, configfiles(args)))
@@ -166,16 +182,30 @@ def write_power(args: argparse.Namespace) -> str:
             f"or not numbers: {error!r}); layer it over config.yaml"
         ) from None
     col = f"excess_k{k}"
-    units = pilot_units(
-        pilot_table(args.within, ["step", "val_loss", col]),
+    within = pilot_table(args.within, ["step", "val_loss", col])
+    declared = {
+        "peak_step": declared_peak_step(within, k, steps),
+        "within_window": declared_window(within, steps),
+    }
+    for key, value in declared.items():
+        if stats.get(key) is not None and stats[key] != value:
+            raise SystemExit(
+                f"stats.{key} is {stats[key]} but the pilot ({args.within}) declares {value}: "
+                f"set stats.{key}: {value} in the config before the run"
+            )
+    tests = pilot_tests(
+        within,
         pilot_table(args.across, ["val_loss", col, f"tok_self_k{k}", f"twin_tok_self_k{k}"]),
         k,
         steps,
+        stats.get("peak_step"),
+        stats.get("within_window"),
     )
-    table = power_table(units, primary, design_units(config), seed=args.seed)
-    out = Path(args.out or config["stats"].get("power_file", "resources/power.csv"))
+    table = power_table(tests, stats["primary"], design_units(config), seed=args.seed)
+    out = Path(args.out or stats.get("power_file", "resources/power.csv"))
     table.to_csv(out, index=False)
-    return f"{out}:\n{table.to_string(index=False)}"
+    said = ", ".join(f"{k} {v}" for k, v in declared.items())
+    return f"{out} (the pilot declares {said}):\n{table.to_string(index=False)}"
 
 
 def run_pilot(args: argparse.Namespace) -> str:

@@ -206,6 +206,7 @@ def check_config(
         norm=_choice("stats", "norm", stats.get("norm"), list(metric.norms), "metrics.norms"),
     )
     _check_primary(stats.get("primary", {}), stats.get("power_file"))
+    _check_declared_steps(stats, config["train"].get("grids") or {})
     n_prompts = _prompt_count(config, prompt_files)
     cross_model = {n: e for n, e in models.items() if not e.is_checkpoint_suite}
     _check_score(config["evaluate"], cross_model)
@@ -255,6 +256,7 @@ def check_config(
         bootstrap=Bootstrap(n_boot=int(stats["n_boot"]), seed=int(stats["seed"])),
         primary=dict(stats["primary"]),
         peak_step=stats["peak_step"],
+        within_window=stats["within_window"],
         power_file=str(stats["power_file"]),
         max_output_gb=config.get("budget", {}).get("max_output_gb", DEFAULT_MAX_OUTPUT_GB),
     )
@@ -384,6 +386,26 @@ def _check_primary(primary: dict[str, Any], power_file: str | None) -> None:
             "columns: write it with blockcoupling pilot power --configfile FILE (from the "
             "pilot runs of blockcoupling pilot within, across)"
         )
+
+
+def _check_declared_steps(stats: dict[str, Any], grids: dict[str, Any]) -> None:
+    """``stats.peak_step`` and ``stats.within_window`` (start < end) are checkpoint steps of
+    every checkpoint-suite grid (family ``emergence``): the tests read the suites there.
+    """
+    window = stats.get("within_window")
+    if window is not None and not window[0] < window[1]:
+        raise ConfigError(f"stats.within_window {window}: give [start, end] with start < end")
+    steps = [stats.get("peak_step"), *(window or [])]
+    for name, grid in grids.items():
+        if (grid.get("family") or name) != "emergence":
+            continue
+        have = (grid.get("base") or {}).get("checkpoint_steps") or []
+        missing = [s for s in steps if s is not None and s not in have]
+        if missing:
+            raise ConfigError(
+                f"stats.peak_step/within_window step(s) {missing} are not checkpoint steps of "
+                f"train.grids.{name} ({have}): declare steps the suites save"
+            )
 
 
 def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:

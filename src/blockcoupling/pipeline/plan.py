@@ -81,6 +81,7 @@ class Plan:
     bootstrap: Bootstrap  # the statistics' percentile bootstrap (``stats.n_boot``, ``seed``)
     primary: dict[str, Any]  # ``stats.primary``: test id -> declared effect and source
     peak_step: int | None  # the emergence design's declared peak step (``stats.peak_step``)
+    within_window: list[int] | None  # the arms test's declared window (``stats.within_window``)
     power_file: str  # the pilot power table of the primary tests (``stats.power_file``)
     # model -> prompts per shard sized to its Slurm partition's time limit
     # (slurm_sizing.fit_shards); it replaces the configured prompts_per_shard where set

@@ -1,19 +1,24 @@
-"""One row per paper claim, with its verdict read from the analysis tables, and the markdown
-rendering the README carries between ``<!-- claims:start -->`` and ``<!-- claims:end -->``.
+"""One row per paper claim, with its verdict read from the analysis tables (the markdown
+rendering: ``claims_markdown``).
 
-Verdicts say no more than the evidence:
+Verdicts say no more than the evidence. A primary test's clauses quote its Holm-level
+interval: its t interval at Holm's first threshold alpha / m (m: the declared tests Holm runs
+over), the level its decision is read at.
 
 - "not testable with this design": the analysis is absent or has no estimate;
 - a declared primary test (config ``stats.primary``): "reproduced" / "refuted" when its Holm p
-  (of the larger of its CR1/t p and its wild cluster bootstrap p) is below ``ALPHA`` and its
-  interval excludes 0 on the paper's side / the other; "refuted" only where the design tests
-  the claim at the scale the paper made it (``Claim.scale`` empty), else "not reproduced in
-  this design", with the paper's scale and the design's. "No effect of the declared size" only
-  from a declared equivalence test (the entry's ``equivalence`` bound: its TOST row,
-  ``inference.tost_row``, Holm-adjusted with the other primaries). Else "inconclusive", saying
-  why: the two tests disagree about significance after Holm (the verdict waits for both),
-  "underpowered" (its power at the declared effect, from a pilot, is below ``TARGET_POWER``),
-  or powered but neither excluded;
+  (of the larger of its CR1/t p and its wild cluster bootstrap p) is below ``ALPHA``, on the
+  paper's side (and its design's conditions hold: ``Claim.agree``, ``Claim.check``) / the
+  other; "refuted" only where the design tests the claim at the scale the paper made it
+  (``Claim.scale`` empty), else "not reproduced in this design", with the paper's scale and the
+  design's. "No effect of the declared size" only from a declared equivalence test (the entry's
+  ``equivalence`` bound: its TOST row, ``inference.tost_row``, Holm-adjusted with the other
+  primaries). Else, when the tests disagree about significance after Holm: "inconclusive"
+  (the verdict waits for both); when underpowered (pilot power below ``TARGET_POWER``):
+  "inconclusive: underpowered"; when powered and the Holm-level interval excludes the declared
+  effect E: "not reproduced at the declared size", from the one-sided t test of H0: effect >=
+  E in the paper's direction, Holm-adjusted over the primaries (``p_effect_holm``); when it
+  holds both 0 and E: "inconclusive";
 - an exploratory row: "exploratory:" with its direction (the paper's, the opposite, or none:
   the interval holds 0) and its unadjusted p (and the wild cluster bootstrap's, where there is
   one); never "reproduced" or "refuted".
@@ -22,14 +27,23 @@ Verdicts say no more than the evidence:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from blockcoupling.stats import power as power_of
+from blockcoupling.stats.claim_list import CLAIMS, Claim  # noqa: F401 (their former home)
+from blockcoupling.stats.claims_markdown import (  # noqa: F401 (their former home, kept)
+    END,
+    START,
+    claim_quote,
+    claims_markdown,
+    claims_prose,
+    number,
+)
 from blockcoupling.stats.core import holm
+from blockcoupling.stats.decision_power import Design, decision_power
 from blockcoupling.stats.inference import EQUIVALENCE
 
 CLAIM_COLUMNS = (
@@ -49,172 +63,54 @@ CLAIM_COLUMNS = (
     "effect",
     "power",
     "power_achieved",
+    "holm_low",
+    "holm_high",
+    "p_effect",
+    "p_effect_holm",
 )
 ALPHA = 0.05
 TARGET_POWER = 0.8
-START, END = "<!-- claims:start -->", "<!-- claims:end -->"
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claim of the paper, the analysis id that tests it, the sign it predicts, and ``scale``:
-    the scale the paper made it at against this design's (empty: the design tests it there).
-    """
-
-    text: str
-    analysis: str
-    measure: str
-    sign: int
-    limits: str
-    scale: str = ""
-    agree: str = ""  # another analysis whose estimate must share the sign for "reproduced"
-
-
-LLMS = "the paper's: pretrained LLMs of 117M-70B parameters; here: small models trained here"
-PYTHIA = (
-    "the paper's: Pythia 6.9B and 12B over 143k steps; here: small models trained here (the "
-    "default's: 4 blocks, width 64, 1,000 steps)"
-)
-VIT = (
-    "the paper's: 64 ViTs of width 192 and depth 12 trained 500 epochs on CIFAR-10; here: config "
-    "vit (the default's: width 64, depth 6, 12 epochs on 8 x 8 digits)"
-)
-
-
-CLAIMS = (
-    Claim(
-        "Training couples the blocks: trained models are more coupled than random-init twins",
-        "fixed_size_trained_vs_random",
-        "coupling_excess, trained - twin, on held-out prompts",
-        +1,
-        "the fixed-size runs; configurations as units",
-        LLMS,
-    ),
-    Claim(
-        "More coupled models generalize better (held-out bits per byte)",
-        "fixed_size_excess_vs_bpb",
-        "sd of -bits per byte per sd of coupling_excess at stats.k (held-out Shakespeare prompts)",
-        +1,
-        "one small architecture trained here; generalization varied by the data fraction at one "
-        "size; each run its own seed (init and data): runs are the units; reproduced only if the "
-        "subspace overlap's slope (fixed_size_overlap_u_vs_bpb) has the same sign",
-        LLMS,
-        agree="fixed_size_overlap_u_vs_bpb",
-    ),
-    Claim(
-        "The same beyond the spectrum's shape (secondary)",
-        "fixed_size_excess_vs_bpb_rank_adjusted",
-        "sd of -bits per byte per sd of coupling_excess, adjusted for the runs' log effective rank",
-        +1,
-        "the excess also tracks the spectrum's shape across runs (docs/science.md, 'Which K')",
-        LLMS,
-    ),
-    Claim(
-        "The same with the paper's raw coupling",
-        "fixed_size_coupling_vs_bpb_rank_adjusted",
-        "sd of -bits per byte per sd of raw coupling (minus mean m_K), held-out prompts, adjusted "
-        "for log effective rank",
-        +1,
-        "raw m_K has a chance level that moves with the spectrum; the excess is the calibrated "
-        "measure",
-        LLMS,
-    ),
-    Claim(
-        "More coupled models have a smaller generalization gap",
-        "fixed_size_excess_vs_gap_rank_adjusted",
-        "sd of val - train loss per sd of coupling_excess, held-out prompts, adjusted for log "
-        "effective rank",
-        -1,
-        "gap at each run's last step; same runs as above",
-        LLMS,
-    ),
-    Claim(
-        "Coupling emerges with training: higher at the end than at initialization",
-        "emergence_final_vs_init",
-        "coupling_excess, last checkpoint - step 0, paired per run",
-        +1,
-        "small runs trained here; runs that share an initialization averaged first",
-        PYTHIA,
-    ),
-    Claim(
-        "Coupling increases persistently through training (no decline after its peak)",
-        "emergence_relaxation",
-        "coupling_excess, last checkpoint - the declared peak step (stats.peak_step)",
-        +1,
-        "the peak step is declared from a pilot run before this one",
-        PYTHIA,
-    ),
-    Claim(
-        "Within a run, coupling grows as the model gets better (validation loss)",
-        "emergence_within_loss",
-        "per run, Fisher z of Spearman rho of coupling_excess with minus validation loss over "
-        "its checkpoints after step 0",
-        +1,
-        "small runs trained here, each its own seed (init and data); half at a small data "
-        "fraction trained long, where validation loss turns up, so a measure tracking training "
-        "time alone falls; no-effect level 0",
-        PYTHIA,
-    ),
-    Claim(
-        "Coupling becomes more pronounced between adjacent layers with training (locality)",
-        "emergence_locality",
-        "(adjacent - all-pairs coupling_excess), last checkpoint - step 0",
-        +1,
-        "4-block models: adjacent pairs are 3 of 6",
-        PYTHIA,
-    ),
-    Claim(
-        "Coupling across tokens emerges with training: self family (J_tt vs J_t't')",
-        "tokens_self_trained_vs_random",
-        "token-pair excess (t != t'), trained - twin",
-        +1,
-        (
-            "extract.token_layers x token_prompts per model, averaged within it; the twin is "
-            "the run's own (random_init.per_run) or one shared by the runs"
-        ),
-        LLMS,
-    ),
-    Claim(
-        "Coupling across tokens emerges with training: context (fixed input, fixed output)",
-        "tokens_context_trained_vs_random",
-        "token-pair excess (t != t'), mean of fixed input and fixed output, trained - twin",
-        +1,
-        (
-            "extract.token_layers x token_prompts per model, averaged within it; the twin is "
-            "the run's own (random_init.per_run) or one shared by the runs"
-        ),
-        LLMS,
-    ),
-    Claim(
-        "Stochastic depth increases coupling (ViT)",
-        "vit_sd_effect",
-        "coupling_excess per unit drop-path rate, seed as a block",
-        +1,
-        "small ViTs on a small image set; fixed weight decay",
-        VIT,
-    ),
-    Claim(
-        "At a fixed rate, more coupled ViTs are more accurate",
-        "vit_accuracy_within_rate",
-        "test accuracy per sd of coupling_excess, rate and seed fixed effects",
-        +1,
-        "small ViTs; a seed fixes init and data order at every rate, so it is a block: the "
-        "slope rests on the seed-by-rate variation",
-        VIT,
-    ),
-    Claim(
-        "Coupling correlates with the leaderboard score across pretrained models",
-        "crossmodel_coupling_vs_score",
-        "Spearman rho of coupling and the score across models",
-        +1,
-        "models differ in data, size and training at once",
-    ),
-)
+ACHIEVED_SIM = 1000  # simulated studies of a run's own power (the pilot's: DECISION_SIM)
 
 
 def claim_of(analysis: str) -> str:
     """The text of the claim that analysis id ``analysis`` tests (KeyError: none does)."""
     return next(claim.text for claim in CLAIMS if claim.analysis == analysis)
+
+
+def _df(row: pd.Series) -> int:
+    """The row's reference df: the one its note states, else n - 1."""
+    df = power_of.df_of(row)
+    return df if df is not None else (int(row["n"]) - 1 if pd.notna(row["n"]) else 0)
+
+
+def _se(row: pd.Series) -> float:
+    """The row's standard error from its 95% t interval (NaN without one)."""
+    df = _df(row)
+    if df < 1:
+        return np.nan
+    return (float(row["ci_high"]) - float(row["ci_low"])) / (2 * sps.t.ppf(0.975, df))
+
+
+def holm_interval(row: pd.Series, m: int) -> tuple[float, float]:
+    """The row's t interval at Holm's first threshold ``ALPHA`` / ``m``: the level its verdict
+    is decided at (its 95% interval when m = 1).
+    """
+    se = _se(row)
+    if not np.isfinite(se):
+        return np.nan, np.nan
+    half = sps.t.ppf(1 - power_of.holm_first_alpha(m, ALPHA) / 2, _df(row)) * se
+    return float(row["estimate"]) - half, float(row["estimate"]) + half
+
+
+def p_below_effect(row: pd.Series, effect: float, sign: int) -> float:
+    """One-sided t p of H0: the effect is at least ``effect`` in the paper's direction
+    (``sign``): small when the estimate lies well short of the declared effect.
+    """
+    se = _se(row)
+    if not (np.isfinite(se) and se > 0 and np.isfinite(effect)):
+        return np.nan
+    return float(sps.t.cdf((sign * float(row["estimate"]) - abs(effect)) / se, _df(row)))
 
 
 def verdict(
@@ -226,15 +122,17 @@ def verdict(
     tost: pd.Series | None = None,
     t_holm: float = np.nan,
     agree: pd.Series | None = None,
+    check: pd.Series | None = None,
 ) -> str:
-    """The verdict of one analysis row for a claim predicting ``sign`` (+1 or -1); a primary
-    row's ``effect`` (declared, the estimate's units) and ``power`` (at that effect) say why
-    an inconclusive test is inconclusive, ``scale`` why an opposite result refutes nothing
+    """The verdict of one analysis row for a claim predicting ``sign`` (+1 or -1), as the
+    module docstring says; a primary row's ``effect`` (declared, the estimate's units) and
+    ``power`` (at that effect), ``scale`` why an opposite result refutes nothing
     (``Claim.scale``), ``tost`` its declared equivalence test's row, ``t_holm`` its Holm p from
     the t tests' p alone (``claims_table``), to tell whether the two tests disagree at the
-    threshold the verdict uses (module docstring); ``agree`` the row of a declared
-    sign-agreement condition (``Claim.agree``): "reproduced" only if its estimate has the same
-    sign (else "inconclusive", naming it).
+    threshold the verdict uses; ``agree`` the row of a sign-agreement condition
+    (``Claim.agree``), ``check`` the row of a design check whose interval must lie above 0
+    (``Claim.check``). The row's ``holm_low``/``holm_high`` and ``p_effect_holm`` (set by
+    ``claims_table``; else its 95% interval and its unadjusted one-sided p, as for one test).
     """
     if row is None or not np.isfinite(row["estimate"]):
         return "not testable with this design"
@@ -247,45 +145,69 @@ def verdict(
         side = "the paper's direction" if (row["estimate"] > 0) == (sign > 0) else "opposite"
         direction = "no direction (interval holds 0)" if low <= 0 <= high else side
         return f"exploratory: {direction}, p = {p:.2g}{_wild(row)} unadjusted"
+    if not bounded:
+        return "inconclusive: no interval from these units (its limits say why)"
+    h_low, h_high = (float(row.get(k, v)) for k, v in (("holm_low", low), ("holm_high", high)))
+    quoted = f"Holm-level interval [{number(h_low)}, {number(h_high)}]"
     p = float(row["p_holm"])
-    if bounded and np.isfinite(p) and p < ALPHA and not low <= 0 <= high:
-        if (low > 0) == (sign > 0):
-            if agree is not None and not (float(agree["estimate"]) > 0) == (low > 0):
+    if np.isfinite(p) and p < ALPHA and not low <= 0 <= high:
+        if (row["estimate"] > 0) == (sign > 0):
+            if agree is not None and not (float(agree["estimate"]) > 0) == (sign > 0):
                 return (
-                    f"inconclusive: significant, but {agree['analysis']} (estimate "
+                    f"inconclusive: significant ({quoted}), but {agree['analysis']} (estimate "
                     f"{float(agree['estimate']):.3g}) does not have the same sign, which the "
                     "design requires for reproduced"
                 )
-            return "reproduced"
+            if check is not None and not float(check["ci_low"]) > 0:
+                return (
+                    f"inconclusive: significant ({quoted}), but {check['analysis']} (estimate "
+                    f"{float(check['estimate']):.3g}, 95% interval [{number(check['ci_low'])}, "
+                    f"{number(check['ci_high'])}]) does not lie above 0, which the design "
+                    "requires for reproduced"
+                )
+            return f"reproduced ({quoted})"
         return (
-            f"not reproduced in this design: the opposite direction, at another scale ({scale})"
+            f"not reproduced in this design: the opposite direction ({quoted}), at another "
+            f"scale ({scale})"
             if scale
-            else "refuted"
+            else f"refuted ({quoted})"
         )
     if tost is not None and float(tost["p_holm"]) < ALPHA:
         where = " in this design" if scale else ""
         return (
             f"not reproduced{where}: no effect of the declared size ({tost['method']}, Holm p = "
-            f"{float(tost['p_holm']):.2g})" + (f", at another scale ({scale})" if scale else "")
+            f"{float(tost['p_holm']):.2g}; {quoted})"
+            + (f", at another scale ({scale})" if scale else "")
         )
     if _disagree(row, t_holm):
         return (
             f"inconclusive: the t test (p = {float(row['p']):.2g}) and the wild cluster bootstrap "
             f"(p = {float(row['p_wild']):.2g}) disagree about significance (Holm p "
             f"{t_holm:.2g} from the t tests, {p:.2g} from the larger p); the larger p decides "
-            "(the verdict waits for both)"
+            f"(the verdict waits for both; {quoted})"
         )
     if not np.isfinite(power):
-        return "inconclusive: its power at the declared effect is unknown (no pilot value)"
+        return (
+            f"inconclusive: its power at the declared effect is unknown (no pilot value; {quoted})"
+        )
     if power < TARGET_POWER:
-        return f"inconclusive: underpowered ({power:.2f} at the declared effect {effect:g})"
+        return (
+            f"inconclusive: underpowered ({power:.2f} at the declared effect {effect:g}; {quoted})"
+        )
     target = sign * abs(effect)  # the declared effect, in the paper's direction
-    if bounded and low <= target <= high:
-        return f"inconclusive: powered ({power:.2f}) for {effect:g}, which the interval holds"
-    return (
-        f"inconclusive: powered ({power:.2f}) for {effect:g}, which the interval excludes "
-        "(no equivalence test is declared: not a finding of no effect)"
-    )
+    if np.isfinite(h_low) and h_low <= 0 <= h_high and h_low <= target <= h_high:
+        return (
+            f"inconclusive: the {quoted} holds both 0 and the declared effect {effect:g} "
+            f"(power {power:.2f})"
+        )
+    p_one = float(row.get("p_effect", p_below_effect(row, effect, sign)))
+    p_adjusted = float(row.get("p_effect_holm", p_one))
+    if np.isfinite(h_low) and not h_low <= target <= h_high and p_adjusted < ALPHA:
+        return (
+            f"not reproduced at the declared size {effect:g} (one-sided p = {p_one:.2g}, Holm "
+            f"p = {p_adjusted:.2g}; {quoted}; power {power:.2f})"
+        )
+    return f"inconclusive: {quoted} (power {power:.2f} at the declared effect {effect:g})"
 
 
 def _wild(row: pd.Series) -> str:
@@ -304,6 +226,73 @@ def _disagree(row: pd.Series, t_holm: float) -> bool:
     return bool(usable and (t_holm < ALPHA) != (decided < ALPHA))
 
 
+def _limits(
+    claim: Claim,
+    declared: Mapping[str, object],
+    by_id: Mapping[str, pd.Series],
+    pilot: pd.Series | None,
+    effect: float,
+) -> tuple[str, float]:
+    """A primary claim's limits (declared effect, equivalence test, pilot power) and its pilot
+    power at the declared effect (NaN: none at that effect).
+    """
+    limits, powered = "", np.nan
+    source = declared.get("source")
+    limits += f"; declared effect {effect:g} ({source})" if source else ""
+    tost = by_id.get(claim.analysis + EQUIVALENCE)
+    if tost is not None:
+        tested = np.isfinite(float(tost["p"]))
+        limits += f"; declared equivalence: {tost['method']}" + (
+            f", p = {number(tost['p'])}, Holm p = {number(tost['p_holm'])}" if tested else ""
+        )
+        limits += f" ({tost['note']})"
+    usable = pilot is not None and np.isfinite(float(pilot["power"]))
+    if usable and np.isclose(float(pilot["effect"]), effect):
+        powered = float(pilot["power"])
+        limits += f"; power {powered:.2f} at Holm's first threshold {pilot['alpha']:.3g}"
+        if powered < TARGET_POWER:
+            need = pilot.get("n_for_target", np.nan)
+            limits += (
+                f": 80% needs {int(need)} units (a CR1 test's: clusters; an arms design's: per "
+                "arm), beyond this design's budget"
+                if np.isfinite(need)
+                else ": 80% needs more than 4 times this design's units"
+            )
+    elif np.isfinite(effect):
+        limits += "; no pilot power at this effect (blockcoupling pilot power)"
+    return limits, powered
+
+
+def _with_holm_level(
+    analyses: pd.DataFrame, names: set[str], declared: Mapping[str, Mapping[str, object]]
+) -> dict[str, dict[str, float]]:
+    """Per declared test with a row: its Holm-level interval (``holm_interval`` over the m
+    primary rows Holm runs over), its one-sided p against its declared effect
+    (``p_below_effect``) and that p Holm-adjusted over the declared tests.
+    """
+    held = (
+        analyses["primary"].astype(bool)
+        if "primary" in analyses
+        else analyses["analysis"].isin(names)
+    )
+    m = int(held.sum())
+    sign = {claim.analysis: claim.sign for claim in CLAIMS}
+    out = {}
+    for _, row in analyses[analyses["analysis"].isin(names)].iterrows():
+        name = row["analysis"]
+        effect = float(declared.get(name, {}).get("effect", np.nan))
+        h_low, h_high = holm_interval(row, max(m, 1))
+        out[name] = dict(
+            holm_low=h_low,
+            holm_high=h_high,
+            p_effect=p_below_effect(row, effect, sign.get(name, 1)),
+        )
+    adjusted = holm([v["p_effect"] for v in out.values()]) if out else []
+    for values, p in zip(out.values(), adjusted):
+        values["p_effect_holm"] = float(p)
+    return out
+
+
 def claims_table(
     analyses: pd.DataFrame,
     primary: Mapping[str, Mapping[str, object]] | tuple[str, ...] = (),
@@ -314,7 +303,7 @@ def claims_table(
 
     ``primary``: the declared tests (config ``stats.primary``: id -> {effect, source}; a
     declared test the design lacks stays marked primary); ``power``: the table ``blockcoupling
-    power`` writes (analysis, effect, power), used where its effect is the declared one;
+    pilot power`` writes (analysis, effect, power), used where its effect is the declared one;
     ``flags``: analysis id -> a warning added to its limits (e.g. a K above a model's effective
     rank).
     """
@@ -324,10 +313,11 @@ def claims_table(
     if power is not None:
         powers = {str(r["analysis"]): r for _, r in power.iterrows()}
     by_id = {row["analysis"]: row for _, row in analyses.iterrows()}
-    t_holm = {}  # Holm over the t tests' p of the rows Holm runs over (combine_analyses)
+    t_holm, levels = {}, {}  # Holm over the t tests' p of the rows Holm runs over
     if len(analyses):
         held = analyses[analyses["analysis"].isin([*names, *(n + EQUIVALENCE for n in names)])]
         t_holm = dict(zip(held["analysis"], holm(held["p"].astype(float))))
+        levels = _with_holm_level(analyses, names, declared)
     rows = []
     for claim in CLAIMS:
         row = by_id.get(claim.analysis)
@@ -337,32 +327,10 @@ def claims_table(
         effect, powered = np.nan, np.nan
         if claim.analysis in names:
             effect = float(declared.get(claim.analysis, {}).get("effect", np.nan))
-            source = declared.get(claim.analysis, {}).get("source")
-            limits += f"; declared effect {effect:g} ({source})" if source else ""
-            tost = by_id.get(claim.analysis + EQUIVALENCE)
-            if tost is not None:
-                tested = np.isfinite(float(tost["p"]))
-                limits += f"; declared equivalence: {tost['method']}" + (
-                    f", p = {_number(tost['p'])}, Holm p = {_number(tost['p_holm'])}"
-                    if tested
-                    else ""
-                )
-                limits += f" ({tost['note']})"
-            pilot = powers.get(claim.analysis)
-            usable = pilot is not None and np.isfinite(float(pilot["power"]))
-            if usable and np.isclose(float(pilot["effect"]), effect):
-                powered = float(pilot["power"])
-                limits += f"; power {powered:.2f} at Holm's first threshold {pilot['alpha']:.3g}"
-                if powered < TARGET_POWER:
-                    need = pilot.get("n_for_target", np.nan)
-                    limits += (
-                        f": 80% needs {int(need)} units (a CR1 test's: clusters), beyond "
-                        "this design's budget"
-                        if np.isfinite(need)
-                        else ": 80% needs more than 10 times the pilot's units"
-                    )
-            elif np.isfinite(effect):
-                limits += "; no pilot power at this effect (blockcoupling power)"
+            extra, powered = _limits(
+                claim, declared.get(claim.analysis, {}), by_id, powers.get(claim.analysis), effect
+            )
+            limits += extra
         else:
             limits += "; exploratory (not a declared primary test)"
         if flags and claim.analysis in flags:
@@ -371,8 +339,9 @@ def claims_table(
             key: (row[key] if row is not None else np.nan)
             for key in ("estimate", "ci_low", "ci_high", "unit", "n", "p", "p_wild", "p_holm")
         }
+        level = levels.get(claim.analysis, {})
         if row is not None:
-            row = row.copy()
+            row = pd.concat([row, pd.Series(level, dtype=float)])
             row["primary"] = claim.analysis in names
         rows.append(
             dict(claim=claim.text, measure=claim.measure)
@@ -388,16 +357,18 @@ def claims_table(
                     by_id.get(claim.analysis + EQUIVALENCE),
                     t_holm.get(claim.analysis, np.nan),
                     _agree_row(by_id, claim),
+                    by_id.get(claim.check) if claim.check else None,
                 ),
                 limits=limits if row is not None else f"{limits}; not run with this design",
                 effect=effect,
                 power=powered,
                 power_achieved=(
-                    achieved_power(row, effect, len(names))
+                    achieved_power(row, effect, len(names), claim, by_id)
                     if claim.analysis in names and row is not None
                     else np.nan
                 ),
             )
+            | {k: level.get(k, np.nan) for k in CLAIM_COLUMNS[-4:]}
         )
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
 
@@ -413,115 +384,35 @@ def _agree_row(by_id: Mapping[str, pd.Series], claim: Claim) -> pd.Series | None
     return pd.Series({"analysis": claim.agree, "estimate": estimate})
 
 
-def achieved_power(row: pd.Series, effect: float, n_primary: int) -> float:
-    """The run's own power at the declared ``effect`` (not at its estimate): its standard error
-    from its interval and the t reference its note states (else n - 1 df), at Holm's first
-    threshold over ``n_primary`` tests; 0 when its units are too few for the wild bootstrap's
-    p (at least 2/2^units) to pass that threshold. NaN without an interval.
+def achieved_power(
+    row: pd.Series,
+    effect: float,
+    n_primary: int,
+    claim: Claim | None = None,
+    by_id: Mapping[str, pd.Series] | None = None,
+) -> float:
+    """The run's own power at the declared ``effect`` (not at its estimate): the pilot's
+    simulation (``decision_power``: the t test and the wild bootstrap below Holm's first
+    threshold over ``n_primary`` tests, the estimate on the declared side, the design's
+    conditions) with the spread of this run's units, from its interval. NaN without one.
     """
-    low, high = float(row["ci_low"]), float(row["ci_high"])
-    if not (np.isfinite(low) and np.isfinite(high) and np.isfinite(effect)):
+    se = _se(row)
+    if not (np.isfinite(se) and se > 0 and np.isfinite(effect)):
         return np.nan
     n = int(row["n"]) if pd.notna(row["n"]) else 0
-    df = power_of.df_of(row)
-    df = df if df is not None else n - 1
-    if df < 1:
-        return np.nan
     alpha = power_of.holm_first_alpha(n_primary, ALPHA)
-    if np.isfinite(float(row.get("p_wild", np.nan))) and 2.0 / 2 ** (df + 1) >= alpha:
-        return 0.0
-    se = (high - low) / (2 * sps.t.ppf(0.975, df))
-    return power_of.simulated_power(effect, se, df, alpha)
-
-
-def _number(value: object) -> str:
-    """A table cell: 3 significant digits, blank for NaN."""
-    if isinstance(value, (float, np.floating)):
-        return "" if not np.isfinite(value) else f"{value:.3g}"
-    return str(value)
-
-
-def claims_markdown(claims: pd.DataFrame, commit: str) -> str:
-    """``claims`` as a markdown table stamped with the run's commit, then its reading in words
-    (``claims_prose``): the README's statements about results come from here, never by hand.
-    """
-    lines = [
-        f"Claims of the paper and their verdicts from the run at commit `{commit}` "
-        "(`results/stats/claims.csv`; p: the CR1 or t test's; p_wild: the wild cluster "
-        "bootstrap's; p_holm: Holm over the declared primary tests of the larger of the two; "
-        "power: at the declared effect and Holm's first threshold, from a pilot run before this "
-        "one, on other seeds; power (run): the same from this run's own interval).",
-        "",
-        "| claim | measure | estimate [95% CI] | unit (n) | p | p_wild | p_holm | primary | effect "
-        "| power | power (run) | verdict | limits |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for _, row in claims.iterrows():
-        cells = [
-            row["claim"],
-            row["measure"],
-            _interval(row),
-            _unit(row),
-            _number(row["p"]),
-            _number(row["p_wild"]),
-            _number(row["p_holm"]),
-            "yes" if row["primary"] else "no",
-            _number(row["effect"]),
-            _number(row["power"]),
-            _number(row.get("power_achieved", np.nan)),
-            f"**{row['verdict']}**",
-            row["limits"],
-        ]
-        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
-    return "\n".join(lines) + "\n\n" + claims_prose(claims)
-
-
-def _interval(row: pd.Series) -> str:
-    """``estimate [low, high]`` (the estimate alone without an interval; blank without one)."""
-    if not np.isfinite(row["estimate"]):
-        return ""
-    if not (np.isfinite(row["ci_low"]) and np.isfinite(row["ci_high"])):
-        return _number(row["estimate"])
-    return f"{_number(row['estimate'])} [{_number(row['ci_low'])}, {_number(row['ci_high'])}]"
-
-
-def _unit(row: pd.Series) -> str:
-    """``unit (n)``, blank without units."""
-    return "" if pd.isna(row["n"]) else f"{row['unit']} ({int(row['n'])})"
-
-
-def claim_quote(row: pd.Series) -> str:
-    """A claims row as a figure panel quotes it, in ``claims_markdown``'s digits: 'claim
-    (primary): estimate [low, high] unit (n), p = .., Holm p = ..' then its verdict.
-    """
-    kind = "primary" if str(row["primary"]).lower() == "true" else "exploratory"
-    if not np.isfinite(float(row["estimate"])):
-        return f"claim ({kind}): {row['verdict']}"
-    numbers = ", ".join(
-        f"{name} = {_number(float(row[key]))}"
-        for name, key in (("p", "p"), ("wild p", "p_wild"), ("Holm p", "p_holm"))
-        if np.isfinite(float(row[key]))
-    )
-    unit = _unit(row)
-    return (
-        f"claim ({kind}): {_interval(row)}{f' {unit}' if unit else ''}"
-        f"{f', {numbers}' if numbers else ''}\n{row['verdict']}"
-    )
-
-
-def claims_prose(claims: pd.DataFrame) -> str:
-    """One generated sentence per claim: primary tests first, then the exploratory rows, each
-    with its verdict, estimate, interval, unit and n.
-    """
-    lines = ["How to read it (generated from the same table):", ""]
-    for primary in (True, False):
-        for _, row in claims[claims["primary"] == primary].iterrows():
-            kind = "primary" if primary else "exploratory"
-            if not np.isfinite(row["estimate"]):
-                lines.append(f"- {row['claim']} ({kind}): **{row['verdict']}**.")
-                continue
-            lines.append(
-                f"- {row['claim']} ({kind}): **{row['verdict']}**; {row['measure']} = "
-                f"{_interval(row)} over {_unit(row)}."
-            )
-    return "\n".join(lines) + "\n"
+    kind = claim.design if claim is not None else "mean"
+    sign = claim.sign if claim is not None else 1
+    other = (by_id or {}).get(claim.agree or claim.check) if claim is not None else None
+    if kind == "arms":
+        check = None
+        if other is not None and np.isfinite(_se(other)):
+            check = (float(other["estimate"]), _se(other) * np.sqrt(n / 4))
+        design = Design("arms", se * np.sqrt(n / 4), check=check)
+        n = n // 2
+    elif kind == "slope":
+        agree = float(other["estimate"]) if other is not None else None
+        design = Design("slope", agree_r=agree if agree is not None and abs(agree) < 1 else None)
+    else:
+        design = Design("mean", se * np.sqrt(n))
+    return decision_power(design, sign * abs(effect), n, alpha, n_sim=ACHIEVED_SIM)

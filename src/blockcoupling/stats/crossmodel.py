@@ -420,21 +420,24 @@ def k_sweep(
 
 
 def analysis_rows(correlation_table: pd.DataFrame, primary: Sequence[str] = ()) -> pd.DataFrame:
-    """The cross-model test in the analysis-table format (``inference.ANALYSIS_COLUMNS``):
-    ``crossmodel_coupling_vs_score``, the Spearman rho of coupling and the score over the
-    pretrained models (subset ``pretrained``: never pooled with the runs trained here; unit
+    """The cross-model tests in the analysis-table format (``inference.ANALYSIS_COLUMNS``), over
+    the pretrained models (subset ``pretrained``: never pooled with the runs trained here; unit
     model; exploratory: the models differ in data, size and training at once).
+
+    - ``crossmodel_coupling_vs_score``: the Spearman rho of coupling and the score;
+    - ``crossmodel_coupling_vs_size``: |rho| of coupling with the score minus the largest |rho|
+      of log parameters, depth or width with it (the paper: coupling correlates more strongly
+      than those); an estimate only (the rhos share their models), none where a size predictor
+      does not vary or has no rho.
     """
     picked = correlation_table[
-        (correlation_table["subset"] == "pretrained")
-        & (correlation_table["predictor"] == "coupling")
-        & (correlation_table["method"] == "spearman")
-    ]
+        (correlation_table["subset"] == "pretrained") & (correlation_table["method"] == "spearman")
+    ].set_index("predictor")
     method = "Spearman across models, Bonett-Wright interval"
-    if picked.empty:
+    if "coupling" not in picked.index:
         rows = [analysis_row("crossmodel_coupling_vs_score", "model", 0, method, note="no row")]
     else:
-        row = picked.iloc[0]
+        row = picked.loc["coupling"]
         rows = [
             analysis_row(
                 "crossmodel_coupling_vs_score",
@@ -448,4 +451,36 @@ def analysis_rows(correlation_table: pd.DataFrame, primary: Sequence[str] = ()) 
                 row["reason"] or f"target {row['target']}",
             )
         ]
+    rows.append(_size_row(picked))
     return analysis_table(rows, primary)
+
+
+def _size_row(picked: pd.DataFrame) -> dict:
+    """``crossmodel_coupling_vs_size`` from the pretrained models' Spearman rows (by predictor)."""
+    name, method = "crossmodel_coupling_vs_size", "|rho| of coupling minus the largest size |rho|"
+    sizes = list(DEFAULT_PREDICTOR_SETS["hyperparameters"])
+    missing = [p for p in ["coupling", *sizes] if p not in picked.index]
+    if missing:
+        return analysis_row(name, "model", 0, method, note=f"no pretrained rows for {missing}")
+    r = picked["r"].astype(float)
+    n = int(picked.loc["coupling", "n"])
+    unusable = [p for p in ["coupling", *sizes] if not np.isfinite(r[p])]
+    if unusable:
+        reasons = "; ".join(f"{p}: {picked.loc[p, 'reason'] or 'no rho'}" for p in unusable)
+        return analysis_row(
+            name,
+            "model",
+            n,
+            method,
+            note=f"not testable with these models ({n} pretrained): {reasons}",
+        )
+    largest = max(sizes, key=lambda p: abs(r[p]))
+    return analysis_row(
+        name,
+        "model",
+        n,
+        method,
+        abs(r["coupling"]) - abs(r[largest]),
+        note=f"largest size rho: {largest} ({r[largest]:.3g}); no interval (the rhos share "
+        "their models)",
+    )

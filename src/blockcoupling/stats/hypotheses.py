@@ -29,12 +29,15 @@ def _ids() -> tuple[str, ...]:
         )
     ]
     emergence += ["emergence_locality", "emergence_within_loss"]
+    emergence += ["emergence_within_arms", "emergence_within_arms_val_loss"]
+    emergence += [f"emergence_{m}_final_vs_init" for m in ("lss", "expodistance")]
     suffixes = [measures.test_suffix(m) for m in measures.primary_first()]
     vit = [f"vit_sd_effect{s}" for s in (*suffixes, "_accuracy")]
     vit += [f"vit_accuracy_within_rate{s}" for s in suffixes]
     extra = (
         "fixed_size_trained_vs_random",
         "crossmodel_coupling_vs_score",
+        "crossmodel_coupling_vs_size",
         "tokens_self_trained_vs_random",
         "tokens_context_trained_vs_random",
     )
