@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from blockcoupling.files import manifest
@@ -146,6 +147,18 @@ def math_threads(snakemake: Any) -> int:
     return int(wanted)
 
 
+def input_files(snakemake: Any) -> list[str]:
+    """The paths of a job's inputs: Snakemake's list of them (a job given its named inputs as
+    a plain namespace, or none, alike).
+    """
+    given = getattr(snakemake, "input", ())
+    values = vars(given).values() if isinstance(given, SimpleNamespace) else given
+    found: list[str] = []
+    for value in values:
+        found += [str(value)] if isinstance(value, str | os.PathLike) else map(str, value)
+    return found
+
+
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(snakemake)`` logging to the rule's log and stderr, with torch (when the script
     uses it) set to the rule's threads, its matmuls on OpenBLAS (``blas.route_if_pinned``) and
@@ -184,7 +197,7 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     try:
         isa.check_job()
         started = time.process_time()
-        count, size = manifest.check_inputs(getattr(snakemake, "input", ()))
+        count, size = manifest.check_inputs(input_files(snakemake))
         if count:
             logging.info(
                 "%s: %d recorded inputs (%.1f MB) match their records (%.3f CPU s)",
