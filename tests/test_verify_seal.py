@@ -201,3 +201,15 @@ def test_a_lock_file_planted_as_a_symlink_is_never_followed(run: Path, tmp_path:
     with pytest.raises(OSError, match=r"\.run\.flock is a symlink .*not followed"):
         manifest.record([run / "stats" / "c.csv"])
     assert not target.exists()
+
+
+def test_a_key_that_cannot_be_created_is_one_line_naming_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from blockcoupling.files import seal_key
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(seal_key.ENV, str(tmp_path / "file" / "seal.key"))  # under a file
+    with pytest.raises(seal_key.SealKeyError) as error:
+        seal_key.load(create=True)
+    assert "\n" not in str(error.value) and seal_key.ENV in str(error.value)

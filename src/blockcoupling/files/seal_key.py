@@ -75,9 +75,15 @@ def load(create: bool = False) -> bytes | None:
     except FileNotFoundError:
         if not create:
             return None
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as error:
+        raise SealKeyError(
+            f"cannot create the seal key {path} ({error.strerror}): set {ENV} to a file path "
+            "you can write, on a filesystem every node of the run shares"
+        ) from None
     try:
         with os.fdopen(handle, "w", encoding="ascii") as out:
             out.write(secrets.token_hex(SIZE) + "\n")
