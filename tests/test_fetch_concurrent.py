@@ -78,6 +78,9 @@ def test_four_fetches_at_once_leave_one_complete_folder_that_loads(
     assert sorted(manifest["files"]) == sorted(manifest["hashes"]) == wanted
     assert hub_cache.require(folder, "models.neox", MODEL, "main") == folder
     assert [p.name for p in folder.parent.iterdir() if ".partial" in p.name] == []
+    mask = os.umask(0)
+    os.umask(mask)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~mask  # a private folder no longer
     spec = {
         "name": "neox",
         "source": {"hub": MODEL},

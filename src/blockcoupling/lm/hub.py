@@ -75,6 +75,9 @@ def _download(
         for stale in target.parent.glob(f".{target.name}.partial-*"):  # of a killed fetch
             _remove(stale)
         private = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+        mask = os.umask(0)
+        os.umask(mask)
+        private.chmod(0o777 & ~mask)  # the umask's, as a folder made by mkdir (mkdtemp's: 0700)
         try:
             hashes = _fill(private, repo, revision, repo_type, names, files, info)
             _remove(target)
@@ -115,10 +118,8 @@ def _fill(
     )
     shutil.rmtree(folder / ".cache", ignore_errors=True)  # huggingface_hub's download state
     on_disk = {str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir()}
-    wrong = sorted(
-        set(names) ^ on_disk
-        | {n for n in on_disk & set(names) if (folder / n).stat().st_size != files[n]}
-    )
+    sized = {n for n in on_disk & set(names) if (folder / n).stat().st_size != files[n]}
+    wrong = sorted((set(names) ^ on_disk) | sized)
     if wrong:
         raise HubCacheError(
             f"{repo}@{revision}: the download differs from the hub's list of files at "
