@@ -81,6 +81,13 @@ def snakemake(
     )
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session's seal key deleted at its end, by the process that named it (pytest-xdist's
+    controller, whose workers share it)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        Path(os.environ["BLOCKCOUPLING_SEAL_KEY"]).unlink(missing_ok=True)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def one_thread():
     """Tiny models and small SVDs run fastest, and steadiest on a shared 2-core machine, on one
