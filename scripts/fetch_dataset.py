@@ -2,7 +2,7 @@
 revision (the lock file's commit when it holds one), into the hub cache (a local rule: online,
 where Snakemake runs); its manifest, and the commit fetched recorded in the lock file."""
 
-from blockcoupling.lm import hub, hub_cache, lockfile
+from blockcoupling.lm import hub, lockfile
 
 hub.go_online()  # before huggingface_hub is imported: compute jobs alone are offline
 
@@ -12,8 +12,9 @@ from blockcoupling.runtime.runner import run_script  # noqa: E402
 def main(sm):
     repo, revision, lock = sm.wildcards.repo, sm.params.revision, sm.params.lock
     commit = lockfile.locked_commit(lock, "dataset", repo, revision) if lock else None
-    manifest = hub.fetch_dataset(repo, sm.params.config, sm.output.folder, revision, commit, lock)
-    hub_cache.write_manifest(manifest, sm.output.manifest)
+    manifest = hub.fetch_dataset(
+        repo, sm.params.config, sm.output.folder, revision, commit, lock, sm.output.manifest
+    )
     if lock:
         lockfile.record(lock, "dataset", repo, revision, manifest["commit"], manifest["hashes"])
 

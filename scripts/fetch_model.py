@@ -13,7 +13,7 @@ def main(sm):
     repo, revision, lock = sm.wildcards.repo, sm.wildcards.revision, sm.params.lock
     commit = lockfile.locked_commit(lock, "model", repo, revision) if lock else None
     manifest = hub.fetch_model(
-        repo, revision, sm.output.folder, commit, lock, sm.resources.hub_keys
+        repo, revision, sm.output.folder, commit, lock, sm.resources.hub_keys, sm.output.manifest
     )
     if sm.params.checkpoint:  # how many checkpoint revisions the cache held with this one in it
         manifest["checkpoints_on_disk"] = hub_cache.checkpoints_on_disk(sm.params.cache_dir)

@@ -20,7 +20,7 @@ def main(sm):
     for step, checkpoint in zip(config.steps, sm.output.checkpoints):
         published = Path(checkpoint).parent
         shutil.copytree(work / f"step{step}", published, dirs_exist_ok=True, copy_function=_copy)
-        manifest.record(p for p in published.rglob("*") if p.is_file())
+        manifest.record((p for p in published.rglob("*") if p.is_file()), sm.rule)
     shutil.copyfile(work / "history.csv", sm.output.history)
 
 

@@ -13,7 +13,7 @@ def main(sm):
     )
     vision_data.write_prepared(prepared, sm.output[0])
     data_dir = Path(sm.resources.data_dir)  # recorded when a results folder holds it
-    manifest.record(p for p in data_dir.rglob("*") if p.is_file())
+    manifest.record((p for p in data_dir.rglob("*") if p.is_file()), sm.rule)
 
 
 run_script(snakemake, main)

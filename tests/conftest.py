@@ -4,10 +4,12 @@
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -23,6 +25,13 @@ import torch  # noqa: E402
 from blockcoupling.runtime import blas  # noqa: E402
 
 blas.route_if_pinned()  # and their matmuls on OpenBLAS
+
+# The key that seals run records (files.seal_key): one per test session (the workers of
+# pytest-xdist share their parent's), in the temp folder, never the user's own
+_SESSION = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+os.environ["BLOCKCOUPLING_SEAL_KEY"] = str(
+    Path(tempfile.gettempdir()) / f"blockcoupling-test-seal-{_SESSION}.key"
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
@@ -70,6 +79,13 @@ def snakemake(
     return subprocess.run(
         [*command, *args], env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session's seal key deleted at its end, by the process that named it (pytest-xdist's
+    controller, whose workers share it)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        Path(os.environ["BLOCKCOUPLING_SEAL_KEY"]).unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True, scope="session")

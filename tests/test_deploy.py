@@ -17,12 +17,15 @@ from conftest import REPO, fake_slurm
 
 
 def dry_run(*args: str, env: dict[str, str] | None = None, sinfo: str | None = None) -> str:
-    """A dry run from the project root, as a user types it; its output. Slurm's commands fail
-    (a Slurm client without a controller), or with ``sinfo`` answer as conftest.fake_slurm's
-    cluster of those partitions, so that a cluster on this machine changes nothing.
+    """A dry run from the project root, as a user types it, in a working directory of its own
+    (the checkout's results/, logs and .snakemake/, where a run left them, would add their
+    rerun reasons to the plan); its output. Slurm's commands fail (a Slurm client without a
+    controller), or with ``sinfo`` answer as conftest.fake_slurm's cluster of those partitions,
+    so that a cluster on this machine changes nothing.
     """
-    command = [sys.executable, "-m", "snakemake", "-n", "--nolock", *args]
     with tempfile.TemporaryDirectory() as folder:
+        command = [sys.executable, "-m", "snakemake", "-n", "--nolock", *args]
+        command += ["--directory", str(Path(folder) / "work")]
         if sinfo is not None:
             fake_slurm(Path(folder), sinfo)
         else:

@@ -19,6 +19,7 @@ from matplotlib.collections import PathCollection
 from blockcoupling import figures
 from blockcoupling.figures import common, quotes
 from blockcoupling.figures import crossmodel as figure_crossmodel
+from blockcoupling.files.io import write_netcdf
 from blockcoupling.pipeline import figure_registry
 from blockcoupling.stats import checkpoints, core, crossmodel
 from blockcoupling.stats.selection import Bootstrap, Selection
@@ -541,11 +542,12 @@ def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, 
     }
     for name, frame in frames.items():
         core.write_table(frame, folder / name)
-    ds.to_netcdf(folder / "coupling.nc")
-    ds.to_netcdf(folder / "tokens.nc")
-    trajectories.to_netcdf(folder / "trajectories.nc")
-    make_spectra(models).to_netcdf(folder / "spectra.nc")
-    depth.to_dataset(name="depth_mis").to_netcdf(folder / "checkpoint_coupling.nc")
+    # written as jobs write them: declaring the outer join's NaN (read_netcdf refuses others)
+    write_netcdf(ds, folder / "coupling.nc")
+    write_netcdf(ds, folder / "tokens.nc")
+    write_netcdf(trajectories, folder / "trajectories.nc")
+    write_netcdf(make_spectra(models), folder / "spectra.nc")
+    write_netcdf(depth.to_dataset(name="depth_mis"), folder / "checkpoint_coupling.nc")
     files = {
         "results/combined/checkpoints/coupling.nc": folder / "checkpoint_coupling.nc",
         **{f"results/combined/{n}": folder / n for n in ("coupling.nc", "tokens.nc")},

@@ -104,14 +104,15 @@ def test_a_symlinked_cache_dir_is_fine(tmp_path: Path) -> None:
 
 @pytest.fixture
 def run(tmp_path: Path) -> Path:
-    """A results folder as jobs leave it: two CSV tables, a directory output, a trainer's work
-    folder; every result recorded."""
+    """A results folder as jobs leave it: two CSV tables, a directory output, a trainer's
+    checkpoint and work folder; every result recorded."""
     root = tmp_path / "results"
-    for name in ("stats/a.csv", "stats/b.csv", "models/m/converted/config.json"):
+    names = ("stats/a.csv", "stats/b.csv", "models/m/converted/config.json", "train/r/step4/c.json")
+    for name in names:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("x,y\n1,2\n" if name.endswith(".csv") else "{}")
     manifest.record([root / "stats" / "a.csv", root / "stats" / "b.csv"])
-    manifest.record([root / "models" / "m" / "converted"])
+    manifest.record([root / "models" / "m" / "converted", root / "train" / "r" / "step4"])
     work = root / "train" / "r" / "work-0123456789ab"
     work.mkdir(parents=True)
     (work / "state.pt").write_bytes(b"resume state")
@@ -209,16 +210,21 @@ def test_verify_names_a_run_record_that_does_not_read_or_was_edited(run: Path, t
 
 
 def test_a_results_folder_from_before_the_run_record_is_adopted_by_its_next_job(run: Path) -> None:
+    """Adopted, and said: verify names a run record started from the per-file records."""
+    from blockcoupling.files import seal_key
+
     (run / ".manifest" / ".run").unlink()
     (run / "stats" / "d.csv").write_text("x\n1\n")
     manifest.record([run / "stats" / "d.csv"])
-    assert manifest.verify(run) == []
-    listed = run_record.read(run / ".manifest" / ".run")
-    assert listed is not None and sorted(listed) == [
+    [line] = manifest.verify(run)
+    assert "started anew from the per-file records" in line
+    listed = run_record.read(run / ".manifest" / ".run", seal_key.load())
+    assert listed is not None and sorted(listed.files) == [
         "models/m/converted/config.json",
         "stats/a.csv",
         "stats/b.csv",
         "stats/d.csv",
+        "train/r/step4/c.json",
     ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 
 from conftest import REPO
 
@@ -32,12 +33,17 @@ def test_each_figure_rule_names_the_figure_it_draws() -> None:
     """--list-rules of the smoke DAG: every rule's line is its own (15 figure rules once read
     "Draw one figure of the report", both combine rules one line), and a figure rule's names
     the paper figure its caption's first sentence names."""
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--list-rules", "--configfile", "config/smoke.yaml"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--list-rules",
+        "--configfile",
+        "config/smoke.yaml",
+    ]
+    with tempfile.TemporaryDirectory() as work:  # not the checkout's own state
+        command += ["--directory", work]
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     listed = dict(re.findall(r"^(\w+) \((.*)\)$", done.stdout, re.M))
     figures = {name: text for name, text in listed.items() if name.startswith("figure_")}

@@ -444,7 +444,7 @@ def test_published_vit_weights_are_recorded_copies(tmp_path: Path) -> None:
     from blockcoupling.files import manifest
 
     data = vision_data.write_prepared(vision_data.digits(0), tmp_path / "digits.npz")
-    folder = tmp_path / "results" / "vit" / "train" / "x"
+    folder = tmp_path / "results" / "vit" / "train" / "sd0.0" / "wd0.05" / "seed0"  # rules/vit.smk
     output = _Outputs([str(folder / "model.safetensors"), str(folder / "history.csv")])
     output.model, output.history = output
     sm = SimpleNamespace(

@@ -141,15 +141,14 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
     """Fetch one model revision into ``folder`` (a revision folder of the hub cache) and write
     its manifest where the fetch rules keep it; returns a one-line summary.
     """
-    from blockcoupling.lm import hub, hub_cache
+    from blockcoupling.lm import hub
     from blockcoupling.lm.hub_names import check_fetch_folder
     from blockcoupling.pipeline.hub_settings import HubSettings
 
     hub.go_online()  # before check_fetch_folder imports huggingface_hub
     cache, kind, _ = check_fetch_folder(folder, repo, revision)
-    manifest = hub.fetch_model(repo, revision, folder)
     target = HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
-    hub_cache.write_manifest(manifest, target)
+    manifest = hub.fetch_model(repo, revision, folder, manifest=target)
     size = manifest["bytes"] / 1e9
     return f"{repo}@{revision}: {len(manifest['files'])} files, {size:.2f} GB in {folder}"
 

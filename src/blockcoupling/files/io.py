@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 from blockcoupling.coupling.arguments import expect, expect_path
@@ -200,6 +202,7 @@ def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
     for key, value in versions().items():
         dataset.attrs.setdefault(key, value)
     dataset.attrs.update(global_attrs(dataset.attrs, path))
+    dataset.attrs[NONFINITE] = nonfinite_count(dataset)
     for variable in dataset.variables.values():
         variable.encoding = {}
     encoding = {name: {"zlib": True, "complevel": 4} for name in dataset.data_vars}
@@ -223,11 +226,27 @@ def write_netcdf(dataset: xr.Dataset, path: str | Path) -> Path:
         ) from None
 
 
+# The attr in which ``write_netcdf`` declares how many values of the file are NaN or Inf (the
+# outer joins of combined files leave NaN where a model has fewer layers): ``read_netcdf``
+# refuses a file holding other non-finite values than it declares.
+NONFINITE = "nonfinite_values"
+
+
+def nonfinite_count(dataset: xr.Dataset) -> int:
+    """How many values of ``dataset``'s floating variables and coords are NaN or Inf."""
+    return sum(
+        int((~np.isfinite(variable.values)).sum())
+        for variable in dataset.variables.values()
+        if variable.dtype.kind in "fc"
+    )
+
+
 def read_netcdf(path: str | Path) -> xr.Dataset:
     """A NetCDF dataset read fully into memory (the file is closed afterwards).
 
     A file that cannot be read (truncated by a killed run, say) is one error naming it and the
-    remedy.
+    remedy, and so is one that holds other NaN/Inf values than its writer declared
+    (``NONFINITE``: none where it declares nothing), e.g. values edited after its job wrote it.
 
     Parameters
     ----------
@@ -247,7 +266,7 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
     expect_path(path, "read_netcdf(path=...)")
     try:
         with xr.open_dataset(path, engine="netcdf4") as dataset:
-            return dataset.load()
+            loaded = dataset.load()
     except (OSError, ValueError, RuntimeError) as error:
         if isinstance(error, FileNotFoundError):
             raise
@@ -256,17 +275,44 @@ def read_netcdf(path: str | Path) -> xr.Dataset:
             f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
             "it may be truncated: delete it and run snakemake again to rebuild it"
         ) from None
+    declared = loaded.attrs.pop(NONFINITE, None)
+    found = nonfinite_count(loaded)
+    if found != (declared or 0):
+        names = [n for n, v in loaded.variables.items() if v.dtype.kind in "fc"]
+        bad = [n for n in names if not np.isfinite(loaded[n].values).all()]
+        said = "declares none" if declared is None else f"declares {declared}"
+        raise ValueError(
+            f"{path} holds {found} non-finite (NaN/Inf) values{f' (in {bad[0]})' if bad else ''} "
+            f"where it {said}: it changed after its job wrote it, or an older version wrote "
+            "it; delete it and run snakemake again to rebuild it"
+        )
+    return loaded
 
 
 @contextmanager
 def exclusive(side: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the side file ``side`` while the block runs: jobs of one
     run (also on Slurm nodes sharing the folder) that update one record take turns.
+    A symlink at ``side`` is refused (OSError naming it), never followed: a planted link would
+    make the lock create or lock its target.
     """
     side.parent.mkdir(parents=True, exist_ok=True)
-    with open(side, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        handle = os.open(side, flags, 0o666)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise OSError(
+            errno.ELOOP,
+            f"the lock file {side} is a symlink (to {os.readlink(side)}), not followed: delete "
+            "the link and rerun",
+        ) from None
+    with os.fdopen(handle, "a") as lock:
+        if not stat.S_ISREG(os.fstat(lock.fileno()).st_mode):
+            raise OSError(f"the lock file {side} is not a regular file: delete it and rerun")
+        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_UN)

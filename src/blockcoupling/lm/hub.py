@@ -6,15 +6,24 @@ resolved goes into the lock file (``lockfile``, ``lock_file``), which later fetc
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from blockcoupling.lm import content
-from blockcoupling.lm.hub_cache import HubCacheError, fetch_command
+from blockcoupling.lm.hub_cache import (
+    HubCacheError,
+    damaged_files,
+    fetch_command,
+    missing_files,
+    unhashed_files,
+    write_manifest,
+)
 from blockcoupling.lm.hub_names import check_fetch_folder
 
 # What loading a causal LM needs besides its weights: config, generation config, tokenizer
@@ -35,54 +44,114 @@ def go_online() -> None:
 
 
 def _download(
-    repo: str, revision: str, repo_type: str, patterns: list[str], target: Path, info: Any = None
+    repo: str,
+    revision: str,
+    repo_type: str,
+    patterns: list[str],
+    target: Path,
+    info: Any,
+    manifest: Path | None = None,
 ) -> dict[str, Any]:
-    """snapshot_download the files matching ``patterns`` at ``revision`` into ``target`` (written
-    beside it, then renamed, so a folder that exists is complete; ``info``: the repo info at
-    ``revision``, when already asked); returns its manifest.
+    """Fetch the files of ``info`` (the repo info at ``revision``, with files metadata) that
+    match ``patterns`` into ``target``; returns its manifest, also written to ``manifest`` when
+    given. Safe under concurrency: one lock per revision folder (``.<name>.lock`` beside it);
+    the download goes into a private temporary folder beside it, is checked against the hub's
+    list (every file the hub lists, of its size and hash; the manifest lists exactly those,
+    never what happens to be on disk), then renamed into place. A fetcher that waited on the
+    lock finds the folder its predecessor completed and keeps it.
     """
-    from huggingface_hub import HfApi, snapshot_download
+    from filelock import FileLock
+    from huggingface_hub.utils import filter_repo_objects
 
-    info = info or HfApi().repo_info(
-        repo, repo_type=repo_type, revision=revision, files_metadata=True
-    )
-    partial = target.with_name(target.name + ".partial")
-    _remove(partial)
-    snapshot_download(
-        repo,
-        repo_type=repo_type,
-        revision=info.sha,
-        allow_patterns=patterns,
-        local_dir=partial,
-    )
-    shutil.rmtree(partial / ".cache", ignore_errors=True)  # huggingface_hub's download state
-    files = {
-        str(path.relative_to(partial)): path.stat().st_size
-        for path in sorted(partial.rglob("*"))
-        if path.is_file()
-    }
-    if not files:
+    listed = {sibling.rfilename: sibling for sibling in info.siblings or []}
+    names = sorted(filter_repo_objects(list(listed), allow_patterns=patterns))
+    if not names:
         raise HubCacheError(f"{repo}@{revision}: no file matches {patterns}")
-    hashes, differing = content.fetched_hashes(partial, files, info.siblings)
+    files = {name: listed[name].size for name in names}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(target.parent / f".{target.name}.lock"):
+        if manifest is not None and _complete(target, manifest, info.sha, files):
+            return json.loads(manifest.read_text("utf-8"))
+        for stale in target.parent.glob(f".{target.name}.partial-*"):  # of a killed fetch
+            _remove(stale)
+        private = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+        mask = os.umask(0)
+        os.umask(mask)
+        private.chmod(0o777 & ~mask)  # the umask's, as a folder made by mkdir (mkdtemp's: 0700)
+        try:
+            hashes = _fill(private, repo, revision, repo_type, names, files, info)
+            _remove(target)
+            private.rename(target)
+        finally:
+            _remove(private)
+        fetched = {
+            "repo": repo,
+            "repo_type": repo_type,
+            "revision": revision,
+            "commit": info.sha,
+            "files": files,
+            "hashes": hashes,
+            "bytes": sum(files.values()),
+            "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        if manifest is not None:
+            write_manifest(fetched, manifest)
+        return fetched
+
+
+def _fill(
+    folder: Path,
+    repo: str,
+    revision: str,
+    repo_type: str,
+    names: list[str],
+    files: dict[str, int],
+    info: Any,
+) -> dict[str, str]:
+    """Download ``names`` of ``repo`` at ``info.sha`` into ``folder`` (private to this fetch)
+    and check it holds exactly those files, of the hub's sizes and hashes; returns the hashes.
+    """
+    from huggingface_hub import snapshot_download
+
+    snapshot_download(
+        repo, repo_type=repo_type, revision=info.sha, allow_patterns=names, local_dir=folder
+    )
+    shutil.rmtree(folder / ".cache", ignore_errors=True)  # huggingface_hub's download state
+    on_disk = {str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir()}
+    sized = {n for n in on_disk & set(names) if (folder / n).stat().st_size != files[n]}
+    wrong = sorted((set(names) ^ on_disk) | sized)
+    if wrong:
+        raise HubCacheError(
+            f"{repo}@{revision}: the download differs from the hub's list of files at "
+            f"{info.sha} (e.g. {wrong[0]} missing, extra or of another size; {len(wrong)} such "
+            "files): fetch again"
+        )
+    hashes, differing = content.fetched_hashes(folder, names, info.siblings)
     if differing:
         raise HubCacheError(
             f"{repo}@{revision}: {differing[0]} as downloaded differs from the hash the hub gives "
             f"it ({len(differing)} such files): a damaged download or a proxy that changes "
             "files; fetch again"
         )
-    _remove(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial.rename(target)
-    return {
-        "repo": repo,
-        "repo_type": repo_type,
-        "revision": revision,
-        "commit": info.sha,
-        "files": files,
-        "hashes": hashes,
-        "bytes": sum(files.values()),
-        "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    return hashes
+
+
+def _complete(target: Path, manifest: Path, commit: str, files: dict[str, int]) -> bool:
+    """Whether ``target`` holds, by its ``manifest``, exactly ``files`` at ``commit``, each of
+    the hash recorded for it (a fetch finished while this one waited for the lock).
+    """
+    try:
+        fetched = json.loads(manifest.read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(fetched, dict)
+        and fetched.get("commit") == commit
+        and fetched.get("files") == files
+        and missing_files(target) == []
+        and not unhashed_files(target)
+        and damaged_files(target) == []
+    )
 
 
 def _remove(path: Path) -> None:
@@ -162,10 +231,12 @@ def fetch_model(
     commit: str | None = None,
     lock: str | None = None,
     what: str = "",
+    manifest: str | Path | None = None,
 ) -> dict[str, Any]:
     """Fetch one model revision: config, tokenizer and weights (safetensors where the revision
     has them, else the PyTorch .bin files); ``commit``: the commit to fetch instead of what
-    ``revision`` points to now (the lock file ``lock``'s). Returns the manifest; a hub not
+    ``revision`` points to now (the lock file ``lock``'s). Returns the manifest (also written
+    to ``manifest``, under the folder's lock, when given); a hub not
     reached, or one that refuses the revision, raises ``HubCacheError`` in one line
     (``hub_fault``; ``what``: the config keys that need it, named there).
     """
@@ -176,7 +247,9 @@ def fetch_model(
         info = HfApi().repo_info(repo, revision=commit or revision, files_metadata=True)
         names = [sibling.rfilename for sibling in info.siblings or []]
         weights = "*.safetensors" if any(n.endswith(".safetensors") for n in names) else "*.bin"
-        return _download(repo, revision, "model", [*MODEL_FILES, weights], Path(target), info)
+        patterns = [*MODEL_FILES, weights]
+        written = Path(manifest) if manifest is not None else None
+        return _download(repo, revision, "model", patterns, Path(target), info, written)
     except Exception as error:
         pinned = (commit, str(lock)) if commit else None
         fault = hub_fault(error, repo, revision, pinned, what, target if what else None)
@@ -218,9 +291,11 @@ def fetch_dataset(
     revision: str = "main",
     commit: str | None = None,
     lock: str | None = None,
+    manifest: str | Path | None = None,
 ) -> dict[str, Any]:
     """Fetch the card and the data files of one dataset config (every split of it) at
-    ``revision``, or at ``commit`` when given (the lock file's). Returns the manifest.
+    ``revision``, or at ``commit`` when given (the lock file's). Returns the manifest (also
+    written to ``manifest``, under the folder's lock, when given).
     """
     import tempfile
 
@@ -235,7 +310,8 @@ def fetch_dataset(
             )
             readme = Path(card).read_text("utf-8")
         patterns = ["README.md", *dataset_patterns(readme, config)]
-        return _download(repo, revision, "dataset", patterns, Path(target), info)
+        written = Path(manifest) if manifest is not None else None
+        return _download(repo, revision, "dataset", patterns, Path(target), info, written)
     except Exception as error:
         fault = hub_fault(error, repo, revision, (commit, str(lock)) if commit else None)
         if fault is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from blockcoupling.files.io import write_text
 from blockcoupling.lm import content
+from blockcoupling.lm.lockfile import HASH
 
 
 class HubCacheError(OSError):
@@ -30,7 +31,12 @@ def checkpoints_on_disk(cache_dir: str | Path) -> int:
     """How many checkpoint revision folders the cache holds now."""
     root = Path(cache_dir) / "checkpoints"
     folders = {path.parent for path in root.rglob("config.json")}
-    return sum(1 for folder in folders if not folder.name.endswith(".partial"))
+    # not the private folders of fetches under way (``.<revision>.partial-*``), nor older ones
+    return sum(
+        1
+        for folder in folders
+        if not folder.name.endswith(".partial") and not folder.name.startswith(".")
+    )
 
 
 KINDS = {"models": "model", "checkpoints": "checkpoint", "datasets": "dataset"}
@@ -72,19 +78,45 @@ def missing_files(folder: str | Path) -> list[str] | None:
     return missing
 
 
-def damaged_files(folder: str | Path) -> list[str]:
-    """The files of a fetched folder whose bytes differ from the hashes its manifest recorded
-    at fetch time (the hub's own; a streaming hash of each); [] where it recorded none (a fetch
-    from before hashes were recorded).
-    """
+def _hashes(folder: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(files, hashes)`` of a fetched folder's manifest ({} for what it lacks)."""
     manifest = manifest_of(folder)
     if manifest is None:
-        return []
+        return {}, {}
     try:
-        hashes = json.loads(manifest.read_text("utf-8")).get("hashes") or {}
+        fetched = json.loads(manifest.read_text("utf-8"))
+        files, hashes = fetched.get("files"), fetched.get("hashes")
     except (OSError, ValueError, AttributeError):
-        return []
-    return content.damaged(folder, hashes) if isinstance(hashes, dict) else []
+        return {}, {}
+    return (
+        files if isinstance(files, dict) else {},
+        hashes if isinstance(hashes, dict) else {},
+    )
+
+
+def unhashed_files(folder: str | Path) -> list[str]:
+    """The files a fetched folder's manifest lists without a content hash of the form a fetch
+    records (the hub hashes every file: a manifest whose ``hashes`` were deleted, emptied or
+    thinned cannot vouch for the bytes).
+    """
+    files, hashes = _hashes(folder)
+    return sorted(
+        name
+        for name in files
+        if not isinstance(hashes.get(name), str) or not HASH.fullmatch(hashes[name])
+    )
+
+
+def damaged_files(folder: str | Path) -> list[str]:
+    """The files of a fetched folder whose bytes differ from the hashes its manifest recorded
+    at fetch time (the hub's own; a streaming hash of each); files listed without a hash are
+    ``unhashed_files``.
+    """
+    files, hashes = _hashes(folder)
+    known = {
+        name: hashes[name] for name in files if name in hashes and isinstance(hashes[name], str)
+    }
+    return content.damaged(folder, known)
 
 
 def fetch_command(folder: str | Path, repo: str, revision: str) -> str:
@@ -134,6 +166,13 @@ def require(folder: str | Path, what: str, repo: str = "", revision: str = "main
         )
     else:
         fix = f"rm -r {folder}, then snakemake --cores 1 fetch"
+    unhashed = unhashed_files(folder)
+    if unhashed:
+        raise HubCacheError(
+            f"{what}: {manifest_of(folder)} lists {folder / unhashed[0]} without the content "
+            f"hash the hub gives every file ({len(unhashed)} such files): its bytes cannot be "
+            f"checked; fetch it again where the network is: {fix}"
+        )
     damaged = damaged_files(folder)
     if damaged:
         raise HubCacheError(

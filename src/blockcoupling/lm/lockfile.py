@@ -181,7 +181,8 @@ def stale(
 ) -> str:
     """A one-line reason when a fetched folder holds (by its manifest) another commit than the
     lock pins (a lock file from another machine, or edited), or other content hashes than it
-    records for that commit, or when its manifest does not read; else "".
+    records for that commit (every file's: a manifest without hashes, or without one file's,
+    differs too), or when its manifest does not read; else "".
     """
     manifest = Path(manifest)
     lock_data = read_lock(lock)
@@ -203,7 +204,9 @@ def stale(
             "lock entry to keep this one"
         )
     locked = lock_data["files"].get(pinned)
-    if locked and hashes is not None and hashes != locked:
+    if locked and not isinstance(hashes, dict):  # hashes deleted or emptied: nothing vouches
+        hashes = {}
+    if locked and hashes != locked:
         differ = sorted(n for n in locked.keys() | hashes.keys() if locked.get(n) != hashes.get(n))
         return (
             f"{manifest} lists other content hashes for {repo}@{revision} (commit {pinned}) than "

@@ -12,9 +12,11 @@ import re
 import shutil
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from blockcoupling.files import manifest
@@ -145,11 +147,24 @@ def math_threads(snakemake: Any) -> int:
     return int(wanted)
 
 
+def input_files(snakemake: Any) -> list[str]:
+    """The paths of a job's inputs: Snakemake's list of them (a job given its named inputs as
+    a plain namespace, or none, alike).
+    """
+    given = getattr(snakemake, "input", ())
+    values = vars(given).values() if isinstance(given, SimpleNamespace) else given
+    found: list[str] = []
+    for value in values:
+        found += [str(value)] if isinstance(value, str | os.PathLike) else map(str, value)
+    return found
+
+
 def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
     """Run ``main(snakemake)`` logging to the rule's log and stderr, with torch (when the script
     uses it) set to the rule's threads, its matmuls on OpenBLAS (``blas.route_if_pinned``) and
-    its math libraries checked to be on the pinned code path (``isa.check_job``), then record
-    the hash of every output in the results' manifest; a user error becomes one line (exit
+    its math libraries checked to be on the pinned code path (``isa.check_job``) and every
+    recorded input compared with its record (``manifest.check_inputs``), then record the hash
+    of every output in the results' manifest; a user error becomes one line (exit
     status 1) and its traceback stays in the log.
     """
     log_path = Path(snakemake.log[0]) if len(snakemake.log) else None
@@ -181,8 +196,18 @@ def run_script(snakemake: Any, main: Callable[[Any], None]) -> None:
         threadpool_limits(threads, user_api="blas")
     try:
         isa.check_job()
+        started = time.process_time()
+        count, size = manifest.check_inputs(input_files(snakemake))
+        if count:
+            logging.info(
+                "%s: %d recorded inputs (%.1f MB) match their records (%.3f CPU s)",
+                snakemake.rule,
+                count,
+                size / 1e6,
+                time.process_time() - started,
+            )
         main(snakemake)
-        manifest.record(snakemake.output)
+        manifest.record(snakemake.output, snakemake.rule)
     except USER_ERRORS as error:
         if isinstance(error, shutil.Error):  # copytree's list of (source, target, why) tuples
             error = first_copy_error(error)
