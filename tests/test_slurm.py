@@ -301,12 +301,10 @@ def test_shards_follow_from_the_time_limit_and_each_attempt_fits(limit: int) -> 
         for value in seconds:  # the retry of every job fits, none capped
             assert slurm_sizing.runtime_minutes(value, 2, limit) <= limit, (model, limit)
         if model in sized.shard_sizes:  # resized: one more prompt per shard would not fit
-            bigger = cost.extract_cost(
-                shape,
-                cost.replace(plan.measure_options(model), token_prompts=0).for_shard(0),
-                count + 1,
-                cost.GPU,
-            )
+            options = plan.measure_options(model)  # one job over every prompt: its token
+            if count + 1 < plan.n_prompts:  # families too; a shard: theirs are jobs of their own
+                options = cost.replace(options, token_prompts=0)
+            bigger = cost.extract_cost(shape, options.for_shard(0), count + 1, cost.GPU)
             over = sum(bigger["seconds"].values()) + cost.GPU.overhead
             assert slurm_sizing.runtime_minutes(over, 2, limit) > limit
     # the longest job of the paper suite asks 1,779 min (llama-3-70b) in its configured shards

@@ -163,9 +163,26 @@ def chance_text(table: pd.DataFrame, panels: Sequence[str]) -> str:
     return text + (f" (none for {', '.join(missing)})" if drawn and missing else "")
 
 
-def trajectory_metrics_vs_step(table: pd.DataFrame, path: str | Path) -> list[Path]:
-    """Mean LSS and expodistance vs training step, one line per model (a `checkpoint_table`)."""
-    return _lines_vs_step(table, ["lss", "expodistance"], path)
+def trajectory_metrics_vs_step(
+    table: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None = None, k: object = None
+) -> list[Path]:
+    """Mean LSS and expodistance vs training step, one line per model (a `checkpoint_table`);
+    under the grid the claims rows of their emergence (``claims``). They have no K (``k``, the
+    registry's selection, is not theirs: the note says so) and no chance level: their no-effect
+    level is no change from step 0.
+    """
+    return _lines_vs_step(
+        table,
+        ["lss", "expodistance"],
+        path,
+        lambda fig: add_claims_note(
+            fig,
+            claims,
+            "trajectory_metrics_vs_step",
+            "none (the trajectories' measures have no K)",
+            "none drawn (no effect: no change)",
+        ),
+    )
 
 
 def pick_steps(steps: Sequence[int]) -> list[int]:

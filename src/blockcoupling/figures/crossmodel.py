@@ -247,8 +247,11 @@ def populated(table: pd.DataFrame) -> list[str]:
     return [s for s in subsets if n.get(s, 0) > 0] or subsets
 
 
-def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Path]:
-    """Bars of r (with CI error bars) per predictor, hue = method, one panel per subset.
+def hyperparameter_correlations(
+    corr: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None = None, k: object = None
+) -> list[Path]:
+    """Bars of r (with CI error bars) per predictor, hue = method, one panel per subset; under
+    them the claims row comparing coupling with size, depth and width (``claims``, at K ``k``).
 
     `corr`: a `stats.correlations` table. A panel shows only the predictors with an r in its
     subset (a predictor constant there, e.g. depth within a training grid, has none: it is
@@ -303,6 +306,7 @@ def hyperparameter_correlations(corr: pd.DataFrame, path: str | Path) -> list[Pa
         axes[0, 0].set_ylabel(f"correlation with {target} (r, 95% CI)")
         handles, labels = axes[0, 0].get_legend_handles_labels()
         fig.legend(handles, labels, title="method", loc="outside right upper", frameon=False)
+        add_claims_note(fig, claims, "hyperparameter_correlations", k, "r = 0 (the bars' base)")
         return save(fig, path)
 
 
