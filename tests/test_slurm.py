@@ -321,14 +321,14 @@ def test_a_job_that_no_shard_size_fits_is_refused_in_one_line() -> None:
     from blockcoupling.pipeline import cost, slurm_sizing
 
     plan = paper_plan()
-    # 8 hours: llama-3-70b's shards fit, but one token prompt's own job (~136 min x 3 x 2) not
+    # 3 hours: llama-3-70b's shards fit, but one token prompt's own job (~32 min x 3 x 2) not
     with pytest.raises(slurm_sizing.TooLong) as error:
-        slurm_sizing.sized_plan(plan, lambda model: ("gpu", 8 * 60), lambda model: cost.GPU)
+        slurm_sizing.sized_plan(plan, lambda model: ("gpu", 3 * 60), lambda model: cost.GPU)
     message = str(error.value)
     assert "\n" not in message
     assert re.match(
         r"models\.\S+ \(extract_tokens\): planned at [\d.]+ min per job, it asks \d+ min "
-        r"\(3x, doubled on its retry\) but partition gpu allows 480 min: choose a partition "
+        r"\(3x, doubled on its retry\) but partition gpu allows 180 min: choose a partition "
         r"with a longer time limit .*, or lower extract.token_max_tokens or token_layers$",
         message,
     ), message
