@@ -13,7 +13,7 @@ import numpy as np
 import xarray as xr
 
 from blockcoupling.coupling.formulas import NORMS, READINGS, check_option, mis_coupling_from_stats
-from blockcoupling.coupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
+from blockcoupling.coupling.null import NULL_DRAWS, NULL_POOL, NULL_SEED, spectrum_null
 from blockcoupling.coupling.registry import MEASURES, Measure, PairStats, chance_descriptions
 
 
@@ -43,8 +43,11 @@ class MetricConfig(_MetricFields):
             check_option("norm", norm, NORMS)
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"metrics.ks must be a non-empty list of K >= 1, got {list(self.ks)}")
-        if self.null_draws < 2:
-            raise ValueError(f"metrics.null_draws must be at least 2, got {self.null_draws}")
+        if not 2 <= self.null_draws <= NULL_POOL:
+            raise ValueError(
+                f"metrics.null_draws must be in 2..{NULL_POOL} (the null's pool), "
+                f"got {self.null_draws}"
+            )
         return self
 
     def at_ks(self, ks: tuple[int, ...]) -> MetricConfig:
