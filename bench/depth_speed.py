@@ -33,7 +33,10 @@ D / 128 heads, intermediate 2.6875 D, vocabulary 32000; seeded random token ids)
 (default ``--repeats``) applies to (b), (c) and (d); (a) runs AUTHORS_REPEATS times (default
 ``min(REPEATS, --authors-repeats)``; 0 leaves (a) out, and with it the ratios and errors).
 
-Timing discipline: every measurement runs in a fresh worker process (this file with
+Timing discipline: every time is the worker's own CPU seconds (``time.process_time``: the
+machine is shared), workers run the jobs' pinned code path (``runtime.isa``, matmuls routed to
+OpenBLAS; ``--isa native`` for each library's own dispatch), and every measurement runs in a
+fresh worker process (this file with
 ``--worker``) that loads the model (not timed), warms up by running the same method on a tiny
 random Llama (d = 64, 2 blocks: every code path and the thread pool, not the large buffers),
 resets the resident-set high-water mark (``/proc/self/clear_refs``), runs the method once
@@ -62,7 +65,12 @@ With all d VJPs in one vmap batch (``--chunk-size`` unset, the library's default
 single-token path holds the gradients of the whole attention key/value prefix, ``2 x d x tokens
 x d`` floats; ``--chunk-size`` bounds them.
 
-Prints markdown tables (results, memory, phases, rates for a cost model) and writes the
+Floors: each worker also measures its single-thread GEMM rate (``gemm_rates``, float32 and
+float64) around its run; the floor table divides each phase's FLOPs of (d) (``phase_flops``)
+by the rate at its dtype. The null's pool (``coupling.null``: sampled once per process and
+width) is timed before the run and reported apart, so the metric phase is what a prompt costs.
+
+Prints markdown tables (results, memory, phases, rates for a cost model, floors) and writes the
 results as CSV to ``--csv``. ``--quick`` runs a tiny subset (a few minutes on the shared
 machine, mostly loading SmolLM2 three times) to check the script works. Measured runs are in
 ``bench/runs/``.
@@ -465,10 +473,10 @@ def gemm_floor(model: nn.Module, repeats: int = 5) -> float:
     times = []
     with torch.no_grad():
         for _ in range(repeats + 1):
-            start = time.perf_counter()
+            start = time.process_time()  # CPU seconds, as the phases
             for cotangents, weight in pairs:
                 torch.mm(cotangents, weight)
-            times.append(time.perf_counter() - start)
+            times.append(time.process_time() - start)
     return statistics.median(times[1:])
 
 
