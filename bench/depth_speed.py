@@ -33,7 +33,10 @@ D / 128 heads, intermediate 2.6875 D, vocabulary 32000; seeded random token ids)
 (default ``--repeats``) applies to (b), (c) and (d); (a) runs AUTHORS_REPEATS times (default
 ``min(REPEATS, --authors-repeats)``; 0 leaves (a) out, and with it the ratios and errors).
 
-Timing discipline: every measurement runs in a fresh worker process (this file with
+Timing discipline: every time is the worker's own CPU seconds (``time.process_time``: the
+machine is shared), workers run the jobs' pinned code path (``runtime.isa``, matmuls routed to
+OpenBLAS; ``--isa native`` for each library's own dispatch), and every measurement runs in a
+fresh worker process (this file with
 ``--worker``) that loads the model (not timed), warms up by running the same method on a tiny
 random Llama (d = 64, 2 blocks: every code path and the thread pool, not the large buffers),
 resets the resident-set high-water mark (``/proc/self/clear_refs``), runs the method once
@@ -62,7 +65,12 @@ With all d VJPs in one vmap batch (``--chunk-size`` unset, the library's default
 single-token path holds the gradients of the whole attention key/value prefix, ``2 x d x tokens
 x d`` floats; ``--chunk-size`` bounds them.
 
-Prints markdown tables (results, memory, phases, rates for a cost model) and writes the
+Floors: each worker also measures its single-thread GEMM rate (``gemm_rates``, float32 and
+float64) around its run; the floor table divides each phase's FLOPs of (d) (``phase_flops``)
+by the rate at its dtype. The null's pool (``coupling.null``: sampled once per process and
+width) is timed before the run and reported apart, so the metric phase is what a prompt costs.
+
+Prints markdown tables (results, memory, phases, rates for a cost model, floors) and writes the
 results as CSV to ``--csv``. ``--quick`` runs a tiny subset (a few minutes on the shared
 machine, mostly loading SmolLM2 three times) to check the script works. Measured runs are in
 ``bench/runs/``.
@@ -93,6 +101,7 @@ from torch import nn
 
 from blockcoupling.coupling.formulas import READINGS, VARIANTS, normaliser
 from blockcoupling.coupling.metrics import MetricConfig, coupling_dataset
+from blockcoupling.coupling.null import NULL_DRAWS, NULL_POOL, spectrum_null
 from blockcoupling.jacobians import engine as engine_module
 from blockcoupling.jacobians import extract as measure_module
 from blockcoupling.jacobians.adapters import blocks_of
@@ -101,6 +110,7 @@ from blockcoupling.jacobians.extract import ExtractConfig, PromptText, extract_i
 from blockcoupling.jacobians.spectral import SVDOptions
 from blockcoupling.lm.models import load_model
 from blockcoupling.lm.sources import parse_source
+from blockcoupling.runtime import blas, isa
 
 METHODS = ("authors", "dense", "topk", "auto")
 LABELS = {"authors": "(a)", "dense": "(b)", "topk": "(c)", "auto": "(d)"}
@@ -236,19 +246,20 @@ class Phases:
     sync: Callable[[], None] | None = None
     nested: dict[str, float] = field(default_factory=dict)
     report: Callable[[str, float], None] | None = None  # each timed call's phase and seconds
+    clock: Callable[[], float] = time.process_time  # this process's CPU seconds (shared machine)
 
     @contextlib.contextmanager
     def time(self, name: str, nested: bool = False) -> Iterator[None]:
         if self.sync is not None:
             self.sync()
-        start = time.perf_counter()
+        start = self.clock()
         try:
             yield
         finally:
             if self.sync is not None:
                 self.sync()
             into = self.nested if nested else self.seconds
-            seconds = time.perf_counter() - start
+            seconds = self.clock() - start
             into[name] = into.get(name, 0.0) + seconds
             if self.report is not None:
                 self.report(name, seconds)
@@ -462,11 +473,75 @@ def gemm_floor(model: nn.Module, repeats: int = 5) -> float:
     times = []
     with torch.no_grad():
         for _ in range(repeats + 1):
-            start = time.perf_counter()
+            start = time.process_time()  # CPU seconds, as the phases
             for cotangents, weight in pairs:
                 torch.mm(cotangents, weight)
-            times.append(time.perf_counter() - start)
+            times.append(time.process_time() - start)
     return statistics.median(times[1:])
+
+
+def gemm_rates(n: int = 1024, repeats: int = 3) -> dict[str, float]:
+    """This process's single-thread GEMM rate in GFLOP/s, float32 and float64: ``torch.mm`` of
+    two n x n matrices (routed to OpenBLAS where pinned, as the library's products are), timed
+    in CPU seconds, the best of ``repeats`` after a warm-up.
+    """
+    rates = {}
+    generator = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        a, b = (torch.randn(n, n, generator=generator, dtype=dtype) for _ in range(2))
+        times = []
+        for _ in range(repeats + 1):
+            start = time.process_time()
+            torch.mm(a, b)
+            times.append(time.process_time() - start)
+        rates[str(dtype).removeprefix("torch.")] = 2 * n**3 / min(times[1:]) / 1e9
+    return rates
+
+
+def null_pool_seconds(d: int) -> float:
+    """CPU seconds of the null's pool at width ``d``, K_max = max(KS) and the K list KS: the
+    work ``coupling.null`` does once per process and width (every later call reuses it), done
+    here before the timed run so that the metric phase is what each prompt costs.
+    """
+    start = time.process_time()
+    spectrum_null(np.ones((1, max(KS))), np.array([float(d)]), d, KS, READINGS, ("p",))
+    return time.process_time() - start
+
+
+FLOOR_DTYPES = {"forward": "float32", "jacobians": "float32", "svd": "float64",
+                "stats": "float32", "metric": "float64"}  # fmt: skip
+
+
+def phase_flops(model: nn.Module, tokens: int, k_max: int) -> dict[str, float]:
+    """FLOPs of each phase of the library's default path for one prompt (L blocks, width d;
+    a multiply-add counts 2), at the dtype ``FLOOR_DTYPES`` names:
+
+    forward: every ``nn.Linear`` (the lm head included) over the tokens; jacobians: the composed
+    ``J_tt``'s three GEMMs per block, ``W_o dO`` (d x H d_h x d), the MLP (d x I x d) and ``M dA``
+    (d^3); svd (spectra, the Gram path): ``J^T J`` (2 d^3), ``dsyevr``'s reduction to
+    tridiagonal form (4/3 d^3) and the top-K vectors (back-transform and ``J V``, 4 d^2 K);
+    stats: ``J_i Q_j`` of every Jacobian and reference basis (2 L d^2 2 L K), ``P_j^T (J_i Q_j)``
+    (2 L 2 L K d K), the basis corners' symmetric products (U and V, 2 d (L K)^2); metric: the
+    null's quadratic forms against the pool (2 L Q len(KS) pool, Q = K(K+1)/2 + K + 1) and each
+    Jacobian's own draws' diagonals (2 L draws K (K + 1)); the m_K formulas are negligible.
+    """
+    config = model.config
+    d, n_layers = config.hidden_size, len(blocks_of(model))
+    head_dim = getattr(config, "head_dim", None) or d // config.num_attention_heads
+    heads = config.num_attention_heads * head_dim
+    inter = getattr(config, "intermediate_size", 4 * d)
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    groups = len(VARIANTS) * n_layers
+    q = k_max * (k_max + 1) // 2 + k_max + 1
+    return {
+        "forward": 2.0 * tokens * linear,
+        "jacobians": 2.0 * n_layers * d * d * (heads + inter + d),
+        "svd": n_layers * (10 / 3 * d**3 + 4.0 * d * d * k_max),
+        "stats": 2.0 * n_layers * d * d * groups * k_max
+        + 2.0 * n_layers * groups * k_max * d * k_max
+        + 2.0 * d * (n_layers * k_max) ** 2,
+        "metric": 2.0 * n_layers * (q * len(KS) * NULL_POOL + NULL_DRAWS * k_max * (k_max + 1)),
+    }
 
 
 # ---------------------------------------------------------------- worker process
@@ -501,6 +576,7 @@ def authors_rows_for(model: nn.Module, tokens: int, requested: int | None, cap_g
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One timed measurement in this (fresh) process; see the module docstring."""
     torch.set_num_threads(spec["threads"])
+    blas.route_if_pinned()  # as every pinned job does (the spawner set the pin's variables)
     case = Case(spec["model"], spec["tokens"], 1, 1)
     start = time.perf_counter()
     model, input_ids = load_case_model(case)
@@ -509,18 +585,24 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     tiny, tiny_ids = tiny_llama()
     run_method(spec["method"], tiny, tiny_ids, TINY_KS, None, topk=TINY_TOPK)  # warm-up
     del tiny
-    floor_before = gemm_floor(model)
+    d = model.config.hidden_size
+    pool_seconds = null_pool_seconds(d) if spec["method"] != "authors" else float("nan")
+    floor_before, rates_before = gemm_floor(model), gemm_rates()
     peak_reset = reset_peak()
     rss_before = rss_kib("VmRSS")
     phases = Phases()
-    start = time.perf_counter()
+    start = time.process_time()
     mis = run_method(spec["method"], model, input_ids, KS, rows, phases, TOPK, spec["chunk_size"])
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     phases.seconds["rest"] = seconds - sum(phases.seconds.values())
     floor = (floor_before + gemm_floor(model)) / 2  # around the timed run, same process
+    rates = {key: (rate + rates_before[key]) / 2 for key, rate in gemm_rates().items()}
     np.save(spec["out"], mis)
-    d = model.config.hidden_size
     return {
+        "pinned": blas.routed(),
+        "null_pool_seconds": pool_seconds,
+        "gemm_rates": rates,
+        "flops": phase_flops(model, int(input_ids.shape[1]), max(KS)),
         "seconds": seconds,
         "phases": phases.seconds,
         "peak_gib": rss_kib("VmHWM") / 2**20,
@@ -545,6 +627,10 @@ def spawn(spec: dict[str, Any]) -> dict[str, Any]:
         env = dict(os.environ)
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[name] = str(spec["threads"])  # numpy's BLAS too (xarray/numpy in the metric)
+        if spec.get("isa", "pinned") == "pinned":
+            env.update(isa.job_env())  # the jobs' code path (runtime.isa), matmuls routed
+        else:
+            env[isa.OPT_OUT] = "native"
         if spec["omp_wait_policy"] != "default":
             env["OMP_WAIT_POLICY"] = spec["omp_wait_policy"].upper()
         done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -562,10 +648,10 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def order_for(repeat: int) -> list[str]:
+def order_for(repeat: int, methods: Sequence[str] = METHODS) -> list[str]:
     """The methods of one repeat, rotated so each goes first in turn."""
-    shift = repeat % len(METHODS)
-    return list(METHODS[shift:] + METHODS[:shift])
+    shift = repeat % len(methods)
+    return list(methods[shift:]) + list(methods[:shift])
 
 
 def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
@@ -575,7 +661,7 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
     print(f"\n## {case.name}: load average before {load_average()}", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {method: [] for method in METHODS}
     for repeat in range(max(case.repeats, case.authors_repeats)):
-        for method in order_for(repeat):
+        for method in order_for(repeat, args.methods):
             if repeat >= (case.authors_repeats if method == "authors" else case.repeats):
                 continue
             spec = {
@@ -587,6 +673,7 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
                 "authors_cap_gib": args.authors_cap_gib,
                 "omp_wait_policy": args.omp_wait_policy,
                 "chunk_size": args.chunk_size,
+                "isa": args.isa,
             }
             report = spawn(spec)
             runs[method].append(report)
@@ -639,6 +726,16 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
         ratios = [r["phases"].get("jacobians", 0.0) / r["layers"] / r["floor_seconds"]
                   for r in runs[method]]  # fmt: skip
         row[f"floor_ratio_{key}"] = _median(ratios)  # each worker's J per block / its floor
+    library = runs["auto"]
+    row["pinned"] = all(r["pinned"] for done in runs.values() for r in done)
+    for dtype in ("float32", "float64"):  # every worker's rate, around its timed run
+        row[f"gemm_{dtype}"] = _median([r["gemm_rates"][dtype] for d in runs.values() for r in d])
+    row["null_pool_d"] = _median([r["null_pool_seconds"] for r in library])
+    for phase, dtype in FLOOR_DTYPES.items():
+        flops = library[0]["flops"][phase] if library else float("nan")
+        row[f"gflop_{phase}"] = flops / 1e9
+        row[f"floor_{phase}_d"] = flops / 1e9 / row[f"gemm_{dtype}"]
+        row[f"over_floor_{phase}_d"] = row[f"{phase}_d"] / row[f"floor_{phase}_d"]
     return row
 
 
@@ -745,6 +842,42 @@ def rates_table(rows: Sequence[dict[str, Any]]) -> str:
     return markdown(header, body)
 
 
+def floor_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Per row, the library's default (d) by phase: median CPU seconds, FLOPs
+    (``phase_flops``), the same workers' single-thread GEMM rate at the phase's dtype, the
+    floor (FLOPs over that rate) and the time over it; then the total, the null's pool (once
+    per process and width, not in the metric phase) and the ratio to the authors' method (a).
+    """
+    header = ["model", "tokens", "phase", "CPU s", "GFLOP", "GEMM rate GFLOP/s", "floor s",
+              "over floor"]  # fmt: skip
+    body = []
+    for r in rows:
+        for phase, dtype in FLOOR_DTYPES.items():
+            body.append(
+                [r["model"], str(r["tokens"]), PHASE_NAMES[phase], _cell(r[f"{phase}_d"], ".3f"),
+                 _cell(r[f"gflop_{phase}"], ".2f"), f"{r[f'gemm_{dtype}']:.0f} ({dtype})",
+                 _cell(r[f"floor_{phase}_d"], ".3f"), _cell(r[f"over_floor_{phase}_d"], ".2f", "x")]
+            )  # fmt: skip
+        with_pool = r["seconds_a"] / (r["seconds_d"] + r["null_pool_d"])
+        body.append(
+            [r["model"], str(r["tokens"]), "rest (not counted)", _cell(r["rest_d"], ".3f"),
+             "", "", "", ""]
+        )  # fmt: skip
+        body.append(
+            [r["model"], str(r["tokens"]), "**total (d)**", _cell(r["seconds_d"], ".3f"), "", "",
+             "", f"(a) {r['seconds_a']:.2f} s: **{r['ratio_ad']:.1f}x**"]
+        )  # fmt: skip
+        body.append(
+            [r["model"], str(r["tokens"]), "null pool, once per process and width",
+             _cell(r["null_pool_d"], ".3f"), "", "", "", f"with it in the prompt: {with_pool:.1f}x"]
+        )  # fmt: skip
+    return markdown(header, body)
+
+
+PHASE_NAMES = {"forward": "forward", "jacobians": "Jacobians", "svd": "spectra",
+               "stats": "pair statistics", "metric": "metric with its null"}  # fmt: skip
+
+
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(name for row in rows for name in row))
@@ -805,6 +938,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="VJPs per vmap batch of (b), (c) and (d) (ExtractConfig.chunk_size; default: all d)",
     )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=METHODS,
+        default=list(METHODS),
+        help="the methods to run (default: all four; the floor table needs auto, the ratios "
+        "authors)",
+    )
+    parser.add_argument(
+        "--isa",
+        choices=("pinned", "native"),
+        default="pinned",
+        help="workers on the jobs' pinned code path (runtime.isa: AVX2, matmuls on OpenBLAS; "
+        "default) or each library's own dispatch",
+    )
     parser.add_argument("--csv", type=Path, default=None, help="write the result rows here")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     parser.add_argument("--worker", nargs=2, metavar=("SPEC", "REPORT"), help=argparse.SUPPRESS)
@@ -825,13 +973,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         return
     print(
-        f"threads {args.threads}, OMP_WAIT_POLICY {args.omp_wait_policy}, "
-        f"torch {torch.__version__}, load average {load_average()}"
+        f"threads {args.threads}, OMP_WAIT_POLICY {args.omp_wait_policy}, ISA {args.isa}, "
+        f"torch {torch.__version__}, load average {load_average()}; seconds are each worker's "
+        "CPU seconds (time.process_time)"
     )
     rows = [run_case(case, args) for case in cases]
     print(f"\nload average at the end {load_average()}\n")
     print(results_table(rows), "", memory_table(rows), "", phase_table(rows), "",
-          rates_table(rows), sep="\n")  # fmt: skip
+          rates_table(rows), "", floor_table(rows), sep="\n")  # fmt: skip
     if args.csv:
         write_csv(rows, args.csv)
         print(f"\nwrote {args.csv}")

@@ -149,3 +149,31 @@ def cost_rates_read(path: Path) -> bool:
     from blockcoupling.pipeline import cost
 
     return cost.load_rates(path).matmul > 0
+
+
+def test_phase_flops_count_the_products_torch_counts(bench) -> None:
+    """The floor table's FLOPs against torch's own count of the matrix products (FlopCounterMode)
+    on the tiny Llama: the forward (every linear layer, the attention's 4 L n^2 d left out) and
+    the pair statistics (the basis corners' symmetric products at half their GEMM count, as
+    numpy's syrk runs them where the matmuls are routed).
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from blockcoupling.jacobians.spectral import svd
+    from blockcoupling.jacobians.statistics import basis_corners, pair_stats
+
+    model, ids = bench.tiny_llama()
+    flops = bench.phase_flops(model, ids.shape[1], 4)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(ids)
+    n, d, layers = ids.shape[1], model.config.hidden_size, model.config.num_hidden_layers
+    assert flops["forward"] == pytest.approx(counter.get_total_flops() - 4 * layers * n**2 * d)
+    jacs = torch.randn(layers, d, d)
+    top = svd(jacs).top(4)
+    with FlopCounterMode(display=False) as counter:
+        pair_stats(jacs, top, ("ujv", "vju"))
+    with FlopCounterMode(display=False) as corners:
+        basis_corners(top.u)
+        basis_corners(top.v)
+    total = counter.get_total_flops() + corners.get_total_flops() / 2
+    assert flops["stats"] == pytest.approx(total)

@@ -21,7 +21,7 @@ from blockcoupling.coupling.formulas import (
     mis_coupling_from_stats,
     mis_from_numerator,
 )
-from blockcoupling.coupling.null import NULL_DRAWS, NULL_SEED, spectrum_null
+from blockcoupling.coupling.null import NULL_DRAWS, NULL_POOL, NULL_SEED, spectrum_null
 from blockcoupling.coupling.registry import MEASURES, Measure, PairStats, chance_descriptions
 
 
@@ -88,8 +88,11 @@ class MetricConfig(_MetricFields):
             check_option("norm", norm, NORMS)
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"metrics.ks must be a non-empty list of K >= 1, got {list(self.ks)}")
-        if self.null_draws < 2:
-            raise ValueError(f"metrics.null_draws must be at least 2, got {self.null_draws}")
+        if not 2 <= self.null_draws <= NULL_POOL:
+            raise ValueError(
+                f"metrics.null_draws must be in 2..{NULL_POOL} (the null's pool), "
+                f"got {self.null_draws}"
+            )
 
     def at(self, ks: int | Sequence[int]) -> MetricConfig:
         """The same settings for another K list (checked).

@@ -4,25 +4,32 @@ For a Jacobian ``J_i = U S V^T`` (d x d), the null is the expected m_K if the re
 unrelated to J_i: ``A = P^T J_i Q`` with P, Q Haar-random, i.e. ``A = R1 S R2^T`` where
 ``R1 = P^T U`` and ``R2 = Q^T V`` are independent Haar-random ``K_max x d`` row-orthonormal
 matrices. The top-left K x K corner of one draw is a draw at K, so one draw serves every
-K <= K_max. It depends on J_i's spectrum only (not on the reference j or the variant).
+K <= K_max. It depends on J_i's spectrum only (not on the reference j or the variant). Its
+expectation has no closed form (m_K is the square root of a quadratic form in the Haar
+matrices, and the authors' reading takes absolute values; only the second moment has one), so
+it is a seeded Monte Carlo.
 
 The spectrum enters as the top K_max singular values exactly and the tail beyond K_max as a flat
 tail with its exact sum of squares (``sv_sum2`` minus the top values' squares): the tail's
 share of ``A`` is ``t * C`` with ``C = R1[:, K_max:] R2[:, K_max:]^T``, one K_max x K_max matrix
 per draw. The tests bound what the flat tail changes against a full-spectrum Monte Carlo.
 
-Seeded Monte Carlo with independent draws per Jacobian (``Draws.sample``): the Monte Carlo errors
-of different Jacobians are independent, so they average out in a model's mean over blocks and
-prompts and enter its bootstrap over prompts (one set of draws shared by every Jacobian of a file
-left one offset per width in every absolute excess). A draw needs only R1's and R2's head
-columns and C, which are functions of Gaussian heads and one 2 K_max x 2 K_max Wishart matrix
-(the Gram matrix of the two tails): O(K_max^3) per draw, whatever d. Per (Jacobian, draw) the
-explicit ``A`` (K_max^3) gives every K's corner by cumulative sums.
+The draws: a pool of ``NULL_POOL`` draws per process, hidden size d, K_max and seed (sampled once,
+``_pool``), from which each Jacobian takes its own ``draws`` distinct draws at random: the Monte
+Carlo errors of different Jacobians are mostly independent, so they average out in a model's
+mean over blocks and prompts (one set of draws shared by every Jacobian of a file left one
+offset per width in every absolute excess); what they share is the pool's error
+(sd / sqrt(pool)). A draw needs only R1's and R2's head columns and C, which are functions of
+Gaussian heads and one 2 K_max x 2 K_max Wishart matrix (the Gram matrix of the two tails):
+O(K_max^3) per draw, whatever d. Per draw the pool keeps what m_K needs of it at every K of the
+call: ``diag A`` is linear in ``[s; t]`` and ``||A_K||_F^2`` a quadratic form in it, so a
+(Jacobian, draw) costs O(K_max^2) per K, and one product serves all Jacobians of a call.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +38,9 @@ from blockcoupling.coupling.formulas import mis_coupling_from_stats
 
 NULL_DRAWS = 128
 NULL_SEED = 0
-NULL_POOL = 4096  # draws sampled per call at most: more Jacobians draw theirs from this pool
-_CHUNK_FLOATS = 4_000_000  # bound on the (Jacobian, draw, K_max, K_max) working arrays
+NULL_POOL = 4096  # draws per process, width, K_max and seed; each Jacobian takes its own of them
+_CHUNK_FLOATS = 4_000_000  # bound on the working arrays of (Jacobian, draw) and (Jacobian, pool)
+_SAMPLE_CHUNK = 256  # draws turned into Haar heads at a time (bounds the working arrays)
 
 
 def _transposed(x: np.ndarray) -> np.ndarray:
@@ -42,19 +50,21 @@ def _transposed(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(x, -1, -2))
 
 
-def _tail_gram(rng: np.random.Generator, shape: tuple[int, ...], p: int, m: int) -> np.ndarray:
-    """``X X^T`` of a Gaussian ``(p, m)`` matrix X per leading index, ``(*shape, p, p)``: a
-    Wishart(m, I_p) matrix, by Bartlett's decomposition when m >= p (O(p^3)), else explicitly.
+def _tail_factor(rng: np.random.Generator, shape: tuple[int, ...], p: int, m: int) -> np.ndarray:
+    """``F (*shape, p, q)`` with ``F F^T`` Wishart(m, I_p) per leading index (the Gram matrix
+    of a Gaussian ``(p, m)`` matrix): Bartlett's lower-triangular factor when m >= p (O(p^3)),
+    else the Gaussian matrix itself.
     """
     if m == 0:
-        return np.zeros((*shape, p, p))
+        return np.zeros((*shape, p, 0))
     if m < p:
-        x = rng.standard_normal((*shape, p, m))
-        return x @ _transposed(x)
-    lower = np.tril(rng.standard_normal((*shape, p, p)), -1)
+        return rng.standard_normal((*shape, p, m))
+    lower = rng.standard_normal((*shape, p, p))
+    upper = np.triu_indices(p)
+    lower[..., upper[0], upper[1]] = 0.0
     index = np.arange(p)
     lower[..., index, index] = np.sqrt(rng.chisquare(m - index, size=(*shape, p)))
-    return lower @ _transposed(lower)
+    return lower
 
 
 @dataclass(frozen=True)
@@ -72,22 +82,42 @@ class Draws:
 
     @classmethod
     def sample(cls, d: int, k_max: int, shape: tuple[int, ...], rng: np.random.Generator) -> Draws:
-        """Draws of shape ``shape`` at hidden size ``d`` and ``k_max``: with ``G1 = [H1, T1]``
-        and ``G2 = [H2, T2]`` Gaussian ``K_max x d`` (heads H: K_max columns), ``R = L^-1 G``
-        (``L L^T = G G^T``, Cholesky) has Haar-distributed orthonormal rows (right-invariant);
-        the tails enter only through the Gram matrix ``W`` of ``[T1; T2]`` (``_tail_gram``).
-        """
-        if not 1 <= k_max <= d:
-            raise ValueError(f"K_max={k_max} is outside 1..{d} (d)")
-        heads = rng.standard_normal((2, *shape, k_max, k_max))
-        gram = _tail_gram(rng, tuple(shape), 2 * k_max, d - k_max)
+        """Draws of shape ``shape`` at hidden size ``d`` and ``k_max`` (``draw_chunks``)."""
+        chunks = list(draw_chunks(d, k_max, shape, rng))
+        left, right, tail = (np.concatenate([getattr(c, n) for c in chunks]) for n in cls.names())
+        return cls(*(x.reshape(*shape, k_max, k_max) for x in (left, right, tail)))
+
+    @staticmethod
+    def names() -> tuple[str, str, str]:
+        """The fields' names, in order."""
+        return ("left", "right", "tail")
+
+
+def draw_chunks(
+    d: int, k_max: int, shape: tuple[int, ...], rng: np.random.Generator
+) -> Iterator[Draws]:
+    """Draws of shape ``shape`` (flattened, in chunks of ``_SAMPLE_CHUNK``) at hidden size ``d``
+    and ``k_max``: with ``G1 = [H1, T1]`` and ``G2 = [H2, T2]`` Gaussian ``K_max x d`` (heads H:
+    K_max columns), ``R = L^-1 G`` (``L L^T = G G^T``, Cholesky) has Haar-distributed orthonormal
+    rows (right-invariant); the tails enter only through the Gram matrix ``W`` of ``[T1; T2]``
+    (``_tail_factor``). Every Gaussian is drawn first, in one order, so the chunking changes no
+    draw.
+    """
+    if not 1 <= k_max <= d:
+        raise ValueError(f"K_max={k_max} is outside 1..{d} (d)")
+    n = int(np.prod(shape, dtype=int))
+    heads = rng.standard_normal((2, n, k_max, k_max))
+    factor = _tail_factor(rng, (n,), 2 * k_max, d - k_max)
+    for start in range(0, n, _SAMPLE_CHUNK):
+        part = slice(start, start + _SAMPLE_CHUNK)
+        f = factor[part]
+        gram = f @ _transposed(f)
         w1, w2 = gram[..., :k_max, :k_max], gram[..., k_max:, k_max:]
         w12 = np.ascontiguousarray(gram[..., :k_max, k_max:])
-        l1 = np.linalg.cholesky(heads[0] @ _transposed(heads[0]) + w1)
-        l2 = np.linalg.cholesky(heads[1] @ _transposed(heads[1]) + w2)
-        inv1, inv2 = np.linalg.inv(l1), np.linalg.inv(l2)
-        tail = inv1 @ w12 @ _transposed(inv2)
-        return cls(inv1 @ heads[0], inv2 @ heads[1], tail)
+        h1, h2 = heads[0, part], heads[1, part]
+        inv1 = np.linalg.inv(np.linalg.cholesky(h1 @ _transposed(h1) + w1))
+        inv2 = np.linalg.inv(np.linalg.cholesky(h2 @ _transposed(h2) + w2))
+        yield Draws(inv1 @ h1, inv2 @ h2, inv1 @ w12 @ _transposed(inv2))
 
 
 def tail_value(s_top: np.ndarray, sv_sum2: np.ndarray, d: int) -> np.ndarray:
@@ -99,51 +129,118 @@ def tail_value(s_top: np.ndarray, sv_sum2: np.ndarray, d: int) -> np.ndarray:
     return np.sqrt(rest / n_tail)
 
 
-def null_matrices(s_top: np.ndarray, tail: np.ndarray, draws: Draws) -> np.ndarray:
-    """The explicit ``A (n_jac, n_draw, K_max, K_max)`` of ``s_top (n_jac, K_max)`` and flat tails
-    ``tail (n_jac,)``, each Jacobian with its own draws (``draws``: leading dims n_jac, n_draw).
-    """
-    head = np.einsum("ndab,nb,ndcb->ndac", draws.left, s_top, draws.right, optimize=True)
-    return head + tail[:, None, None, None] * draws.tail
+@dataclass(frozen=True)
+class DrawTerms:
+    """What m_K needs of each draw of a pool at the K list ``ks``, as coefficients in ``x``.
 
+    ``x = [s_top; t]`` is the Jacobian's (``A = L S R^T + t C``; ``L, R, C``: a ``Draws``').
 
-def _draw_samples(
-    s_top: np.ndarray,
-    tail: np.ndarray,
-    draws: Draws,
-    ks: tuple[int, ...],
-    readings: tuple[str, ...],
-    norms: tuple[str, ...],
-    p: float,
-) -> np.ndarray:
-    """m_K of every (Jacobian, draw): ``(reading, norm, k, n_jac, n_draw)``, from the explicit
-    ``A`` of each (its diagonal, and its K x K corners' sums of squares by cumulative sums).
+    ``diag (pool, K_max, K_max + 1)``: ``[L * R | diag C]``, so that ``diag A = diag @ x``;
+    ``corner (Q, len(ks), pool)``, ``Q = K_max (K_max + 1) / 2 + K_max + 1``: per K, the
+    quadratic form ``||A_K||_F^2 = corner[:, k]^T [sym(s s^T); 2 t s; t^2]``, whose first block is
+    ``G_K = (L_K^T L_K) * (R_K^T R_K)`` on and above its diagonal (off-diagonal entries doubled;
+    ``L_K = L[:K]``), then ``diag(L_K^T C_K R_K)`` and ``||C_K||_F^2``.
     """
-    a = null_matrices(s_top, tail, draws)
-    diag = np.diagonal(a, axis1=-2, axis2=-1)
-    corner = np.diagonal(np.cumsum(np.cumsum(a**2, axis=-1), axis=-2), axis1=-2, axis2=-1)
-    s_b = s_top[:, None, :]
-    return np.stack(
-        [
-            np.stack(
-                [
-                    np.stack([mis_coupling_from_stats(diag, corner, s_b, k, r, nm, p) for k in ks])
-                    for nm in norms
-                ]
-            )
-            for r in readings
-        ]
-    )
+
+    ks: tuple[int, ...]
+    diag: np.ndarray
+    corner: np.ndarray
+
+    @classmethod
+    def of(cls, chunks: Iterator[Draws], ks: tuple[int, ...], k_max: int) -> DrawTerms:
+        """The terms of every draw of ``chunks`` (leading dim: draws), in order."""
+        upper = np.triu_indices(k_max)
+        double = np.where(upper[0] == upper[1], 1.0, 2.0)
+        diags, corners = [], []
+        for draws in chunks:
+            left, right, tail = draws.left, draws.right, draws.tail
+            diag_c = np.diagonal(tail, axis1=-2, axis2=-1)[..., None]
+            diags.append(np.concatenate([left * right, diag_c], axis=-1))
+            per_k = []
+            for k in ks:
+                lk, rk, ck = left[:, :k], right[:, :k], tail[:, :k, :k]
+                gram = (_transposed(lk) @ lk) * (_transposed(rk) @ rk)
+                cross = np.sum(lk * (ck @ rk), axis=-2)  # diag(L_K^T C_K R_K)
+                per_k.append(
+                    np.concatenate(
+                        [
+                            gram[:, upper[0], upper[1]] * double,
+                            cross,
+                            np.sum(ck**2, axis=(-2, -1))[:, None],
+                        ],
+                        axis=-1,
+                    ).T
+                )
+            corners.append(np.stack(per_k, axis=1))
+        return cls(
+            tuple(ks), np.concatenate(diags), np.ascontiguousarray(np.concatenate(corners, -1))
+        )
+
+    def samples(
+        self,
+        s_top: np.ndarray,
+        tail: np.ndarray,
+        pick: np.ndarray,
+        readings: tuple[str, ...],
+        norms: tuple[str, ...],
+        p: float,
+    ) -> np.ndarray:
+        """m_K of every (Jacobian, draw) ``(reading, norm, k, n_jac, n_draw)`` of ``s_top (n_jac,
+        K_max)`` and flat tails ``tail (n_jac,)``, Jacobian i with the pool's draws
+        ``pick[i] (n_draw,)``.
+        """
+        k_max = s_top.shape[-1]
+        x = np.concatenate([s_top, tail[:, None]], axis=-1)
+        step = max(1, _CHUNK_FLOATS // (pick.shape[1] * self.diag[0].size))
+        diag = np.concatenate(  # (n_jac, n_draw, K_max), a few Jacobians' draws at a time
+            [
+                np.einsum("ndab,nb->nda", self.diag[pick[i : i + step]], x[i : i + step])
+                for i in range(0, len(pick), step)
+            ]
+        )
+        upper = np.triu_indices(k_max)
+        vector = np.concatenate(
+            [
+                (s_top[:, :, None] * s_top[:, None, :])[:, upper[0], upper[1]],
+                2.0 * tail[:, None] * s_top,
+                tail[:, None] ** 2,
+            ],
+            axis=-1,
+        )
+        forms = (vector @ self.corner.reshape(len(self.corner), -1)).reshape(
+            len(pick), len(self.ks), -1
+        )
+        corner = np.full((*diag.shape[:-1], k_max), np.nan)
+        for c, k in enumerate(self.ks):
+            corner[..., k - 1] = np.take_along_axis(forms[:, c], pick, axis=-1)
+        s_b = s_top[:, None, :]
+        return np.stack(
+            [
+                np.stack(
+                    [
+                        np.stack(
+                            [
+                                mis_coupling_from_stats(diag, corner, s_b, k, r, nm, p)
+                                for k in self.ks
+                            ]
+                        )
+                        for nm in norms
+                    ]
+                )
+                for r in readings
+            ]
+        )
 
 
 @functools.lru_cache(maxsize=1)
-def _pool(d: int, k_max: int, pool: int, seed: int) -> tuple[Draws, dict]:
-    """The ``pool`` draws a generator seeded by ``seed`` samples first, and its state after
-    them: every call at one (d, K_max) shares them (a job measuring several models of one
-    width samples them once; ~3 s at d = 64, K_max = 50). Read only.
+def _pool(d: int, k_max: int, pool: int, seed: int, ks: tuple[int, ...]) -> tuple[DrawTerms, dict]:
+    """The terms of the ``pool`` draws a generator seeded by ``seed`` samples first, and its
+    state after them: every call at one (d, K_max, ks) shares them (a job measuring several
+    models of one width samples them once; ~1 s at d = 576, K_max = 50). Read only.
     """
     rng = np.random.default_rng(seed)
-    return Draws.sample(d, k_max, (pool,), rng), rng.bit_generator.state
+    terms = DrawTerms.of(draw_chunks(d, k_max, (pool,), rng), ks, k_max)
+    return terms, rng.bit_generator.state
 
 
 def spectrum_null(
@@ -162,38 +259,34 @@ def spectrum_null(
 
     ``s_top (..., K_max)``: each Jacobian's top singular values (descending); ``sv_sum2 (...)``:
     the sum of squares of its full spectrum; ``d``: the hidden size. NaN where the inputs are.
-    Each Jacobian gets its own ``draws`` draws (one generator seeded by ``seed``), independent
-    of the other Jacobians' while ``n_jac x draws <= pool``; beyond, the call samples ``pool``
-    draws once and each Jacobian takes ``draws`` distinct ones of them at random: the Monte
-    Carlo error a model's mean shares is then that of ``pool`` draws (sd / sqrt(pool)), not of
+    Each Jacobian takes ``draws`` distinct draws at random from the process's ``pool`` draws
+    (``_pool``; the generator seeded by ``seed`` samples the pool, then the picks): the Monte
+    Carlo error a model's mean shares is that of ``pool`` draws (sd / sqrt(pool)), not of
     ``draws`` (the stored ``se`` is the per-Jacobian one).
     """
-    if draws < 2:
-        raise ValueError(f"metrics.null_draws must be at least 2, got {draws}")
+    if not 2 <= draws <= pool:
+        raise ValueError(f"metrics.null_draws must be in 2..{pool}, got {draws}")
     shape, k_max = s_top.shape[:-1], s_top.shape[-1]
+    too_big = [k for k in ks if not 1 <= k <= k_max]
+    if too_big:
+        raise ValueError(f"K={too_big[0]} is outside 1..{k_max} (K_max of the stored statistics)")
     s_flat = s_top.reshape(-1, k_max)
     sum2 = np.asarray(sv_sum2, dtype=float).reshape(-1)
     valid = np.isfinite(s_flat).all(axis=-1) & np.isfinite(sum2)
     mean = np.full((len(readings), len(norms), len(ks), s_flat.shape[0]), np.nan)
     se = mean.copy()
-    rng = np.random.default_rng(seed)
     index = np.flatnonzero(valid)
-    shared = None
-    if len(index) * draws > pool:  # the pool, and the generator as it leaves it
-        shared, state = _pool(d, k_max, pool, seed)
-        rng.bit_generator.state = state
-    chunk = max(1, _CHUNK_FLOATS // (draws * k_max * k_max))
+    if len(index) == 0:
+        return mean.reshape(*mean.shape[:3], *shape), se.reshape(*se.shape[:3], *shape)
+    terms, state = _pool(d, k_max, pool, seed, tuple(ks))
+    rng = np.random.default_rng(seed)
+    rng.bit_generator.state = state
+    chunk = max(1, _CHUNK_FLOATS // (len(ks) * pool))  # the quadratic forms of a chunk
     for start in range(0, len(index), chunk):
         rows = index[start : start + chunk]
         s = s_flat[rows]
-        if shared is None:
-            sample = Draws.sample(d, k_max, (len(rows), draws), rng)
-        else:
-            pick = np.argsort(rng.random((len(rows), pool)), axis=-1)[:, :draws]
-            sample = Draws(shared.left[pick], shared.right[pick], shared.tail[pick])
-        values = _draw_samples(
-            s, tail_value(s, sum2[rows], d), sample, tuple(ks), readings, norms, p
-        )
+        pick = np.argsort(rng.random((len(rows), pool)), axis=-1)[:, :draws]
+        values = terms.samples(s, tail_value(s, sum2[rows], d), pick, readings, norms, p)
         mean[..., rows] = values.mean(axis=-1)
         se[..., rows] = values.std(axis=-1, ddof=1) / np.sqrt(draws)
     out_shape = (len(readings), len(norms), len(ks), *shape)

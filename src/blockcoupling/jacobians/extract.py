@@ -13,7 +13,7 @@ import itertools
 import json
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -163,8 +163,8 @@ def _depth(
         _np(stats[0]),
         _np(stats[1]),
         spectrum=None if values is None else _np(values).astype(np.float64),
-        ucorner=_np(basis_corners(top.u, top.u)),
-        vcorner=_np(basis_corners(top.v, top.v)),
+        ucorner=_np(basis_corners(top.u)),
+        vcorner=_np(basis_corners(top.v)),
         sv_sum2=_np(sums[0]),
         sv_sum4=_np(sums[1]),
     )
@@ -302,11 +302,29 @@ def _token_families(
             d_, c_ = pair_stats(jac, stacked[layer_ref], variants)  # (variant, 1, n, K)
             diag, corner = result.families["self"][(layer, layer_ref)]
             diag[:, t], corner[:, t] = _np(d_[:, 0]), _np(c_[:, 0])
-    for layer, layer_ref in itertools.product(layers, layers):
-        ucorner, vcorner = result.bases["self"][(layer, layer_ref)]
-        ucorner[...] = _np(basis_corners(stacked[layer].u, stacked[layer_ref].u))
-        vcorner[...] = _np(basis_corners(stacked[layer].v, stacked[layer_ref].v))
+    for pair, u, v in _pair_corners(stacked):
+        ucorner, vcorner = result.bases["self"][pair]
+        ucorner[...], vcorner[...] = u, v
     return result
+
+
+def _pair_corners(tops: dict[int, SVD]) -> Iterator[tuple[tuple[int, int], np.ndarray, np.ndarray]]:
+    """``((layer, layer_ref), ucorner, vcorner)`` of every ordered pair of layers of ``tops``
+    (``basis_corners`` of their U and of their V), each unordered pair computed once: the
+    reverse pair's corners are the same with the two member axes swapped.
+    """
+    for layer, layer_ref in itertools.combinations_with_replacement(tops, 2):
+        if layer == layer_ref:
+            yield (
+                (layer, layer),
+                _np(basis_corners(tops[layer].u)),
+                _np(basis_corners(tops[layer].v)),
+            )
+            continue
+        u = _np(basis_corners(tops[layer].u, tops[layer_ref].u))
+        v = _np(basis_corners(tops[layer].v, tops[layer_ref].v))
+        yield (layer, layer_ref), u, v
+        yield (layer_ref, layer), u.transpose(1, 0, 2), v.transpose(1, 0, 2)
 
 
 def _basis_stats(
@@ -318,10 +336,9 @@ def _basis_stats(
     ``family[(layer, layer_ref)] = (ucorner, vcorner)[fixed, members, members]``.
     """
     fixed, members = where
-    for layer, layer_ref in itertools.product(tops, tops):
-        ucorner, vcorner = family[(layer, layer_ref)]
-        ucorner[fixed, members, members] = _np(basis_corners(tops[layer].u, tops[layer_ref].u))
-        vcorner[fixed, members, members] = _np(basis_corners(tops[layer].v, tops[layer_ref].v))
+    for pair, u, v in _pair_corners(tops):
+        ucorner, vcorner = family[pair]
+        ucorner[fixed, members, members], vcorner[fixed, members, members] = u, v
 
 
 def _family_stats(

@@ -57,8 +57,10 @@ def pair_stats(
     chunk with every right basis of every variant side by side, ``(c d, d) x (d, variant m' K)``
     (the shape BLAS runs fastest: twice the rate of the transposed one here), then per Jacobian
     one batched product ``P_j^T (J_i Q_j)`` over variants and references, reading ``J_i Q_j``
-    in place (a strided view, no copy). The chunk's ``J_i Q_j`` stay under ``chunk_bytes``
-    (at least one Jacobian per chunk).
+    in place (a strided view, no copy). Plain ``mm``/``bmm`` calls only, never their ``out=``
+    forms, which the matmul route of a pinned job (``runtime.blas``) does not cover (there
+    they ran at a fifth of the rate). The chunk's ``J_i Q_j`` stay under ``chunk_bytes`` (at
+    least one Jacobian per chunk).
     """
     pairs = [bases(factors, variant) for variant in variants]
     left = torch.stack([p for p, _ in pairs])  # (V, m', d, K)
@@ -74,17 +76,26 @@ def pair_stats(
         chunk = jacs[start : start + step]
         x = (chunk.reshape(-1, d) @ columns).view(chunk.shape[0], d, groups, k)  # J_i Q_j
         for i in range(chunk.shape[0]):
-            torch.bmm(rows, x[i].permute(1, 0, 2), out=a[start + i])  # P_j^T J_i Q_j
+            a[start + i] = torch.bmm(rows, x[i].permute(1, 0, 2))  # P_j^T J_i Q_j
     return matrix_stats(a.view(m, n_var, n_ref, k, k).transpose(0, 1))
 
 
-def basis_corners(basis: torch.Tensor, basis_ref: torch.Tensor) -> torch.Tensor:
+def basis_corners(basis: torch.Tensor, basis_ref: torch.Tensor | None = None) -> torch.Tensor:
     """Cumulative corner sums of squares ``(m, m', K)`` of ``B_i^T B'_j`` for bases
     ``basis (m, d, K)`` and ``basis_ref (m', d, K)`` (e.g. U_i and U_j): entry ``k-1`` is
     ``||B_{i,k}^T B'_{j,k}||_F^2``, the subspace overlap of the top-k spaces times k. float64.
+
+    Without ``basis_ref``, the bases against themselves: ``B_j^T B_i = (B_i^T B_j)^T`` has the
+    same corners, so the product is the symmetric ``X^T X`` of the side-by-side bases ``X (d,
+    m K)``, each unordered pair once (numpy's ``syrk`` where the matmuls are routed).
     """
-    cross = torch.einsum("idk,jdl->ijkl", basis, basis_ref)
-    return matrix_stats(cross)[1]
+    m, d, k = basis.shape
+    side = basis.permute(1, 0, 2).reshape(d, m * k)  # (d, m K): every B_i side by side
+    if basis_ref is None:
+        cross = side.mT @ side
+    else:
+        cross = side.mT @ basis_ref.permute(1, 0, 2).reshape(d, -1)
+    return matrix_stats(cross.view(m, k, -1, k).transpose(1, 2))[1]
 
 
 def spectrum_sums(jacs: torch.Tensor, s: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
