@@ -913,3 +913,16 @@ def test_block_colours_are_one_per_block_drawn_with_regular_ticks(monkeypatch):
     figures.singular_value_spectra(ds, "unused", model="small")
     assert found["ticks"] == [1.0, 2.0, 3.0, 4.0], found
     assert len(found["colours"]) == LAYERS, found
+
+
+def test_colour_bar_steps_are_spaced_so_their_labels_cannot_collide():
+    """coupling_vs_validation_loss labelled every one of the default's 9 checkpoint steps on its
+    colour bar (log10(step + 1)): 384, 512, 768 and 1000 printed over each other. Ticks are now
+    at least 1/8 of the span apart, the first and the final step kept."""
+    from blockcoupling.figures.checkpoints import spaced
+
+    ticks = np.log10(np.array([0, 16, 64, 128, 256, 384, 512, 768, 1000]) + 1)
+    kept = spaced(ticks)
+    assert kept[0] == ticks[0] and kept[-1] == ticks[-1]
+    assert np.diff(kept).min() >= (ticks[-1] - ticks[0]) / 8
+    assert np.diff(ticks).min() < (ticks[-1] - ticks[0]) / 8  # the case it guards

@@ -163,6 +163,22 @@ def chance_text(table: pd.DataFrame, panels: Sequence[str]) -> str:
     return text + (f" (none for {', '.join(missing)})" if drawn and missing else "")
 
 
+def spaced(ticks: np.ndarray, parts: int = 8) -> np.ndarray:
+    """The sorted ``ticks`` (log10(step + 1)) at least 1/``parts`` of their span apart, from the
+    last (the final step) down, so no two labels of a colour bar collide (the first is kept).
+    """
+    if ticks.size < 2:
+        return ticks
+    gap = (ticks[-1] - ticks[0]) / parts
+    kept = [ticks[-1]]
+    for tick in ticks[-2::-1]:
+        if kept[-1] - tick >= gap or tick == ticks[0]:
+            if tick == ticks[0] and kept[-1] - tick < gap and len(kept) > 1:
+                kept.pop()
+            kept.append(tick)
+    return np.array(kept[::-1])
+
+
 def trajectory_metrics_vs_step(
     table: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None = None, k: object = None
 ) -> list[Path]:
@@ -281,10 +297,7 @@ def coupling_vs_validation_loss(
             ax=grid.axes.ravel().tolist(),
             label="training step (colour: log10(step + 1))",
         )
-        ticks = np.log10(np.unique(data["step"].to_numpy(dtype=float)) + 1)
-        if len(ticks) > 10:  # a long suite: the measured steps nearest 8 even places
-            near = np.abs(ticks[:, None] - np.linspace(ticks[0], ticks[-1], 8)).argmin(axis=0)
-            ticks = ticks[np.unique(near)]
+        ticks = spaced(np.log10(np.unique(data["step"].to_numpy(dtype=float)) + 1))
         bar.set_ticks(ticks, labels=[step_label(round(10**t - 1)) for t in ticks])
         chance = chance_text(data, shown).replace("dashed", "light grey _")
         add_claims_note(grid.figure, claims, "coupling_vs_validation_loss", k, chance)
