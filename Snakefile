@@ -9,7 +9,8 @@ from snakemake.utils import min_version
 from blockcoupling.coupling.registry import caption_list
 from blockcoupling.lm.lockfile import adopt_all
 from blockcoupling.pipeline.report_text import report_models
-from blockcoupling.pipeline.docs_figures import CONFIG_HASH_ENV, config_hash
+from blockcoupling.pipeline.docs_figures import config_hash
+from blockcoupling.pipeline.figure_stamp import CONFIG_HASH_ENV
 from blockcoupling.pipeline.schema_check import validate_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.running import another_run

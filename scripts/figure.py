@@ -3,7 +3,7 @@
 import os
 
 from blockcoupling import figures
-from blockcoupling.pipeline.docs_figures import CONFIG_HASH_ENV, stamp_png
+from blockcoupling.pipeline.figure_stamp import CONFIG_HASH_ENV, stamp_png
 from blockcoupling.runtime.runner import run_script
 
 

@@ -111,3 +111,14 @@ def test_a_renamed_coordinate_gets_its_own_long_name() -> None:
     renamed = label(small()).rename(prompt="image")
     assert renamed["image"].attrs["long_name"] == "prompt id"  # what the rename carries
     assert label(renamed)["image"].attrs["long_name"] == "test image id"
+
+
+def test_a_measured_models_source_is_kept(tmp_path: Path) -> None:
+    """The CF ``source`` of a file that names its model's source (``hub:REPO@REVISION``) stays
+    that: the global attribute had replaced it with the package's name, so a step's depth file
+    no longer said which checkpoint revision it measured."""
+    data = small()
+    data.attrs["source"] = "hub:tiny-org/neox@step16"
+    written = read_netcdf(write_netcdf(data, tmp_path / "depth.nc"))
+    assert written.attrs["source"] == "hub:tiny-org/neox@step16"
+    assert check_files(tmp_path)[2] == []

@@ -84,7 +84,8 @@ def test_the_paper_suite_plans_its_models_only_and_asks_gpus_per_model(paper_dry
     gpu_mem = {row["name"]: int(row["gpu_mem_gb"]) for row in rows}
     text = paper_dry_run
     assert planned_models(text) == set(gpu_mem) | {"pythia-6.9b-steps", "pythia-12b-steps"}
-    extract = job_resources(text, "extract_shard")  # the paper config shards its prompts
+    # one job per model and step (extract), or shards where a job would not fit (extract_shard)
+    extract = {**job_resources(text, "extract"), **job_resources(text, "extract_shard")}
     tokens = job_resources(text, "extract_tokens")
     assert {m: r["gres"] for m, r in tokens.items()} == {
         m: r["gres"] for m, r in extract.items() if m in tokens

@@ -146,7 +146,8 @@ def test_the_readme_is_a_users_page() -> None:
     from blockcoupling.stats.claims import END, START
 
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 220
+    written = re.sub(r"<!-- (\w+):start -->.*?<!-- \1:end -->", "", text, flags=re.DOTALL)
+    assert len(written.splitlines()) <= 180  # the generated claims block grows with the claims
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     command = next(line for line in ci.splitlines() if "the README's test command" in line)
     command = command.split("#")[0].replace("time ", "", 1).strip()

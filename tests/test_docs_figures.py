@@ -14,7 +14,7 @@ import yaml
 from conftest import REPO
 
 from blockcoupling.cli import main
-from blockcoupling.pipeline import docs_figures
+from blockcoupling.pipeline import docs_figures, figure_stamp
 from blockcoupling.pipeline.docs_figures import CONFIG, DESIGN, DOCS_FIGURES
 
 
@@ -29,7 +29,7 @@ def run_folder(tmp_path: Path, config: str, design: str, stamped: bool = True) -
         fig.savefig(figures / f"{name}.png", dpi=50)
         plt.close(fig)
         if stamped:
-            docs_figures.stamp_png(figures / f"{name}.png", config, design)
+            figure_stamp.stamp_png(figures / f"{name}.png", config, design)
     return tmp_path / "run"
 
 

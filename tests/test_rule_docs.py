@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 from conftest import REPO
 
@@ -57,13 +58,16 @@ def test_each_figure_rule_names_the_figure_it_draws() -> None:
         assert paper.split(":")[-1].split("/")[0] in caption, (name, paper, caption)
 
 
-def test_per_run_rules_say_which_stage_they_are_an_instance_of() -> None:
+def test_per_run_rules_say_which_stage_they_are_an_instance_of(tmp_path: Path) -> None:
     """The default's --list-rules listed 60 per-run train_/measure_/metrics_ lines that buried
     the stages: each names its stage (``Stage measure_{run} for run R: ...``), so the listing
     filters to a table of stages (docs/workflow.md)."""
     done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--list-rules"],
-        cwd=REPO,
+        [
+            *(sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")),
+            *("--configfile", str(REPO / "config.yaml"), "--list-rules"),
+        ],
+        cwd=tmp_path,  # its own working directory: never the checkout's .snakemake/
         capture_output=True,
         text=True,
     )

@@ -352,7 +352,8 @@ def test_the_defaults_declarations_are_the_pilots_and_its_primaries_powered():
     effect in its power file, at least 0.8."""
     from pathlib import Path
 
-    from blockcoupling.cli.pilot import design_steps, layered
+    from blockcoupling.cli.config_commands import layered
+    from blockcoupling.cli.pilot import design_steps
 
     root = Path(__file__).resolve().parents[1]
     within = pd.read_csv(root / "resources/pilot_within.csv")

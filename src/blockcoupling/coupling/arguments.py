@@ -7,9 +7,11 @@ package's public functions use the same words.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from numbers import Integral, Real
 from os import PathLike
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 # A dataset's kind, from the variable that only that kind holds (the first match wins: an
@@ -44,7 +46,9 @@ def expect(value: Any, types: type | tuple[type, ...], what: str) -> None:
     """
     allowed = types if isinstance(types, tuple) else (types,)
     numeric = any(t in (int, float) for t in allowed) and bool not in allowed
-    if not isinstance(value, allowed) or (numeric and isinstance(value, bool)):
+    # numpy's integers and floats (a K read from a dataset's coordinate) are numbers too
+    accepted = allowed + (Integral,) * (int in allowed) + (Real,) * (float in allowed)
+    if not isinstance(value, accepted) or (numeric and isinstance(value, (bool, np.bool_))):
         names = " or ".join(t.__name__ for t in allowed)
         raise TypeError(f"{what}: expected {names}, got {_shown(value)}")
 

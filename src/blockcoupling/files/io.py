@@ -156,7 +156,8 @@ def command_line(argv: list[str] | None = None) -> str:
 
 def global_attrs(attrs: dict[str, Any], path: str | Path) -> dict[str, str]:
     """The CF global attributes of a file written at ``path``: ``title`` (``cf.title``, where
-    ``attrs`` has none), ``source`` (the package and version) and ``history``: ``attrs``'s
+    ``attrs`` has none), ``source`` (the measured model's, where ``attrs`` has one, else the
+    package and version) and ``history``: ``attrs``'s
     history, then one line with this process's command and the code's commit.
     """
     package = versions()["blockcoupling_version"]
@@ -164,7 +165,8 @@ def global_attrs(attrs: dict[str, Any], path: str | Path) -> dict[str, str]:
     earlier = str(attrs.get("history", ""))
     return {
         "title": str(attrs.get("title") or cf_title(path)),
-        "source": SOURCE.format(version=package),
+        # a measured model's own source (hub:REPO@REVISION, a path) stays what it says
+        "source": str(attrs.get("source") or SOURCE.format(version=package)),
         "history": f"{earlier}\n{line}" if earlier and line not in earlier else earlier or line,
     }
 

@@ -18,7 +18,10 @@ def write_metrics(
     extracted = read_netcdf(depth)
     width = int(extracted.attrs.get("hidden_size", extracted.sizes["rank"]))
     require_rank(extracted["singular_values"], max(config.ks), width, where)
-    coupling = coupling_dataset(extracted, config)
+    try:  # coupling_dataset names a non-finite input statistic; the job names the model
+        coupling = coupling_dataset(extracted, config)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
     if coupling.sizes["layer"] > 1:  # each is a mean over layer pairs: defined from two layers
         require_finite(coupling, [name for name in SUMMARIES if name in coupling], where)
     write_netcdf(coupling, depth_out)

@@ -1,11 +1,12 @@
 """Provenance stamps of the figures, and the documentation's figures (docs/figures/*.png).
 
 Every figure the workflow draws carries a stamp in its PNG text chunks (scripts/figure.py,
-``stamp_png``): the commit it was made at, the hash of the run's config and the hash of the code
-that draws it (``design``: the modules scripts/figure.py imports, ``code_hash``). ``blockcoupling
-docs --figures RUN`` copies ``DOCS_FIGURES`` from a finished default run into docs/figures, stamps
-and all; ``stale`` names a docs figure whose stamp is missing or whose config or design is not
-the current one (tests/test_docs_figures.py fails on it).
+``figure_stamp.stamp_png``): the commit it was made at, the hash of the run's config and the
+hash of the code that draws it (``design``: the modules scripts/figure.py imports,
+``code_hash``). ``blockcoupling docs --figures RUN`` copies ``DOCS_FIGURES`` from a finished
+default run into docs/figures, stamps and all; ``stale`` names a docs figure whose stamp is
+missing or whose config or design is not the current one (tests/test_docs_figures.py fails on
+it).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.files.io import git_commit
 from blockcoupling.pipeline.code_hash import code_hash
+from blockcoupling.pipeline.figure_stamp import COMMIT, CONFIG, DESIGN
 
 DOCS_FIGURES = (
     "coupling_vs_step",
@@ -28,9 +29,6 @@ DOCS_FIGURES = (
 )
 REPO = Path(__file__).resolve().parents[3]
 FIGURE_SCRIPT = REPO / "scripts" / "figure.py"
-COMMIT, CONFIG, DESIGN = "blockcoupling commit", "blockcoupling config", "blockcoupling design"
-# set by the Snakefile in every process it runs in: config_hash of the config as read
-CONFIG_HASH_ENV = "BLOCKCOUPLING_CONFIG_HASH"
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -57,22 +55,6 @@ def file_config_hash(path: str | Path) -> str:
 def design_hash() -> str:
     """The hash of the code that draws every figure (scripts/figure.py's modules)."""
     return code_hash(FIGURE_SCRIPT)
-
-
-def stamp_png(png: str | Path, config: str, design: str) -> None:
-    """Write the stamp (commit, ``config``: a ``config_hash``, ``design``) into ``png``'s text
-    chunks.
-    """
-    from PIL import Image
-    from PIL.PngImagePlugin import PngInfo
-
-    info = PngInfo()
-    for key, value in ((COMMIT, git_commit()), (CONFIG, config), (DESIGN, design)):
-        info.add_text(key, value)
-    with Image.open(png) as image:
-        image.load()
-        dpi = {"dpi": image.info["dpi"]} if "dpi" in image.info else {}
-        image.save(png, pnginfo=info, **dpi)
 
 
 def read_stamp(png: str | Path) -> dict[str, str]:

@@ -76,8 +76,6 @@ def setup_workflow(
         volumes = check_budget(plan)
     except ValueError as error:
         raise SetupError(f"config error: {error}") from None
-    if is_main_process:
-        print("\n".join(f"plan: {line}" for line in volumes), file=sys.stderr)
     jobs = JobRequests(plan, settings, on_slurm, nodes_of)
     # The hub cache: every compute job, here or on a node, runs with the hub offline (the
     # variables pass to local jobs and through sbatch's environment); the fetch rules go online.
@@ -102,6 +100,8 @@ def setup_workflow(
             "plan), none is deleted",
             file=sys.stderr,
         )
+    if is_main_process:  # after every check: a refused run prints its one line alone
+        print("\n".join(f"plan: {line}" for line in volumes), file=sys.stderr)
     return WorkflowSetup(plan, settings, slurm_profile, jobs, nodes_of)
 
 
