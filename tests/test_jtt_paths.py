@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import logging
 
+import numpy as np
 import pytest
 import torch
 import transformers as hf
+import xarray as xr
 from finite_differences import block_jacobian
 from tiny_models import ARCHITECTURES, CharTokenizer
 
@@ -242,3 +244,30 @@ def test_the_watchdog_logs_a_block_over_five_times_its_predicted_seconds(
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("model m, prompt p, block 2: J_tt by composed took ")
     assert "over 5x its FLOP-predicted" in line and engine.slow == [line]
+
+
+def test_a_shard_without_data_of_a_kind_still_counts_its_jtt_record() -> None:
+    """The J_tt record counts a shard's depth Jacobians and rides on every kind of file; a shard
+    whose token file is empty (token families on the first prompts only), or which records no
+    count, was left out of the sum: the workflow's merged files said 4 where one job said 10."""
+    from blockcoupling.jacobians.datasets import merge_shards
+
+    def shard(n: int, count: int | None) -> xr.Dataset:
+        data = xr.Dataset(
+            {"x": (("prompt",), np.arange(n, dtype=float))},
+            coords={"prompt": [f"p{i}" for i in range(n)]},
+        )
+        if count is not None:
+            data.attrs.update(
+                jtt_autograd=count,
+                jtt_methods=json.dumps({"1": {"single-token autograd": count}}),
+                jtt_refusals="[]",
+                jtt_choice="composed",
+            )
+        return data
+
+    empty = shard(0, 2).drop_vars("x")
+    merged = merge_shards([shard(2, 4), shard(3, 6), empty, shard(1, None)])
+    assert merged.attrs["jtt_autograd"] == 12
+    assert json.loads(merged.attrs["jtt_methods"]) == {"1": {"single-token autograd": 12}}
+    assert merged.attrs["jtt_choice"] == "composed"

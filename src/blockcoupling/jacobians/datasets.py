@@ -354,9 +354,9 @@ def _merged_paths(holding: Sequence[xr.Dataset]) -> dict[str, Any]:
     shard order) and ``jtt_choice`` (each distinct choice once), as one job writes them.
     """
     merged: dict[str, Any] = {}
-    if all("jtt_methods" in ds.attrs for ds in holding):
+    if any("jtt_methods" in ds.attrs for ds in holding):
         methods: dict[str, dict[str, int]] = {}
-        for ds in holding:
+        for ds in (ds for ds in holding if "jtt_methods" in ds.attrs):
             for layer, counts in json.loads(ds.attrs["jtt_methods"]).items():
                 block = methods.setdefault(layer, {})
                 for method, n in counts.items():
@@ -365,11 +365,12 @@ def _merged_paths(holding: Sequence[xr.Dataset]) -> dict[str, Any]:
             layer: dict(sorted(methods[layer].items())) for layer in sorted(methods, key=int)
         }
         merged["jtt_methods"] = json.dumps(ordered)
-    if all("jtt_refusals" in ds.attrs for ds in holding):
-        refusals = [r for ds in holding for r in json.loads(ds.attrs["jtt_refusals"])]
+    if any("jtt_refusals" in ds.attrs for ds in holding):
+        refusals = [r for ds in holding for r in json.loads(ds.attrs.get("jtt_refusals", "[]"))]
         merged["jtt_refusals"] = json.dumps(refusals)
-    if all("jtt_choice" in ds.attrs for ds in holding):
-        merged["jtt_choice"] = "; ".join(dict.fromkeys(ds.attrs["jtt_choice"] for ds in holding))
+    choices = [ds.attrs["jtt_choice"] for ds in holding if "jtt_choice" in ds.attrs]
+    if choices:
+        merged["jtt_choice"] = "; ".join(dict.fromkeys(choices))
     return merged
 
 
@@ -385,10 +386,14 @@ def merge_shards(shards: Sequence[xr.Dataset]) -> xr.Dataset:
     if not holding:
         return shards[0]
     merged = xr.concat(holding, dim="prompt", join="outer", combine_attrs="override")
-    for key in SUMMED_ATTRS:  # counts over the prompts of each shard
-        if all(key in ds.attrs for ds in holding):
-            merged.attrs[key] = sum(int(ds.attrs[key]) for ds in holding)
-    merged.attrs.update(_merged_paths(holding))
+    # the J_tt record counts the depth Jacobians of a shard's prompts, whichever kind of data the
+    # file holds (token families live on the first prompts only): summed over every shard that
+    # records it (a shard without Jacobian prompts records none)
+    recorded = [ds for ds in shards if any(key in ds.attrs for key in SUMMED_ATTRS)]
+    for key in SUMMED_ATTRS:
+        if any(key in ds.attrs for ds in recorded):
+            merged.attrs[key] = sum(int(ds.attrs[key]) for ds in recorded if key in ds.attrs)
+    merged.attrs.update(_merged_paths(recorded))
     for name, variable in holding[0].variables.items():  # padding must not change dtypes
         if name in merged.variables and merged[name].dtype != variable.dtype:
             if np.issubdtype(variable.dtype, np.integer) and not merged[name].isnull().any():
