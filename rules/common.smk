@@ -201,3 +201,25 @@ def checkpoint_folder(path):
     """A checkpoint revision's folder: kept when fetched ahead (hub.max_revisions: all), else
     temporary (deleted once its jobs are done)."""
     return path if HUB.ahead else temp(path)
+
+
+# The metrics rules' files (rules/metrics.smk: the per-model rule and metrics_<run>)
+def metric_files(model, step):
+    """The coupling files of one model and step (what the combine rules read)."""
+    return {
+        "depth": f"results/metrics/{model}/{step}/coupling.nc",
+        "tokens": f"results/metrics/{model}/{step}/token_coupling.nc",
+    }
+
+
+def metric_jobs(pairs):
+    """What scripts/metrics.py computes, one entry per (model, step): its files in and out."""
+    return [
+        {
+            "where": f"model {model}, step {step}",
+            "depth": f"results/extract/{model}/{step}/depth.nc",
+            "tokens": f"results/extract/{model}/{step}/tokens.nc",
+            "out": metric_files(model, step),
+        }
+        for model, step in pairs
+    ]

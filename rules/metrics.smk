@@ -4,27 +4,6 @@
 # scripts/metrics.py -> files.metric_files.write_metrics -> coupling.metrics.coupling_dataset.
 
 
-def metric_files(model, step):
-    """The coupling files of one model and step (what the combine rules read)."""
-    return {
-        "depth": f"results/metrics/{model}/{step}/coupling.nc",
-        "tokens": f"results/metrics/{model}/{step}/token_coupling.nc",
-    }
-
-
-def metric_jobs(pairs):
-    """What scripts/metrics.py computes, one entry per (model, step): its files in and out."""
-    return [
-        {
-            "where": f"model {model}, step {step}",
-            "depth": f"results/extract/{model}/{step}/depth.nc",
-            "tokens": f"results/extract/{model}/{step}/tokens.nc",
-            "out": metric_files(model, step),
-        }
-        for model, step in pairs
-    ]
-
-
 rule metrics:
     """Coupling measures (m_K, excess, overlaps) of one model and step for every K."""
     input:

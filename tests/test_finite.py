@@ -84,7 +84,7 @@ def _metrics_job(tmp_path: Path, depth: xr.Dataset, tokens: xr.Dataset) -> Simpl
         output=output,
         params=SimpleNamespace(
             metrics=MetricConfig(ks=(2,)),
-            jobs=[  # as rules/metrics.smk's metric_jobs gives them
+            jobs=[  # as rules/common.smk's metric_jobs gives them
                 {
                     "where": "model tiny-llama, step final",
                     "depth": str(tmp_path / "depth.nc"),

@@ -71,7 +71,7 @@ def test_the_metrics_rule_names_a_zero_block_not_nan_weights(tmp_path: Path) -> 
         output=types.SimpleNamespace(depth=tmp_path / "o.nc", tokens=tmp_path / "t.nc"),
         params=types.SimpleNamespace(
             metrics=MetricConfig(ks=(2, 4)),
-            jobs=[  # as rules/metrics.smk's metric_jobs gives them
+            jobs=[  # as rules/common.smk's metric_jobs gives them
                 {
                     "where": "model zeroed, step final",
                     "depth": str(tmp_path / "depth.nc"),
