@@ -289,6 +289,19 @@ TARGETS = [
 ]
 
 
+def main_job_spec(folder: Path) -> dict:
+    """The job spec of the served model's main revision fetched into ``folder``, on the CPU
+    (``lm.model_jobs.load_for_job``)."""
+    return {
+        "name": "neox",
+        "source": {"hub": MODEL},
+        "load": {"device": "cpu"},
+        "random_twin": False,
+        "twin_seed": 0,
+        "fetched": str(folder),
+    }
+
+
 def check_run(workdir: Path, requests: list[tuple[str, str]]) -> list[str]:
     """What is wrong with a finished run of CONFIG in ``workdir`` whose hub got ``requests``
     (empty: nothing): the manifests of the four fetches (commits, only the files loading

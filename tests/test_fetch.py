@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, snakemake
-from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_run
+from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_run, main_job_spec
 
 from blockcoupling.lm import hub, hub_cache, hub_revisions
 from blockcoupling.pipeline.entries import ModelEntry
@@ -208,14 +208,7 @@ def test_a_fetched_file_damaged_at_its_size_stops_the_job_naming_it(
     weights.write_bytes(bytes(data))
     assert hub_cache.missing_files(folder) == []  # sizes alone cannot see it
     assert hub_cache.damaged_files(folder) == ["model.safetensors"]
-    spec = {
-        "name": "neox",
-        "source": {"hub": MODEL},
-        "load": {"device": "cpu"},
-        "random_twin": False,
-        "twin_seed": 0,
-        "fetched": str(folder),
-    }
+    spec = main_job_spec(folder)
     with pytest.raises(hub_cache.HubCacheError) as error:
         load_for_job(spec)
     message = str(error.value)

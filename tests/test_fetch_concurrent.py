@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_server import MODEL, LocalHub, build
+from hub_server import MODEL, LocalHub, build, main_job_spec
 
 from blockcoupling.lm import content, hub, hub_cache, lockfile
 
@@ -81,14 +81,7 @@ def test_four_fetches_at_once_leave_one_complete_folder_that_loads(
     mask = os.umask(0)
     os.umask(mask)
     assert folder.stat().st_mode & 0o777 == 0o777 & ~mask  # a private folder no longer
-    spec = {
-        "name": "neox",
-        "source": {"hub": MODEL},
-        "load": {"device": "cpu"},
-        "random_twin": False,
-        "twin_seed": 0,
-        "fetched": str(folder),
-    }
+    spec = main_job_spec(folder)
     model, tokenizer, _ = load_for_job(spec)
     assert len(tokenizer("the cat").input_ids) == 2
     assert sum(p.numel() for p in model.parameters()) > 0
