@@ -4,9 +4,9 @@
                             [--out bench/runs/x.md]
 
 Trains the run ``RUN`` of the config's training grids (``Plan.train_runs``, the spec its
-``train_<run>`` job gets) as that job does (``lm.train.train``, one thread, the jobs' pinned
-environment ``isa.job_env()`` and OpenBLAS matmul route), in a fresh process, and compares the
-SHA-256 of each checkpoint's ``model.safetensors`` with the one the workflow wrote in
+``train_<run>`` job gets) as that job does (``lm.training.train.train``, one thread,
+the pinned environment ``isa.job_env()`` and OpenBLAS matmul route), in a fresh process, and
+compares the SHA-256 of each checkpoint's ``model.safetensors`` with the one the workflow wrote in
 ``RESULTS/train/RUN/step{N}/``. With ``--emulate`` the process runs under ``qemu-x86_64 -cpu
 Haswell`` (bench/isa_pin.py ``EMULATED``: an Intel CPU with AVX2 and no AVX-512, seen through
 cpuid by every library), far slower: a 300-step run of the default's fixed-size grid (28 s
@@ -52,7 +52,7 @@ def worker(spec: dict, folder: Path) -> dict[str, str]:
     """Train ``spec`` in ``folder`` as the job does; step -> sha256 of its model.safetensors."""
     import torch
 
-    from blockcoupling.lm.train import TrainConfig, train
+    from blockcoupling.lm.training.train import TrainConfig, train
     from blockcoupling.runtime import blas, isa
 
     torch.set_num_threads(1)

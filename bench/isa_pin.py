@@ -110,8 +110,8 @@ def worker(args: argparse.Namespace) -> dict:
     from blockcoupling.jacobians import spectral
     from blockcoupling.jacobians.engine import JacobianEngine
     from blockcoupling.jacobians.options import SVDOptions
-    from blockcoupling.lm.schedule import TrainConfig
-    from blockcoupling.lm.train import train
+    from blockcoupling.lm.training.schedule import TrainConfig
+    from blockcoupling.lm.training.train import train
     from blockcoupling.runtime import blas
     from blockcoupling.vit import data as vision_data
     from blockcoupling.vit.config import ViTRunConfig

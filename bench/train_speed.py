@@ -16,8 +16,8 @@ import torch
 import yaml
 from transformers import GPTNeoXForCausalLM
 
-from blockcoupling.lm.schedule import TrainConfig
-from blockcoupling.lm.train import make_optimizer, model_config, run_settings
+from blockcoupling.lm.training.schedule import TrainConfig
+from blockcoupling.lm.training.train import make_optimizer, model_config, run_settings
 from blockcoupling.pipeline.grids import expand_grids
 
 

@@ -2,7 +2,7 @@
 # cache by rules/fetch.smk, read offline), and, when the set asks, passages of the held-out
 # Shakespeare plays; beside them the provenance of every source (the dataset commit fetched, or
 # the local file's SHA-256).
-from blockcoupling.lm.prompts import SOURCES as PROMPT_SOURCES
+from blockcoupling.lm.text.prompts import SOURCES as PROMPT_SOURCES
 
 HUB_DATASET_OF = {  # source -> (repo, revision)
     source: (PROMPT_SOURCES[source]["hub"], revision)

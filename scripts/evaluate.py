@@ -1,6 +1,7 @@
 """Rule evaluate: bits per byte on held-out text and multiple-choice accuracy on the prompts."""
 
-from blockcoupling.lm import model_jobs, prompts
+from blockcoupling.lm import model_jobs
+from blockcoupling.lm.text import prompts
 from blockcoupling.runtime.runner import run_script
 
 

@@ -2,7 +2,8 @@
 statistics and trajectory metrics, for every prompt or for one shard of them (a token-family
 job: the first prompts, writing tokens.nc only)."""
 
-from blockcoupling.lm import model_jobs, prompts
+from blockcoupling.lm import model_jobs
+from blockcoupling.lm.text import prompts
 from blockcoupling.runtime.runner import run_script
 
 

@@ -2,7 +2,8 @@
 revision (the lock file's commit when it holds one), into the hub cache (a local rule: online,
 where Snakemake runs); its manifest, and the commit fetched recorded in the lock file."""
 
-from blockcoupling.lm import hub, lockfile
+from blockcoupling.lm.hub import fetch as hub
+from blockcoupling.lm.hub import lock as lockfile
 
 hub.go_online()  # before huggingface_hub is imported: compute jobs alone are offline
 

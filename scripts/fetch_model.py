@@ -2,7 +2,9 @@
 holds one) into the hub cache (local rules: online, where Snakemake runs); its manifest, and
 the commit fetched recorded in the lock file."""
 
-from blockcoupling.lm import hub, hub_cache, lockfile
+from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm.hub import fetch as hub
+from blockcoupling.lm.hub import lock as lockfile
 
 hub.go_online()  # before huggingface_hub is imported: compute jobs alone are offline
 

@@ -3,7 +3,8 @@ models scored) in one process, into the files of the extract and evaluate rules.
 
 import logging
 
-from blockcoupling.lm import model_jobs, prompts
+from blockcoupling.lm import model_jobs
+from blockcoupling.lm.text import prompts
 from blockcoupling.runtime.runner import run_script
 
 

@@ -5,7 +5,7 @@ asks; beside it the set's provenance (the dataset commits fetched, or the file's
 import json
 
 from blockcoupling.files.io import write_text
-from blockcoupling.lm import prompts
+from blockcoupling.lm.text import prompts
 from blockcoupling.runtime.runner import run_script
 
 

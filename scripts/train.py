@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from blockcoupling.files import manifest
-from blockcoupling.lm.train import TrainConfig, train, work_dir
+from blockcoupling.lm.training.train import TrainConfig, train, work_dir
 from blockcoupling.runtime.runner import math_threads, run_script
 
 

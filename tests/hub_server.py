@@ -310,7 +310,7 @@ def check_run(workdir: Path, requests: list[tuple[str, str]]) -> list[str]:
     each step (main and step16 hold the same weights, step0 others), the hub prompts."""
     import xarray as xr
 
-    from blockcoupling.lm.hub_cache import checkpoints_on_disk
+    from blockcoupling.lm.hub.cache import checkpoints_on_disk
 
     problems = []
     cache = workdir / CONFIG["hub"]["cache_dir"]

@@ -12,14 +12,14 @@ import torch
 from tokenizers.processors import TemplateProcessing
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from blockcoupling.lm import corpus
 from blockcoupling.lm.evaluate import (
     bits_per_byte,
     choice_loglikelihoods,
     evaluate,
     multiple_choice_accuracy,
 )
-from blockcoupling.lm.train_data import train_tokenizer
+from blockcoupling.lm.text import corpus
+from blockcoupling.lm.training.data import train_tokenizer
 
 TEXT = "Now is the winter of our discontent\nMade glorious summer by this sun of York;\n"
 CTX = 64

@@ -16,7 +16,9 @@ import yaml
 from conftest import REPO, snakemake
 from hub_server import ARC_CARD, CONFIG, MODEL, TARGETS, LocalHub, build, check_run, main_job_spec
 
-from blockcoupling.lm import hub, hub_cache, hub_revisions
+from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm.hub import fetch as hub
+from blockcoupling.lm.hub import revisions as hub_revisions
 from blockcoupling.pipeline.entries import ModelEntry
 from blockcoupling.pipeline.hub_settings import HubSettings
 
@@ -233,7 +235,7 @@ def test_a_pinned_commit_the_hub_lacks_names_the_lock_file(hub_root: Path, tmp_p
         )
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        "blockcoupling.lm.hub_cache.HubCacheError: "
+        "blockcoupling.lm.hub.cache.HubCacheError: "
         f"the hub at {server.endpoint} refused {MODEL} at "
         f"commit {'f' * 40}, which {lock} pins for revision main ("
     ), done.stderr[-2000:]
@@ -264,7 +266,7 @@ def test_a_hub_down_line_names_the_model_keys_and_the_fetch_command(tmp_path: Pa
     """A fetch rule that cannot reach the hub (a deleted revision, the hub down) names the
     config keys that need the revision and the command that fetches exactly it, as the
     emptied-folder line does; `blockcoupling fetch` itself (no keys) keeps its short line."""
-    from blockcoupling.lm import hub
+    from blockcoupling.lm.hub import fetch as hub
 
     class TransportError(Exception):  # httpx's, by name (hub.UNREACHABLE)
         pass

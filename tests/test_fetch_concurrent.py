@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 from hub_server import MODEL, LocalHub, build, main_job_spec
 
-from blockcoupling.lm import content, hub, hub_cache, lockfile
+from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm.hub import content
+from blockcoupling.lm.hub import fetch as hub
+from blockcoupling.lm.hub import lock as lockfile
 
 FOUR = 4
 
@@ -90,7 +93,7 @@ def test_four_fetches_at_once_leave_one_complete_folder_that_loads(
 LOSING_ONE = """
 import sys
 from pathlib import Path
-from blockcoupling.lm import hub
+from blockcoupling.lm.hub import fetch as hub
 hub.go_online()
 import huggingface_hub
 real = huggingface_hub.snapshot_download

@@ -21,7 +21,7 @@ from blockcoupling.coupling.metrics import MetricConfig
 from blockcoupling.files.io import write_netcdf
 from blockcoupling.jacobians.extract import ExtractConfig, extract
 from blockcoupling.lm.evaluate import evaluate
-from blockcoupling.lm.train_data import train_tokenizer
+from blockcoupling.lm.training.data import train_tokenizer
 
 TEXT = "Now is the winter of our discontent\nMade glorious summer by this sun of York;\n"
 ITEMS = [{"text": "Now is the", "choices": [" winter", " summer"], "answer": 0}]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from blockcoupling.files.combine import META_FIELDS
-from blockcoupling.lm.schedule import TrainConfig
+from blockcoupling.lm.training.schedule import TrainConfig
 from blockcoupling.pipeline.entries import FINAL, RANDOM, model_entries
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
@@ -83,7 +83,7 @@ def test_a_bad_data_fraction_names_the_grid(fraction: float) -> None:
 
 
 def _tiny_tokenizer():
-    from blockcoupling.lm.train_data import train_tokenizer
+    from blockcoupling.lm.training.data import train_tokenizer
 
     return train_tokenizer(["to be or not to be, that is the question"], 300)
 
@@ -94,8 +94,8 @@ def test_every_recipe_field_outside_the_twin_key_leaves_the_twin_unchanged() -> 
     """
     from dataclasses import fields
 
-    from blockcoupling.lm.train import model_config
-    from blockcoupling.lm.train_data import split_texts
+    from blockcoupling.lm.training.data import split_texts
+    from blockcoupling.lm.training.train import model_config
 
     tokenizer = _tiny_tokenizer()
     base = TrainConfig(n_layers=2, d_model=64, n_heads=2, max_train_chars=2000)

@@ -9,7 +9,7 @@ import pytest
 from conftest import refusal, with_model
 
 from blockcoupling import cli
-from blockcoupling.lm.hub_names import HubNameError, check_repo_id, check_revision, contained
+from blockcoupling.lm.hub.names import HubNameError, check_repo_id, check_revision, contained
 from blockcoupling.lm.sources import ModelSourceError, parse_source, resolve
 
 pytestmark = pytest.mark.usefixtures("root_logging")  # rule scripts run in-process

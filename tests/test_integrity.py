@@ -16,8 +16,10 @@ from conftest import REPO, SCHEMA, save_tiny_folder
 
 from blockcoupling import cli
 from blockcoupling.files import manifest, run_record
-from blockcoupling.lm import content, hub, lockfile
-from blockcoupling.lm.hub_names import HubNameError, check_fetch_folder
+from blockcoupling.lm.hub import content
+from blockcoupling.lm.hub import fetch as hub
+from blockcoupling.lm.hub import lock as lockfile
+from blockcoupling.lm.hub.names import HubNameError, check_fetch_folder
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.schema_check import validate_config

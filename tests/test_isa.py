@@ -18,8 +18,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from blockcoupling.jacobians.extract import extract
 from blockcoupling.jacobians.options import ExtractConfig, SVDOptions
-from blockcoupling.lm.schedule import TrainConfig
-from blockcoupling.lm.train import train
+from blockcoupling.lm.training.schedule import TrainConfig
+from blockcoupling.lm.training.train import train
 from blockcoupling.runtime import isa
 from blockcoupling.vit import data as vision_data
 from blockcoupling.vit.config import ViTRunConfig

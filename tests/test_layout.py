@@ -86,7 +86,7 @@ ANALYSIS_SIDE = (
     "coupling.formulas",
     "files.io",
     "figures",
-    "lm.prompts",
+    "lm.text.prompts",
     "runtime.runner",
     "stats.vit",
     "stats.crossmodel",

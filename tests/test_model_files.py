@@ -62,7 +62,8 @@ def test_every_load_passes_trust_remote_code_false(
 
 
 def test_an_emptied_fetched_folder_says_fetch_it_again(tmp_path: Path) -> None:
-    from blockcoupling.lm import hub_cache, models
+    from blockcoupling.lm import models
+    from blockcoupling.lm.hub import cache as hub_cache
 
     folder = tmp_path / "hub_cache" / "models" / "org" / "x" / "main"
     folder.mkdir(parents=True)

@@ -16,7 +16,9 @@ import yaml
 from conftest import snakemake
 from hub_server import ARC, CONFIG, LocalHub, build, commit_of
 
-from blockcoupling.lm import hub, hub_cache, lockfile
+from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm.hub import fetch as hub
+from blockcoupling.lm.hub import lock as lockfile
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +38,12 @@ def online_env(server: LocalHub, home: Path) -> dict[str, str]:
 
 FETCH = """
 import json, sys
-from blockcoupling.lm import hub, hub_cache
-from blockcoupling.lm import hub_cache, lockfile
-from blockcoupling.lm import hub_cache, prompts
+from blockcoupling.lm.hub import fetch as hub
+from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm.hub import lock as lockfile
+from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm.text import prompts
 from blockcoupling.pipeline.hub_settings import HubSettings
 repo, cache, revision, lock = sys.argv[1:5]
 settings = HubSettings(cache_dir=cache)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from blockcoupling.lm.prompts import (
+from blockcoupling.lm.text.prompts import (
     SOURCES,
     Prompt,
     load_prompt_file,
@@ -203,9 +203,9 @@ def test_sources_table():
 
 
 def test_heldout_prompts_are_held_out_text_after_the_scored_part():
-    from blockcoupling.lm import corpus
-    from blockcoupling.lm.corpus import heldout_text
-    from blockcoupling.lm.prompts import heldout_prompts
+    from blockcoupling.lm.text import corpus
+    from blockcoupling.lm.text.corpus import heldout_text
+    from blockcoupling.lm.text.prompts import heldout_prompts
 
     text = corpus.validation_text(0)
     scored = heldout_text(10_000)
@@ -226,7 +226,7 @@ def test_heldout_prompts_are_held_out_text_after_the_scored_part():
 
 
 def test_heldout_passages_are_sampled_seeded_and_merged_in_source_order(default_prompts):
-    from blockcoupling.lm.prompts import heldout_prompts, merge_sources
+    from blockcoupling.lm.text.prompts import heldout_prompts, merge_sources
 
     passages = heldout_prompts(10_000)
     leaderboard = sample_prompts(default_prompts, 2, seed=0)

@@ -315,7 +315,7 @@ def test_power_on_a_table_other_than_an_analysis_table_is_one_line(
 def test_pilot_refuses_an_out_in_a_missing_folder_before_training(
     tmp_path: Path, failing: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from blockcoupling.lm import train
+    from blockcoupling.lm.training import train
 
     monkeypatch.setattr(train, "train", never("training"))
     out = tmp_path / "missing" / "a.csv"
@@ -414,7 +414,7 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_oserror_naming_the_folder(
     fits, step 0's weights do not; safetensors' own error was a traceback."""
     import errno
 
-    from blockcoupling.lm.train import TrainConfig, train
+    from blockcoupling.lm.training.train import TrainConfig, train
     from blockcoupling.runtime.runner import reason
 
     folder = tmp_path / "small"
@@ -444,7 +444,7 @@ def test_a_safetensors_disk_full_error_becomes_an_enospc_oserror(tmp_path: Path)
     where the folder's disk has no room for the checkpoint."""
     from safetensors import SafetensorError
 
-    from blockcoupling.lm.train_checkpoints import disk_full
+    from blockcoupling.lm.training.checkpoints import disk_full
 
     said = SafetensorError(
         "Error while serializing: I/O error: No space left on device (os error 28)"

@@ -18,11 +18,17 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from blockcoupling.files import manifest
-from blockcoupling.lm import corpus
-from blockcoupling.lm.schedule import TrainConfig, checkpoint_schedule
-from blockcoupling.lm.train import train
-from blockcoupling.lm.train_checkpoints import damage
-from blockcoupling.lm.train_data import generator, passages, split_texts, training_subset, windows
+from blockcoupling.lm.text import corpus
+from blockcoupling.lm.training.checkpoints import damage
+from blockcoupling.lm.training.data import (
+    generator,
+    passages,
+    split_texts,
+    training_subset,
+    windows,
+)
+from blockcoupling.lm.training.schedule import TrainConfig, checkpoint_schedule
+from blockcoupling.lm.training.train import train
 
 TINY = TrainConfig(
     n_layers=2,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blockcoupling.lm.schedule import TrainConfig
-from blockcoupling.lm.train import work_dir
+from blockcoupling.lm.training.schedule import TrainConfig
+from blockcoupling.lm.training.train import work_dir
 
 
 def test_training_folder_is_keyed_to_config_and_code(tmp_path: Path) -> None:

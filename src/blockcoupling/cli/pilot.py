@@ -234,10 +234,10 @@ def run_pilot(args: argparse.Namespace) -> str:
     import torch
 
     from blockcoupling.jacobians.extract import ExtractConfig, extract
-    from blockcoupling.lm import prompts as prompt_io
     from blockcoupling.lm.models import LoadOptions, load_model, load_random_twin
     from blockcoupling.lm.sources import parse_source
-    from blockcoupling.lm.train import TrainConfig, train
+    from blockcoupling.lm.text import prompts as prompt_io
+    from blockcoupling.lm.training.train import TrainConfig, train
 
     torch.set_num_threads(1)
     items = prompt_io.read_jsonl(args.prompts)

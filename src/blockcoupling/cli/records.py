@@ -141,8 +141,8 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
     """Fetch one model revision into ``folder`` (a revision folder of the hub cache) and write
     its manifest where the fetch rules keep it; returns a one-line summary.
     """
-    from blockcoupling.lm import hub
-    from blockcoupling.lm.hub_names import check_fetch_folder
+    from blockcoupling.lm.hub import fetch as hub
+    from blockcoupling.lm.hub.names import check_fetch_folder
     from blockcoupling.pipeline.hub_settings import HubSettings
 
     hub.go_online()  # before check_fetch_folder imports huggingface_hub

@@ -437,7 +437,7 @@ def extract(
         Its tokenizer.
     prompts : sequence
         Strings, mappings with ``text`` (and optionally ``id``, ``source``) or
-        ``lm.prompts.Prompt`` objects.
+        ``lm.text.prompts.Prompt`` objects.
     config : ExtractConfig
         What to extract (K_max, variants, token families, ...).
     attrs : dict, optional

@@ -15,9 +15,9 @@ from blockcoupling.coupling.finite import require_finite, scores_defined
 from blockcoupling.files.io import provenance, write_netcdf
 from blockcoupling.jacobians.extract import ExtractConfig
 from blockcoupling.jacobians.extract import extract as extract_statistics
-from blockcoupling.lm import prompts
 from blockcoupling.lm.evaluate import evaluate
 from blockcoupling.lm.models import load_for_job
+from blockcoupling.lm.text import prompts
 
 
 def load(spec: Mapping[str, Any], device: str) -> tuple[Any, Any, dict[str, Any]]:

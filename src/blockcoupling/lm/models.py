@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from blockcoupling.files.io import permissions
 from blockcoupling.jacobians.adapters import UnknownArchitectureError
-from blockcoupling.lm import hub_cache
 from blockcoupling.lm.gguf_once import one_parse_per_file
+from blockcoupling.lm.hub import cache as hub_cache
 from blockcoupling.lm.sources import ModelSource, ModelSourceError, Resolved, parse_source, resolve
 from blockcoupling.runtime.device import resolve_device
 from blockcoupling.runtime.progress import on_terminal

@@ -295,7 +295,7 @@ def _check_lock(plan: Plan) -> None:
     exists, reads as a whole (``lockfile.read_lock``), so a damaged lock stops check-config and
     the workflow before any fetch.
     """
-    from blockcoupling.lm.lockfile import LockError, read_lock
+    from blockcoupling.lm.hub.lock import LockError, read_lock
 
     lock = plan.hub.lock_file
     if not lock or not (plan.hub_revisions or plan.prompt_hub_sources()):
@@ -413,7 +413,7 @@ def _prompt_count(config: dict[str, Any], prompt_files: dict[str, str]) -> int:
     sampled here, so a bad file stops before any job; a hub set holds at most n_per_source per
     source).
     """
-    from blockcoupling.lm import prompts
+    from blockcoupling.lm.text import prompts
 
     name = config["extract"]["prompt_set"]
     n, seed = config["prompts"]["n_per_source"], config["prompts"]["seed"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from blockcoupling.files.combine import META_FIELDS
 from blockcoupling.lm.models import LoadOptions
-from blockcoupling.lm.schedule import TrainConfig
+from blockcoupling.lm.training.schedule import TrainConfig
 from blockcoupling.pipeline.errors import ConfigError
 
 FINAL, RANDOM = "final", "random"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from blockcoupling.lm.schedule import TrainConfig
+from blockcoupling.lm.training.schedule import TrainConfig
 from blockcoupling.pipeline.entries import train_config
 from blockcoupling.pipeline.errors import ConfigError
 

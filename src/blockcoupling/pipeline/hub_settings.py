@@ -1,7 +1,7 @@
 """The workflow's ``hub:`` config section, checked once (``HubSettings``): where the hub cache
 is, how many checkpoint revisions sit in it at once, whether compute jobs run offline. The cache
-itself is ``lm.hub`` (fetching), ``lm.hub_cache`` (its folders read back and checked) and
-``lm.hub_revisions`` (the revisions a config names).
+itself is ``lm.hub.fetch`` (fetching), ``lm.hub.cache`` (its folders read back and checked) and
+``lm.hub.revisions`` (the revisions a config names).
 """
 
 from __future__ import annotations

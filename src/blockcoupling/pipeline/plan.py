@@ -7,9 +7,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import ExtractConfig, runs_on_gpu
-from blockcoupling.lm.hub_cache import incomplete, missing_files
-from blockcoupling.lm.hub_revisions import Revision, hub_revisions, predecessor, revision_of
-from blockcoupling.lm.prompts import SOURCES
+from blockcoupling.lm.hub.cache import incomplete, missing_files
+from blockcoupling.lm.hub.revisions import Revision, hub_revisions, predecessor, revision_of
+from blockcoupling.lm.text.prompts import SOURCES
 from blockcoupling.pipeline.entries import ModelEntry, train_config
 from blockcoupling.pipeline.hub_settings import HubSettings
 from blockcoupling.pipeline.vit_plan import ViTPlan, vit_folder

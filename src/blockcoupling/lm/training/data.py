@@ -10,8 +10,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from blockcoupling.lm import corpus
-from blockcoupling.lm.schedule import TrainConfig
+from blockcoupling.lm.text import corpus
+from blockcoupling.lm.training.schedule import TrainConfig
 
 EOS = "<|endoftext|>"
 PAD = "<|padding|>"

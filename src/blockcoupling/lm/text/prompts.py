@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from blockcoupling.files.io import write_text
-from blockcoupling.lm import corpus, hub_cache
+from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm.text import corpus
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from blockcoupling.files.io import write_text
-from blockcoupling.lm import content
-from blockcoupling.lm.lockfile import HASH
+from blockcoupling.lm.hub import content
+from blockcoupling.lm.hub.lock import HASH
 
 
 class HubCacheError(OSError):

@@ -33,9 +33,9 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerF
 from transformers.utils import logging as hf_logging
 
 from blockcoupling.files.io import write_text
-from blockcoupling.lm import train_data
-from blockcoupling.lm.schedule import TrainConfig
-from blockcoupling.lm.train_checkpoints import drop_damaged, last_checkpoint, save_checkpoint
+from blockcoupling.lm.training import data as train_data
+from blockcoupling.lm.training.checkpoints import drop_damaged, last_checkpoint, save_checkpoint
+from blockcoupling.lm.training.schedule import TrainConfig
 from blockcoupling.runtime.determinism import adamw, deterministic
 from blockcoupling.runtime.progress import track
 from blockcoupling.runtime.workdir import keyed_work_dir

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.lm import content
-from blockcoupling.lm.hub_cache import (
+from blockcoupling.lm.hub import content
+from blockcoupling.lm.hub.cache import (
     HubCacheError,
     damaged_files,
     fetch_command,
@@ -24,7 +24,7 @@ from blockcoupling.lm.hub_cache import (
     unhashed_files,
     write_manifest,
 )
-from blockcoupling.lm.hub_names import check_fetch_folder
+from blockcoupling.lm.hub.names import check_fetch_folder
 
 # What loading a causal LM needs besides its weights: config, generation config, tokenizer
 # (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab/merges, sentencepiece).

@@ -20,7 +20,7 @@ from transformers import GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
 from blockcoupling.files.io import atomic_write, permissions, write_text
 from blockcoupling.files.manifest import sha256
-from blockcoupling.lm.schedule import TrainConfig
+from blockcoupling.lm.training.schedule import TrainConfig
 
 HISTORY_COLUMNS = ("step", "train_loss", "val_loss", "val_accuracy", "tokens_seen", "elapsed_s")
 CHECKSUMS, RESUME = "checksums.json", "optimizer.pt"
