@@ -7,7 +7,7 @@ import sys
 from snakemake.utils import min_version
 
 from blockcoupling.coupling.registry import caption_list
-from blockcoupling.lm.hub.lock import adopt_all
+from blockcoupling.lm.hub import adopt_all
 from blockcoupling.pipeline.report_text import report_models
 from blockcoupling.pipeline.docs_figures import config_hash
 from blockcoupling.pipeline.figure_stamp import CONFIG_HASH_ENV

@@ -2,8 +2,7 @@
 revision (the lock file's commit when it holds one), into the hub cache (a local rule: online,
 where Snakemake runs); its manifest, and the commit fetched recorded in the lock file."""
 
-from blockcoupling.lm.hub import fetch as hub
-from blockcoupling.lm.hub import lock as lockfile
+from blockcoupling.lm import hub
 
 hub.go_online()  # before huggingface_hub is imported: compute jobs alone are offline
 
@@ -12,12 +11,12 @@ from blockcoupling.runtime.runner import run_script  # noqa: E402
 
 def main(sm):
     repo, revision, lock = sm.wildcards.repo, sm.params.revision, sm.params.lock
-    commit = lockfile.locked_commit(lock, "dataset", repo, revision) if lock else None
+    commit = hub.locked_commit(lock, "dataset", repo, revision) if lock else None
     manifest = hub.fetch_dataset(
         repo, sm.params.config, sm.output.folder, revision, commit, lock, sm.output.manifest
     )
     if lock:
-        lockfile.record(lock, "dataset", repo, revision, manifest["commit"], manifest["hashes"])
+        hub.record(lock, "dataset", repo, revision, manifest["commit"], manifest["hashes"])
 
 
 run_script(snakemake, main)

@@ -71,6 +71,46 @@ def test_every_package_imports_only_lower_layers_and_no_module_cycle() -> None:
     list(graphlib.TopologicalSorter(graph).static_order())  # CycleError names the cycle
 
 
+def outside_imports_of(room: str, paths: list[Path]) -> list[str]:
+    """``file: module`` for each import in ``paths`` of a module inside ``room`` (its
+    ``__init__`` is the room's boundary, its modules are not)."""
+    inside = {f"{room}.{p.stem}" for p in (SOURCE.parent / room.replace(".", "/")).glob("*.py")}
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            found += [
+                f"{path.name}: {n}"
+                for n in names
+                if n in inside or n.startswith(room + ".") and n.rsplit(".", 1)[0] != room
+            ]
+    return found
+
+
+def test_the_hub_room_is_read_through_its_boundary_only() -> None:
+    """Code outside ``lm/hub`` (the library, scripts, rules, Snakefile, bench) imports the hub's
+    names from ``blockcoupling.lm.hub`` alone, never from its modules (fetch, cache, names,
+    revisions, lock, content): the room's ``__init__`` is its stated boundary."""
+    repo = SOURCE.parents[1]
+    room = SOURCE / "lm" / "hub"
+    outside = [p for p in SOURCE.rglob("*.py") if room not in p.parents]
+    outside += [*(repo / "scripts").glob("*.py"), *(repo / "bench").glob("*.py")]
+    outside += [*(repo / "rules").glob("*.smk"), repo / "Snakefile"]
+    readable = [p for p in outside if p.suffix == ".py"]
+    assert not outside_imports_of("blockcoupling.lm.hub", readable)
+    for path in outside:  # .smk and the Snakefile are not Python: the import lines as text
+        lines = path.read_text(encoding="utf-8").splitlines()
+        assert not [line for line in lines if "blockcoupling.lm.hub." in line], path
+    # the check can fail: a module of the room, imported from outside, is found
+    assert outside_imports_of(
+        "blockcoupling.lm.hub", [SOURCE.parents[1] / "tests" / "test_fetch.py"]
+    )
+
+
 # The DAG side: every module the Snakefile and the checks import (no torch, no matplotlib).
 DAG_SIDE = (
     *(f"pipeline.{m.stem}" for m in (SOURCE / "pipeline").glob("*.py") if m.stem != "__init__"),

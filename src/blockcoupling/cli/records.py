@@ -141,12 +141,11 @@ def fetch_revision(repo: str, revision: str, folder: Path) -> str:
     """Fetch one model revision into ``folder`` (a revision folder of the hub cache) and write
     its manifest where the fetch rules keep it; returns a one-line summary.
     """
-    from blockcoupling.lm.hub import fetch as hub
-    from blockcoupling.lm.hub.names import check_fetch_folder
+    from blockcoupling.lm import hub
     from blockcoupling.pipeline.hub_settings import HubSettings
 
-    hub.go_online()  # before check_fetch_folder imports huggingface_hub
-    cache, kind, _ = check_fetch_folder(folder, repo, revision)
+    hub.go_online()  # before hub.check_fetch_folder imports huggingface_hub
+    cache, kind, _ = hub.check_fetch_folder(folder, repo, revision)
     target = HubSettings(cache_dir=str(cache)).manifest(kind, repo, revision)
     manifest = hub.fetch_model(repo, revision, folder, manifest=target)
     size = manifest["bytes"] / 1e9

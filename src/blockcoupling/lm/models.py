@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from blockcoupling.files.io import permissions
 from blockcoupling.jacobians.adapters import UnknownArchitectureError
+from blockcoupling.lm import hub
 from blockcoupling.lm.gguf_once import one_parse_per_file
-from blockcoupling.lm.hub import cache as hub_cache
 from blockcoupling.lm.sources import ModelSource, ModelSourceError, Resolved, parse_source, resolve
 from blockcoupling.runtime.device import resolve_device
 from blockcoupling.runtime.progress import on_terminal
@@ -72,7 +72,7 @@ def load_for_job(spec: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
     source = parse_source(spec["source"])
     where = source
     if spec.get("fetched"):  # a hub revision: read offline from its folder in the hub cache
-        fetched = hub_cache.require(
+        fetched = hub.require(
             spec["fetched"], f"models.{spec['name']}", source.location, source.revision or "main"
         )
         where = ModelSource("path", str(fetched))

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from blockcoupling.lm.hub.names import HubNameError, check_repo_id, check_revision, contained
+from blockcoupling.lm.hub import HubNameError, check_repo_id, check_revision, contained
 
 
 class ModelSourceError(ValueError):

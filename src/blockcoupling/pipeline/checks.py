@@ -295,7 +295,7 @@ def _check_lock(plan: Plan) -> None:
     exists, reads as a whole (``lockfile.read_lock``), so a damaged lock stops check-config and
     the workflow before any fetch.
     """
-    from blockcoupling.lm.hub.lock import LockError, read_lock
+    from blockcoupling.lm.hub import LockError, read_lock
 
     lock = plan.hub.lock_file
     if not lock or not (plan.hub_revisions or plan.prompt_hub_sources()):

@@ -1,7 +1,7 @@
 """The workflow's ``hub:`` config section, checked once (``HubSettings``): where the hub cache
 is, how many checkpoint revisions sit in it at once, whether compute jobs run offline. The cache
-itself is ``lm.hub.fetch`` (fetching), ``lm.hub.cache`` (its folders read back and checked) and
-``lm.hub.revisions`` (the revisions a config names).
+itself (fetching, its folders read back and checked, the revisions a config names, the lock
+file) is the hub's room, ``lm.hub``, read only through the names its ``__init__`` exports.
 """
 
 from __future__ import annotations

@@ -7,8 +7,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from blockcoupling.jacobians.options import ExtractConfig, runs_on_gpu
-from blockcoupling.lm.hub.cache import incomplete, missing_files
-from blockcoupling.lm.hub.revisions import Revision, hub_revisions, predecessor, revision_of
+from blockcoupling.lm.hub import (
+    Revision,
+    hub_revisions,
+    incomplete,
+    missing_files,
+    predecessor,
+    revision_of,
+)
 from blockcoupling.lm.text.prompts import SOURCES
 from blockcoupling.pipeline.entries import ModelEntry, train_config
 from blockcoupling.pipeline.hub_settings import HubSettings

@@ -14,7 +14,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from blockcoupling.lm.hub.lock import LockError, stale
+from blockcoupling.lm.hub import LockError, stale
 from blockcoupling.pipeline.budget import check_budget
 from blockcoupling.pipeline.checks import check_config
 from blockcoupling.pipeline.errors import ConfigError

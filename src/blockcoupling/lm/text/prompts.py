@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from blockcoupling.files.io import write_text
-from blockcoupling.lm.hub import cache as hub_cache
+from blockcoupling.lm import hub
 from blockcoupling.lm.text import corpus
 
 
@@ -227,7 +227,7 @@ def load_hub_prompts(
 ) -> list[Prompt]:
     """Sample `n` prompts (all if fewer) of one SOURCES entry from the datasets hub at
     `revision` (a branch, tag or commit; None: main), or from `folder`, its copy fetched into
-    the hub cache (`hub.fetch_dataset`, at its pinned commit; read offline).
+    the hub cache (`lm.hub.fetch_dataset`, at its pinned commit; read offline).
 
     Rows are drawn without replacement by a seeded RNG; ids are `f"{source}-{row:04d}"` with
     the 0-based row index in the split, so a row keeps its id whatever the seed or n.
@@ -242,7 +242,7 @@ def load_hub_prompts(
     spec = SOURCES[source]
     where = spec["hub"]
     if folder is not None:
-        where = str(hub_cache.require(folder, f"prompt source {source} (dataset {spec['hub']})"))
+        where = str(hub.require(folder, f"prompt source {source} (dataset {spec['hub']})"))
     pinned = {"revision": revision} if folder is None and revision else {}
     table = datasets.load_dataset(where, spec["config"], split=spec["split"], **pinned)
     rows = np.sort(np.random.default_rng(seed).permutation(len(table))[:n])
