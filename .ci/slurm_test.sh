@@ -6,7 +6,7 @@
 # starts munged, slurmctld and slurmd, and checks that
 #   - every job of the DAG went through sbatch, the short CPU jobs in batches of the profile's
 #     group width (each Slurm job the jobcomp log records COMPLETED),
-#   - a measure_* job killed with scancel says CANCELLED in its Slurm log, is resubmitted
+#   - a extract_run_* job killed with scancel says CANCELLED in its Slurm log, is resubmitted
 #     (retries: 1) with twice its runtime (sbatch's -t) and the run completes,
 #   - the results equal a local run of the same config (.ci/compare_results.py),
 #   - a rerun does nothing, and a run whose models need GPUs the partition lacks (config/paper.yaml)
@@ -64,12 +64,12 @@ run_start=$SECONDS
 run_pid=$!
 cancelled=""
 for _ in $(seq 1200); do
-    read -r cancelled cancelled_rule < <(squeue -h -t RUNNING -o '%i %k' | awk '$2 ~ /^rule_measure_/ {line = $0} END {print line}' || true) || true
+    read -r cancelled cancelled_rule < <(squeue -h -t RUNNING -o '%i %k' | awk '$2 ~ /^rule_extract_run_/ {line = $0} END {print line}' || true) || true
     [ -n "$cancelled" ] && break
     kill -0 "$run_pid" 2> /dev/null || break
     sleep 0.5
 done
-[ -n "$cancelled" ] || fail "no measure job was seen running: $(tail -n 5 "$work/run.log")"
+[ -n "$cancelled" ] || fail "no extract_run job was seen running: $(tail -n 5 "$work/run.log")"
 scancel "$cancelled"
 say "cancelled Slurm job $cancelled ($(grep -o "jobid $cancelled .*" "$work/run.log" || true))"
 if ! timeout 1800 tail --pid="$run_pid" -f /dev/null; then fail "the Slurm run hangs"; fi

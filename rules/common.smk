@@ -187,7 +187,7 @@ def extract_resources(rule):
         **JOBS.resources(rule),
         gpu_mem_gb=gpu_mem,
         device=model_device,
-        vjp_chunk=PLAN.measure.chunk_size or 0,
+        vjp_chunk=PLAN.extraction.chunk_size or 0,
     )
 
 

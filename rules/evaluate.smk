@@ -32,7 +32,7 @@ rule evaluate:
     benchmark:
         "benchmarks/evaluate/{model}/{step}.tsv"
     wildcard_constraints:
-        model=constraint(set(PLAN.models) - set(PLAN.run_models)),  # theirs: measure_<run>
+        model=constraint(set(PLAN.models) - set(PLAN.run_models)),  # theirs: extract_run_<run>
     retries: 1  # a node fault or a run past its time (retried on twice the time)
     conda:
         "../envs/torch.yaml"

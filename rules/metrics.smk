@@ -33,7 +33,7 @@ rule metrics:
 
 
 # Models trained here: one job computes the measures of every model and step of a run (the
-# files of the rule above), after measure_<run> (rules/runs.smk) extracted them.
+# files of the rule above), after extract_run_<run> (rules/runs.smk) extracted them.
 for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
     _jobs = metric_jobs(PLAN.run_measured(_run))
 

@@ -1,5 +1,6 @@
-# Models trained here are measured per run: one job extracts every model and step of a run
-# (and scores its final models), one computes their measures (metrics_<run>, rules/metrics.smk).
+# Models trained here are extracted per run: one job extracts every model and step of a run
+# (extract_run_<run>, and scores its final models), one computes their measures (metrics_<run>,
+# rules/metrics.smk).
 # Each writes exactly the files of the per-model rules (extract, evaluate, metrics), which the
 # other models keep: for a width-64 model the start-up of a job (~10 s of imports) is ten times
 # its Jacobians.
@@ -24,9 +25,9 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
     _scored = [job["evaluation"] for job in _jobs if job["evaluation"]]
 
     rule:
-        f"""Stage measure_{{run}} for run {_run}: extract and score its models and steps."""
+        f"""Stage extract_run_{{run}} for run {_run}: extract and score its models and steps."""
         name:
-            f"measure_{rule_suffix(_run)}"
+            f"extract_run_{rule_suffix(_run)}"
         input:
             prompts=prompt_file(),
             heldout=["results/evaluate/heldout.txt"] if _scored else [],
@@ -36,9 +37,9 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
         output:
             [path for job in _jobs for path in job["extracted"].values()] + _scored,
         log:
-            f"logs/measure/{_run}.log",
+            f"logs/extract_run/{_run}.log",
         benchmark:
-            f"benchmarks/measure/{_run}.tsv"
+            f"benchmarks/extract_run/{_run}.tsv"
         retries: 1  # a node fault or a run past its time (retried on twice the time)
         conda:
             "../envs/torch.yaml"
@@ -46,11 +47,11 @@ for _run in sorted({PLAN.models[m].source["train"] for m in PLAN.run_models}):
         resources:
             **JOBS.own(TRAIN_MEM_MB, TRAIN_RUNTIME),
             device=device_of(_measured[0][0]),  # changes no result: not a param
-            vjp_chunk=PLAN.measure.chunk_size or 0,  # likewise
+            vjp_chunk=PLAN.extraction.chunk_size or 0,  # likewise
         params:
             math_threads=PLAN.threads("extract"),  # the numbers follow it: a change re-runs
             jobs=_jobs,
             context_length=PLAN.context_length,
-            code=script_hash("measure_run"),
+            code=script_hash("extract_run"),
         script:
-            "../scripts/measure_run.py"
+            "../scripts/extract_run.py"

@@ -81,7 +81,7 @@ if PLAN.vit:
         resources:
             **JOBS.resources("vit_extract", "vit"),
             device=vit_device,
-            vjp_chunk=PLAN.vit.measure.chunk_size or 0,
+            vjp_chunk=PLAN.vit.extraction.chunk_size or 0,
         params:
             math_threads=PLAN.threads("vit"),  # the numbers follow it: a change re-runs
             run=lambda wildcards: PLAN.vit.run(

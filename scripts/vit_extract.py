@@ -7,14 +7,14 @@ from blockcoupling.jacobians.extract import extract_inputs
 from blockcoupling.jacobians.options import PromptText
 from blockcoupling.runtime.device import resolve_device
 from blockcoupling.runtime.runner import run_script
-from blockcoupling.vit.config import ViTRunConfig, measure_config
+from blockcoupling.vit.config import ViTRunConfig, extract_config
 from blockcoupling.vit.data import read_prepared
 from blockcoupling.vit.model import load_vit
 
 
 def main(sm):
     run = ViTRunConfig(**sm.params.run)
-    config = measure_config(sm.params.extract, sm.resources.vjp_chunk or None)
+    config = extract_config(sm.params.extract, sm.resources.vjp_chunk or None)
     device = resolve_device(sm.resources.device)
     model = load_vit(sm.input.model, run, device)
     data = read_prepared(sm.input.data)

@@ -67,7 +67,7 @@ def test_stored_ks_are_planned_and_checked() -> None:
     reduced, every, more = output(), output(stored_ks="all"), output(stored_ks=[2, 4, 8])
     assert reduced < more < every  # metrics.ks [4, 8] < three Ks < every K up to k_max 8
     plan = check_config(smoke(extract={"stored_ks": "all"}), REPO)
-    assert plan.measure.stored_ks is None and plan.extract["stored_ks"] is None
+    assert plan.extraction.stored_ks is None and plan.extract["stored_ks"] is None
     assert check_config(smoke(), REPO).extract["stored_ks"] == [4, 8]  # the jobs' param
     with pytest.raises(ValueError, match=r"metrics.ks has K=4, which extract.stored_ks=\[8\]"):
         check_config(smoke(extract={"stored_ks": [8]}), REPO)

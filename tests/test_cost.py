@@ -123,7 +123,7 @@ def test_the_paper_suite_fits_1000_gpu_hours_with_every_measure() -> None:
     plan = check_config(paper(), REPO, check_memory=False)
     rows = cost.plan_costs(plan)
     assert sum(r.seconds for r in rows if r.on_gpu) / 3600 <= 1000
-    assert plan.measure.jacobian_prompts and plan.measure.token_prompts > 0
+    assert plan.extraction.jacobian_prompts and plan.extraction.token_prompts > 0
     assert all(r.on_gpu and r.fits for r in rows)
 
 

@@ -71,9 +71,9 @@ def test_a_local_run_asks_slurm_nothing(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_a_retried_job_asks_twice_its_own_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rule with ``retries`` and its own runtime (measure_*, train_*: JOBS.own) asks the
-    runtime times the attempt, as the rules say (a cancelled measure job was resubmitted with the
-    same -t), and never past the partition's limit."""
+    """A rule with ``retries`` and its own runtime (extract_run_*, train_*: JOBS.own) asks the
+    runtime times the attempt, as the rules say (a cancelled extract_run job was resubmitted with
+    the same -t), and never past the partition's limit."""
     plan = smoke_plan(monkeypatch)
     local = JobRequests(plan, SlurmSettings.from_env({}), lambda: False, lambda _: None)
     runtime = local.own(4000, 60)["runtime"]

@@ -43,7 +43,7 @@ def test_k_max_above_a_trained_runs_width_is_refused() -> None:
 
 def test_k_max_equal_to_the_width_passes() -> None:
     plan = check_config(smoke(extract={"k_max": 32}), REPO)
-    assert plan.measure.k_max == plan.extract["k_max"] == 32
+    assert plan.extraction.k_max == plan.extract["k_max"] == 32
 
 
 def test_token_layers_outside_a_trained_runs_depth_are_refused() -> None:

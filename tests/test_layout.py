@@ -158,7 +158,7 @@ def test_a_param_snakemake_would_not_compare_stops_the_dag(tmp_path: Path) -> No
     rules = tmp_path / "rules" / "metrics.smk"
     text = rules.read_text()
     assert "metrics=PLAN.metric," in text
-    rules.write_text(text.replace("metrics=PLAN.metric,", "metrics=PLAN.measure,"))
+    rules.write_text(text.replace("metrics=PLAN.metric,", "metrics=PLAN.extraction,"))
     run = subprocess.run(
         [
             sys.executable,

@@ -59,8 +59,8 @@ def test_each_figure_rule_names_the_figure_it_draws() -> None:
 
 
 def test_per_run_rules_say_which_stage_they_are_an_instance_of(tmp_path: Path) -> None:
-    """The default's --list-rules listed 60 per-run train_/measure_/metrics_ lines that buried
-    the stages: each names its stage (``Stage measure_{run} for run R: ...``), so the listing
+    """The default's --list-rules listed 60 per-run train_/extract_run_/metrics_ lines that buried
+    the stages: each names its stage (``Stage extract_run_{run} for run R: ...``), so the listing
     filters to a table of stages (docs/workflow.md)."""
     done = subprocess.run(
         [
@@ -73,10 +73,11 @@ def test_per_run_rules_say_which_stage_they_are_an_instance_of(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr[-2000:]
     listed = dict(re.findall(r"^(\w+) \((.*)\)$", done.stdout, re.M))
-    per_run = {n: t for n, t in listed.items() if n.startswith(("train_", "measure_", "metrics_"))}
+    stages_per_run = ("train_", "extract_run_", "metrics_")
+    per_run = {n: t for n, t in listed.items() if n.startswith(stages_per_run)}
     assert len(per_run) >= 3, listed
     for name, text in per_run.items():
-        stage = name.split("_")[0]
-        assert text.startswith(f"Stage {stage}_{{run}} for run "), (name, text)
+        stage = next(s for s in stages_per_run if name.startswith(s))
+        assert text.startswith(f"Stage {stage}{{run}} for run "), (name, text)
     stages = [n for n, t in listed.items() if not t.startswith("Stage ")]
     assert len(stages) <= 45, stages  # the table of contents: stages, not runs

@@ -255,7 +255,9 @@ def test_no_rule_asks_more_time_than_its_partition_allows(tmp_path: Path) -> Non
         done.stderr
     )
     # a planned job's retry (twice its first request) fits too: the floor yields to the limit
-    planned = re.findall(r"rule (?:extract\w*|evaluate):(?:.|\n)*?runtime=(\d+)", done.stdout)
+    planned = re.findall(
+        r"rule (?:extract(?:_shard|_tokens)?|evaluate):(?:.|\n)*?runtime=(\d+)", done.stdout
+    )
     assert planned and all(2 * int(value) <= 20 for value in planned)
 
 
@@ -301,7 +303,7 @@ def test_shards_follow_from_the_time_limit_and_each_attempt_fits(limit: int) -> 
         for value in seconds:  # the retry of every job fits, none capped
             assert slurm_sizing.runtime_minutes(value, 2, limit) <= limit, (model, limit)
         if model in sized.shard_sizes:  # resized: one more prompt per shard would not fit
-            options = plan.measure_options(model)  # one job over every prompt: its token
+            options = plan.extraction_for(model)  # one job over every prompt: its token
             if count + 1 < plan.n_prompts:  # families too; a shard: theirs are jobs of their own
                 options = cost.replace(options, token_prompts=0)
             bigger = cost.extract_cost(shape, options.for_shard(0), count + 1, cost.GPU)

@@ -143,10 +143,10 @@ def test_bad_vit_configs_stop_with_one_line(change, message: str) -> None:
     assert "\n" not in str(error.value)
 
 
-def test_plan_measure_config_and_disabled_sweep() -> None:
+def test_plan_extract_config_and_disabled_sweep() -> None:
     config = _config("config.yaml")
     plan = _checked(config).vit
-    assert plan.measure == ExtractConfig(  # stored at vit.ks; the results read no token overlaps
+    assert plan.extraction == ExtractConfig(  # stored at vit.ks; the results read no token overlaps
         k_max=16,
         depth_token=0,
         token_layers=(-1,),

@@ -210,7 +210,7 @@ def test_a_deleted_intermediate_is_rebuilt(done: Path, tmp_path: Path) -> None:
     folder = variant(done, tmp_path, lambda c, f: None)
     (folder / "results/extract/tiny/random/depth.nc").unlink()
     jobs = planned(folder)
-    assert jobs.get("measure_tiny") == 1 and "train_tiny" not in jobs
+    assert jobs.get("extract_run_tiny") == 1 and "train_tiny" not in jobs
 
 
 def test_changing_k_reextracts_and_reading_reruns_metrics_not_jacobians(
@@ -220,12 +220,12 @@ def test_changing_k_reextracts_and_reading_reruns_metrics_not_jacobians(
     metrics, the default), so a new K re-extracts, never trains; a reading (both are stored)
     re-runs the metrics alone. (extract.stored_ks: all keeps every K up to k_max for sweeps.)"""
     jobs = planned(variant(done, tmp_path, lambda c, f: c["metrics"].update(ks=[2, 3])))
-    assert jobs.get("metrics_tiny") == 1 and jobs.get("measure_tiny") == 1
+    assert jobs.get("metrics_tiny") == 1 and jobs.get("extract_run_tiny") == 1
     assert "train_tiny" not in jobs
     jobs = planned(
         variant(done, tmp_path / "b", lambda c, f: c["metrics"].update(readings=["offdiag"]))
     )
-    assert "measure_tiny" not in jobs and jobs.get("metrics_tiny") == 1
+    assert "extract_run_tiny" not in jobs and jobs.get("metrics_tiny") == 1
 
 
 def test_run_only_settings_rerun_nothing(done: Path, tmp_path: Path) -> None:
@@ -243,7 +243,7 @@ def test_threads_rerun_the_jobs_whose_numbers_depend_on_them(done: Path, tmp_pat
     assert changed and all(rule.startswith("train_") for rule in changed), changed
     extract = variant(done, tmp_path / "extract", lambda c, f: c["extract"].update(threads=2))
     _, changed = dry_run(extract)
-    assert changed == {"measure_tiny"}, changed
+    assert changed == {"extract_run_tiny"}, changed
 
 
 def test_n_boot_reruns_the_bootstrap_jobs_and_only_the_figures_that_draw_them(
@@ -270,7 +270,7 @@ def test_adding_a_model_runs_only_its_jobs(done: Path, tmp_path: Path) -> None:
         }
 
     jobs = planned(variant(done, tmp_path, add))  # a run's models are measured in one job
-    assert jobs.get("measure_tiny") == 1 and jobs.get("metrics_tiny") == 1
+    assert jobs.get("extract_run_tiny") == 1 and jobs.get("metrics_tiny") == 1
     assert "train_tiny" not in jobs
 
 
@@ -280,7 +280,7 @@ def test_changing_prompts_reruns_extraction(done: Path, tmp_path: Path) -> None:
         (folder / "prompts.jsonl").write_text("\n".join([*PROMPTS, extra]) + "\n")
 
     jobs = planned(variant(done, tmp_path, edit))
-    assert jobs.get("sample_prompts") == 1 and jobs.get("measure_tiny") == 1
+    assert jobs.get("sample_prompts") == 1 and jobs.get("extract_run_tiny") == 1
     assert "train_tiny" not in jobs
 
 
@@ -303,7 +303,7 @@ def _script_of(rule: str) -> str:
         ("figure_", "figure"),
         ("combine_", "combine"),
         ("train_", "train"),
-        ("measure_", "measure_run"),
+        ("extract_run_", "extract_run"),
         ("metrics_", "metrics"),
     )
     for prefix, script in prefixes:
@@ -347,8 +347,8 @@ ANCESTORS = {
     "sample_prompts": set(),
     "train_tiny": set(),
     "heldout_text": set(),
-    "measure_tiny": {"sample_prompts", "train_tiny", "heldout_text"},
-    "metrics_tiny": {"sample_prompts", "train_tiny", "heldout_text", "measure_tiny"},
+    "extract_run_tiny": {"sample_prompts", "train_tiny", "heldout_text"},
+    "metrics_tiny": {"sample_prompts", "train_tiny", "heldout_text", "extract_run_tiny"},
 }
 ANCESTORS["combine_checkpoints"] = ANCESTORS["metrics_tiny"] | {"metrics_tiny"}
 ANCESTORS["combine_models"] = ANCESTORS["metrics_tiny"] | {"metrics_tiny"}
@@ -362,8 +362,8 @@ ANCESTORS["stats_emergence"] = ANCESTORS["stats_checkpoints"]
 # that extract does not.
 EVERY_JOBS_ANCESTORS = {
     **ANCESTORS,
-    "combine_models": ANCESTORS["measure_tiny"] | {"measure_tiny"},
-    "combine_checkpoints": ANCESTORS["measure_tiny"] | {"measure_tiny"},
+    "combine_models": ANCESTORS["extract_run_tiny"] | {"extract_run_tiny"},
+    "combine_checkpoints": ANCESTORS["extract_run_tiny"] | {"extract_run_tiny"},
 }
 
 

@@ -202,7 +202,7 @@ def plan_report(args: argparse.Namespace) -> tuple[str, bool]:
         frame.to_csv(args.csv, index=False)
     header = (
         f"{describe(files)}: {len(plan.models)} models, {plan.n_prompts} prompts, "
-        f"max_tokens {plan.measure.max_tokens} (null counts as "
+        f"max_tokens {plan.extraction.max_tokens} (null counts as "
         f"{cost.DEFAULT_TOKENS})"
     )
     download, peak, revisions = hub_volume.hub_volume(plan)

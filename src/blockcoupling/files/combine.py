@@ -39,7 +39,7 @@ KEEP_ATTRS = (
     "torch_version",
     "transformers_version",
     "config",
-    "measure_config",
+    "extract_config",
     "null_draws",
     "null_seed",
 )

@@ -537,7 +537,7 @@ def extract_inputs(
     if n_jacobian_prompts:
         record.log(attrs["model"] if attrs and "model" in attrs else "the model", choice)
     common = {
-        "measure_config": str(asdict(config)),
+        "extract_config": str(asdict(config)),
         "k_max": config.k_max,
         "hidden_size": int(trajectory_states[0].shape[-1]),  # d of the states (layer, token, d)
         **(attrs or {}),

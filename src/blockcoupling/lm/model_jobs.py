@@ -1,5 +1,5 @@
 """The work on one model at one step, shared by the per-model rules (extract, evaluate) and
-the per-run rules of models trained here (measure_<run>): loading it, its Jacobians into the
+the per-run rules of models trained here (extract_run_<run>): loading it, its Jacobians into the
 extraction files, its scores; each writes exactly the files its per-model rule writes (the
 measures from those files: ``files.metric_files``).
 """
@@ -50,7 +50,7 @@ def extract(
         tokenizer,
         list(items),
         config,
-        attrs=provenance(dict(options), measure_config=whole, **attrs),
+        attrs=provenance(dict(options), extract_config=whole, **attrs),
     )
     for name, path in outputs.items():
         write_netcdf(datasets[name], path)

@@ -236,7 +236,7 @@ def check_config(
         token_model=token_model or (cross[0] if cross else None),
         n_prompts=n_prompts,
         vit=_vit_plan(config, selection),
-        measure=measure,
+        extraction=measure,
         metric=metric,
         hub=HubSettings.from_section(config["hub"]),
         extract=dict(extract),
@@ -455,10 +455,10 @@ def _vit_plan(config: dict[str, Any], selection: Selection) -> ViTPlan | None:
         raise ConfigError(f"vit: missing key {error}") from None
     except ValueError as error:
         raise ConfigError(f"vit.{error}") from None
-    if selection.variant not in plan.measure.variants:
+    if selection.variant not in plan.extraction.variants:
         raise ConfigError(
             f"stats.variant={selection.variant!r} is not in vit.extract.variants "
-            f"{list(plan.measure.variants)}; add it there"
+            f"{list(plan.extraction.variants)}; add it there"
         )
     if section["dataset"] == "digits" and importlib.util.find_spec("sklearn") is None:
         raise ConfigError(

@@ -349,7 +349,7 @@ def plan_costs(plan: Plan, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
         on_gpu = plan.on_gpu(name)
         rates = gpu if on_gpu else cpu
         shards = plan.shards(name)
-        options = plan.measure_options(name)
+        options = plan.extraction_for(name)
         token_jobs = len(plan.token_jobs(name))
         depth_only = replace(options, token_prompts=0) if token_jobs else options
         hold = hold_budget(shape, options, declared, on_gpu)
@@ -421,7 +421,7 @@ def vit_costs(plan: Plan, gpu: Rates = GPU, cpu: Rates = CPU) -> list[JobCost]:
     shape = Shape(depth, d, 12.0 * d * d * depth, 4)
     images = DATASET_IMAGES.get(run["dataset"], 60000) * (1 - run["test_fraction"])
     train = 6.0 * shape.params * tokens * images * run["epochs"] / rates.matmul + rates.overhead
-    options = replace(plan.vit.measure, max_tokens=tokens)
+    options = replace(plan.vit.extraction, max_tokens=tokens)
     extract = extract_cost(shape, options, plan.vit.images, rates)
     seconds = sum(extract["seconds"].values()) + rates.overhead
     n = len(plan.vit.points)

@@ -66,7 +66,7 @@ class Plan:
     token_model: str | None  # the model of the per-model figures
     n_prompts: int  # prompts of the extraction set (hub sets: the most they can hold)
     vit: ViTPlan | None  # the ViT sweep, when enabled
-    measure: ExtractConfig  # the checked extract section
+    extraction: ExtractConfig  # the checked extract section
     metric: MetricConfig  # the checked metrics section
     hub: HubSettings  # the checked hub section (``max_revisions: all`` -> None: all ahead)
     extract: dict[str, Any]  # the checked ``extract`` section (a rule param, through
@@ -208,13 +208,13 @@ class Plan:
             section["token_prompts"] = 0
         return section
 
-    def measure_options(self, model: str) -> ExtractConfig:
+    def extraction_for(self, model: str) -> ExtractConfig:
         """The checked ``ExtractConfig`` as it applies to one model (the planner's and the
         checks' options; jobs rebuild the same from ``extract_options``).
         """
         if self.models[model].token_families:
-            return self.measure
-        return replace(self.measure, token_prompts=0)
+            return self.extraction
+        return replace(self.extraction, token_prompts=0)
 
     def device(self, model: str) -> str:
         """A model's device: its ``load.device``, else ``extract.device``."""
@@ -251,7 +251,7 @@ class Plan:
 
     def run_measured(self, run: str) -> list[tuple[str, str]]:
         """``(model, step)`` of every measurement of the models trained by ``run`` (one
-        extraction job each, not sharded): the ``measure_<run>`` job extracts (and scores) them
+        extraction job each, not sharded): the ``extract_run_<run>`` job extracts (and scores) them
         all, ``metrics_<run>`` computes their measures, in one process each.
         """
         return [
@@ -337,7 +337,7 @@ class Plan:
     @property
     def token_families(self) -> bool:
         """Whether any token family is extracted."""
-        return bool(self.measure.token_layers) and self.measure.token_prompts > 0
+        return bool(self.extraction.token_layers) and self.extraction.token_prompts > 0
 
     def evaluated(self, entries: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
         """The entries the evaluate rule scores: not the checkpoints of runs trained here (their

@@ -78,7 +78,7 @@ def _first_shard_seconds(plan: Plan, model: str, size: int, rates: Rates) -> flo
     shape = shape_of(entry.meta, entry.load)
     if shape is None:
         return None
-    options = plan.measure_options(model)
+    options = plan.extraction_for(model)
     count = min(size, plan.n_prompts)
     if count < plan.n_prompts and plan.extract_options(model)["token_layers"]:
         options = replace(options, token_prompts=0)
@@ -112,7 +112,7 @@ def fit_shards(plan: Plan, model: str, limit: int | None, where: str, rates: Rat
         size = low
     entry = plan.models[model]
     shape = shape_of(entry.meta, entry.load)
-    options = plan.measure_options(model)
+    options = plan.extraction_for(model)
     token_jobs = options.token_prompts and plan.extract_options(model)["token_layers"]
     if shape is not None and size < plan.n_prompts and token_jobs:
         tokens = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
@@ -151,7 +151,7 @@ def extract_job_seconds(
     if shape is None:
         return None
     rates = gpu if on_gpu else cpu
-    options = plan.measure_options(model)
+    options = plan.extraction_for(model)
     if first is None:
         cost = extract_cost(shape, replace(options, token_prompts=1), 1, rates)
     else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from blockcoupling.jacobians.options import ExtractConfig, check_stored_ks, stored_ks
-from blockcoupling.vit.config import DATASETS, ViTRunConfig, measure_config
+from blockcoupling.vit.config import DATASETS, ViTRunConfig, extract_config
 
 
 def grid_label(value: float) -> str:
@@ -39,7 +39,7 @@ class ViTPlan:
     weight_decay: dict[str, float]
     seeds: tuple[int, ...]
     base: dict[str, Any]
-    measure: ExtractConfig
+    extraction: ExtractConfig
     extract: dict[str, Any]
     images: int
     ks: tuple[int, ...]  # the K list of the ViT metrics (``vit.ks``)
@@ -84,7 +84,7 @@ class ViTPlan:
                 f"ks has K={max(ks)} > extract.k_max={section['extract']['k_max']}; lower it"
             )
         extract = {**section["extract"], "stored_ks": stored_ks(section["extract"], ks, "vit.")}
-        measure = measure_config(extract, extract.get("chunk_size"))
+        measure = extract_config(extract, extract.get("chunk_size"))
         d, n_tokens = base["embed_dim"], ViTRunConfig(**base).n_patches + 1
         if measure.k_max > d:
             raise ValueError(f"extract.k_max={measure.k_max} exceeds embed_dim={d}; lower it")

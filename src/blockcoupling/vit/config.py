@@ -131,7 +131,7 @@ def learning_rate(step: int, steps_per_epoch: int, cfg: ViTRunConfig) -> float:
 EXTRACT_KEYS = ("k_max", "variants", "depth_token", "token_layers", "stored_ks")
 
 
-def measure_config(extract: Mapping[str, Any], chunk_size: int | None = None) -> ExtractConfig:
+def extract_config(extract: Mapping[str, Any], chunk_size: int | None = None) -> ExtractConfig:
     """The ``ExtractConfig`` of a ``vit.extract`` section (``chunk_size``: run-only)."""
     values = {key: extract[key] for key in EXTRACT_KEYS if key in extract}
     return ExtractConfig.from_config(  # the sweep's results read the token families' m_K only

@@ -1,4 +1,4 @@
-"""Rule measure_<run>: every model and step of a run trained here, extracted (and its final
+"""Rule extract_run_<run>: every model and step of a run trained here, extracted (and its final
 models scored) in one process, into the files of the extract and evaluate rules."""
 
 import logging
