@@ -244,3 +244,41 @@ def test_one_measured_test_time_stated_once() -> None:
         tests = [line for line in text.splitlines() if "pytest" in line or "suite" in line]
         assert not [line for line in tests if minutes.search(line)], page.name
     assert "the full suite 8 min" in (DOCS / "performance.md").read_text(encoding="utf-8")
+
+
+def test_the_pages_costs_of_more_runs_come_from_the_default_run_record() -> None:
+    """The job-minutes a fixed-size run and a checkpoint suite cost, and what the layered configs'
+    42 runs and 46 suites add, follow from the newest default-run record's table (10 of each),
+    wherever a page states them."""
+    record = sorted((REPO / "bench" / "runs").glob("default_run_*.md"))[-1].read_text()
+    minutes = {
+        part: float(value)
+        for part, value in re.findall(r"^\| ([^|]+?) \| \d+ \| ([\d.]+) \|$", record, re.M)
+    }
+    run = (
+        minutes["fixed-size runs: training"] + minutes["fixed-size runs: measure and metrics"]
+    ) / 10
+    suite = (
+        minutes["checkpoint suites: training"] + minutes["checkpoint suites: measure and metrics"]
+    ) / 10
+    expected = {
+        "a run": f"{run:.2f}".rstrip("0"),
+        "per run": f"{run:.2f}".rstrip("0"),
+        "a suite": f"{suite:.1f}",
+        "runs": f"{round(42 * run)}",
+        "suites": f"{round(46 * suite)}",
+    }
+    pages = [REPO / "README.md", *DOCS.glob("*.md"), REPO / "config" / "README.md"]
+    said = 0
+    for page in pages:
+        text = re.sub(r"\s+", " ", page.read_text(encoding="utf-8"))
+        for value in re.findall(r"about ([\d.]+) job-minutes (?:a run|per run)", text):
+            assert value == expected["a run"], (page.name, value, expected)
+            said += 1
+        for value in re.findall(r"about ([\d.]+) job-minutes a suite", text):
+            assert value == expected["a suite"], (page.name, value, expected)
+            said += 1
+        for value in re.findall(r"42 (?:more )?runs[^.]*?about (\d+) (?:more )?job-minutes", text):
+            assert value == expected["runs"], (page.name, value, expected)
+            said += 1
+    assert said >= 5, said
