@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from blockcoupling import cli
@@ -61,3 +62,27 @@ def test_claims_keeps_a_readme_symlink_and_the_files_mode(claims_run: Path, tmp_
     assert cli.main(["claims", str(claims_run), "--readme", str(link)]) == 0
     assert link.is_symlink() and "| new table |" in real.read_text()
     assert (real.stat().st_mode & 0o777) == 0o640
+
+
+def test_the_readme_gets_the_tables_and_a_link_not_the_sentences(tmp_path: Path) -> None:
+    """The sentences that read each row stay in the run's claims.md; the README keeps its
+    tables and one line naming where the sentences are and linking the page on the columns."""
+    from blockcoupling.stats.claims_markdown import claims_prose
+
+    results = tmp_path / "results"
+    (results / "stats").mkdir(parents=True)
+    rows = pd.DataFrame(
+        {"claim": ["A", "B"], "primary": [True, False], "verdict": ["x", "y"]}
+        | {"estimate": [float("nan")] * 2}
+    )
+    prose = claims_prose(rows)
+    body = "| table |\n\n" + prose + "\nRaw coupling beside its chance level.\n\n| raw |\n"
+    (results / "stats" / "claims.md").write_text(body)
+    readme = tmp_path / "README.md"
+    readme.write_text(_readme("top\n{start}\nold\n{end}\nend\n"))
+    assert cli.main(["claims", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "| table |" in text and "| raw |" in text and "Raw coupling beside" in text
+    assert "- A (primary)" not in text and "How to read it" not in text
+    assert "(2 rows)" in text and "docs/statistics.md#the-claims-table" in text
+    assert (results / "stats" / "claims.md").read_text() == body  # the run's file keeps them

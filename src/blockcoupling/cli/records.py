@@ -24,8 +24,31 @@ def render_claims(results: Path, readme: Path) -> str:
             f"{source} holds the markers {START} / {END} itself (the README would get two "
             "pairs): it is not the table stats_claims writes; rerun the workflow's stats_claims"
         )
-    _rewrite_block(readme, START, END, body)
+    _rewrite_block(readme, START, END, readme_tables(body, source))
     return f"{readme}: claims table from {source}"
+
+
+PROSE = "How to read it (generated from the same table):"
+
+
+def readme_tables(body: str, source: Path) -> str:
+    """``claims.md`` as the README shows it: its tables, the generated sentences that read each
+    row (``PROSE`` up to the next paragraph) replaced by one line naming where they are.
+    """
+    if PROSE not in body:
+        return body
+    before, _, after = body.partition(PROSE)
+    rest = after.lstrip("\n")
+    bullets = 0
+    lines = rest.split("\n")
+    while bullets < len(lines) and lines[bullets].startswith("- "):
+        bullets += 1
+    link = (
+        f"One sentence per row reads it ({bullets} rows): `{source.name}` beside the table in the "
+        "run's `results/stats/`; what each column means: "
+        "[docs/statistics.md](docs/statistics.md#the-claims-table).\n"
+    )
+    return before + link + "\n".join(lines[bullets:])
 
 
 def power_table(args: argparse.Namespace) -> str:
