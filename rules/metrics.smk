@@ -2,6 +2,9 @@
 # re-runs these rules and what follows, never the Jacobians. The one route of the metrics
 # section (metrics.ks, ...) to the metric code: PLAN.metric -> these rules' params ->
 # scripts/metrics.py -> files.metric_files.write_metrics -> coupling.metrics.coupling_dataset.
+# Before the first job the checks ask that same MetricConfig, through its own methods
+# (check_extractable; over_chance in k_warnings); extraction stores its statistics at those Ks
+# (extract.stored_ks: metrics) and stats.k must be one of them.
 
 
 rule metrics:

@@ -341,3 +341,29 @@ def test_spectrum_sums_without_singular_values_equal_the_svd() -> None:
     np.testing.assert_allclose(sum4.numpy(), (s**4).sum(-1), rtol=1e-12)
     from_s = coupling.spectrum_sums(jacs, torch.from_numpy(s))
     np.testing.assert_allclose(from_s[1].numpy(), (s**4).sum(-1), rtol=1e-12)
+
+
+def test_metric_config_refuses_ks_the_extraction_cannot_serve() -> None:
+    """The plan-time checks ask the MetricConfig itself: a K above extract.k_max, or one that
+    extract.stored_ks leaves out, is a one-line error naming the key; every K stored passes."""
+    from blockcoupling.coupling.metrics import MetricConfig
+
+    config = MetricConfig(ks=(2, 10))
+    config.check_extractable(10, [2, 10])
+    config.check_extractable(10, None)  # all Ks up to k_max stored
+    with pytest.raises(ValueError, match=r"metrics.ks has K=10 > extract.k_max=8; raise k_max"):
+        config.check_extractable(8, None)
+    with pytest.raises(ValueError, match=r"K=10, which extract.stored_ks=\[2, 4\] does not"):
+        config.check_extractable(32, [2, 4])
+
+
+def test_metric_config_names_the_ks_above_chance_per_model() -> None:
+    """K/d above the limit, by hand: widths 64 and 512 at 1/8 (limits 8 and 64)."""
+    from blockcoupling.coupling.metrics import MetricConfig
+
+    config = MetricConfig(ks=(2, 10, 100))
+    assert config.over_chance({"small": 64, "large": 512}, 1 / 8) == {
+        10: ["small"],
+        100: ["large", "small"],
+    }
+    assert config.over_chance({"large": 512}, 1 / 8) == {100: ["large"]}

@@ -120,6 +120,65 @@ class MetricConfig(_MetricFields):
         )
         return self.at(ks)
 
+    def check_extractable(self, k_max: int, stored_ks: Sequence[int] | None) -> None:
+        """Refuse, before any job, Ks the extraction cannot serve: one above ``extract.k_max``,
+        or one whose statistics ``extract.stored_ks`` does not store.
+
+        Parameters
+        ----------
+        k_max : int
+            The extraction's largest K (``extract.k_max``).
+        stored_ks : sequence of int or None
+            The Ks whose statistics extraction stores (None: every K up to ``k_max``).
+
+        Returns
+        -------
+        None
+            A one-line ValueError naming ``metrics.ks`` and the key to change, else nothing.
+
+        Examples
+        --------
+        >>> MetricConfig(ks=(2, 50)).check_extractable(k_max=32, stored_ks=None)
+        Traceback (most recent call last):
+        ...
+        ValueError: metrics.ks has K=50 > extract.k_max=32; raise k_max or drop that K
+        """
+        if max(self.ks) > k_max:
+            raise ValueError(
+                f"metrics.ks has K={max(self.ks)} > extract.k_max={k_max}; "
+                "raise k_max or drop that K"
+            )
+        missing = [k for k in self.ks if stored_ks is not None and k not in stored_ks]
+        if missing:
+            raise ValueError(
+                f"metrics.ks has K={missing[0]}, which extract.stored_ks={list(stored_ks or ())}"
+                " does not store; add it there or set it to metrics or all"
+            )
+
+    def over_chance(self, widths: Mapping[str, int], limit: float) -> dict[int, list[str]]:
+        """The Ks whose chance overlap K/d is above ``limit`` for some model, with those models.
+
+        Parameters
+        ----------
+        widths : mapping of str to int
+            Each model's width d (its residual stream size).
+        limit : float
+            The largest chance overlap K/d still thought low.
+
+        Returns
+        -------
+        dict of int to list of str
+            K -> the sorted names of the models with K > limit * d, in the order of ``ks``;
+            a K above no model's limit is left out.
+
+        Examples
+        --------
+        >>> MetricConfig(ks=(2, 16)).over_chance({"a": 64, "b": 512}, 1 / 8)
+        {16: ['a']}
+        """
+        over = {k: sorted(n for n, d in widths.items() if k > limit * d) for k in self.ks}
+        return {k: names for k, names in over.items() if names}
+
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> MetricConfig:
         """From the config's ``metrics`` section (schema defaults already filled in)."""

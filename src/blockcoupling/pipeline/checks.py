@@ -9,7 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.jacobians.options import ExtractConfig, check_stored_ks, stored_ks
+from blockcoupling.jacobians.options import ExtractConfig, stored_ks
 from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.budget import DEFAULT_MAX_OUTPUT_GB
 from blockcoupling.pipeline.entries import RANDOM, ModelEntry, model_entries, train_config
@@ -153,13 +153,8 @@ def check_config(
     try:
         metric = MetricConfig.from_config(metrics)
         extract = config["extract"] = {**extract, "stored_ks": stored_ks(extract, metric.ks)}
-        if max(metric.ks) > extract["k_max"]:
-            raise ValueError(
-                f"metrics.ks has K={max(metric.ks)} > extract.k_max={extract['k_max']}; "
-                "raise k_max or drop that K"
-            )
+        metric.check_extractable(extract["k_max"], extract["stored_ks"])
         measure = ExtractConfig.from_config(extract)
-        check_stored_ks(measure, metric.ks)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     runs = config.get("train", {}).get("runs", {})

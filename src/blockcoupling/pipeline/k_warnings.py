@@ -23,15 +23,13 @@ def k_warnings(plan: Plan) -> list[str]:
         if d_model:
             widths[name] = int(d_model)
     lines = []
-    for k in plan.metric.ks:
-        over = sorted(name for name, d in widths.items() if k > K_OVER_D_LIMIT * d)
-        if over:
-            d = min(widths[name] for name in over)
-            lines.append(
-                f"metrics.ks: K={k} is more than d/8 for {len(over)} model(s) (e.g. "
-                f"{over[0]!r}, d={d}: K/d={k / d:.2f}); their chance overlap K/d is high, "
-                f"prefer K <= {int(K_OVER_D_LIMIT * d)} for them (stats.k is {plan.selection.k})"
-            )
+    for k, over in plan.metric.over_chance(widths, K_OVER_D_LIMIT).items():
+        d = min(widths[name] for name in over)
+        lines.append(
+            f"metrics.ks: K={k} is more than d/8 for {len(over)} model(s) (e.g. "
+            f"{over[0]!r}, d={d}: K/d={k / d:.2f}); their chance overlap K/d is high, "
+            f"prefer K <= {int(K_OVER_D_LIMIT * d)} for them (stats.k is {plan.selection.k})"
+        )
     if plan.vit is not None:
         d = int(plan.vit.base["embed_dim"])
         for k in plan.vit.ks:
