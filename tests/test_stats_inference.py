@@ -185,6 +185,11 @@ def test_checkpoint_tests_over_runs_take_initializations_as_units():
     for name in ("emergence_trend", "emergence_loss_slope", "emergence_peak_vs_init"):
         assert emergence.loc[name, "n"] == 5, name
     assert emergence.loc["emergence_trend", "unit"] == "initialization (10 runs)"
+    within = corr[corr["design"] == "within run"]  # one run's checkpoints: a time series
+    assert within["r"].notna().all() and within[["p", "ci_low", "ci_high"]].isna().all().all()
+    tested = corr.dropna(subset=["p"])
+    assert set(tested["design"]) == {checkpoints.COMBINED, checkpoints.STEP_EFFECTS}
+    assert tested["p_holm"].notna().all() and len(tested) == 4
     assert "t(4)" in emergence.loc["emergence_loss_slope", "note"]
 
 

@@ -160,6 +160,14 @@ def combined_correlation(rows: pd.DataFrame, ci: float = 0.95) -> dict:
     )
 
 
+def descriptive(result: dict) -> dict:
+    """A ``correlate`` result over one run's checkpoints as a description: its r and n, no
+    interval or p (the checkpoints of a run are one time series, not independent draws).
+    """
+    reason = result["reason"] or "descriptive: one run's checkpoints, no interval or p"
+    return result | dict(ci_low=np.nan, ci_high=np.nan, p=np.nan, ci_method="", reason=reason)
+
+
 def _over_inits(note: str) -> str:
     """A ``run_level_test`` note over initializations (its units here)."""
     return note.replace("over runs", "over initializations").replace(
@@ -180,7 +188,8 @@ def checkpoint_correlations(
     They are never pooled as independent samples:
 
     - ``design="within run"``: each model's own correlation over its checkpoints (``subset`` =
-      the model; descriptive, its checkpoints form one time series);
+      the model; descriptive, its checkpoints form one time series: r alone, no interval or p,
+      which would take them as independent draws);
     - ``design="runs combined (t over initializations)"``: those correlations, averaged within
       an initialization, by a one-sample t test over initializations (``combined_correlation``);
     - ``design="step fixed effects, clustered by initialization"``: OLS slope of target per sd
@@ -199,7 +208,7 @@ def checkpoint_correlations(
                 rows.append(
                     dict(subset=str(name), design="within run", target=target, predictor=pred)
                     | {"method": method, "unit": "checkpoint (one run, descriptive)"}
-                    | correlate(part[pred], part[target], method, ci)
+                    | descriptive(correlate(part[pred], part[target], method, ci))
                 )
     within = pd.DataFrame(rows)
     within["init"] = within["subset"].map(table.groupby("model")["init"].first())
