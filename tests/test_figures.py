@@ -825,6 +825,48 @@ def test_vit_accuracy_legends_clear_the_axis_labels(tmp_path, monkeypatch):
     assert not found, "; ".join(found)
 
 
+def test_vit_accuracy_lines_are_the_claims_rows_within_rate_slope(monkeypatch):
+    """vit_coupling_vs_accuracy drew a least-squares line per rate in every panel from the
+    per-rate correlation table (analysis rows), none from the claim's row: its lines are now
+    the claims row's slope (accuracy per sd of the excess, rate and seed as blocks) through
+    each rate's mean, in the excess panel alone, checked against statsmodels' fixed-effects
+    OLS on the raw measure; the other panels say why they have none."""
+    import statsmodels.formula.api as smf
+
+    from blockcoupling.figures import vit as figure_vit
+    from blockcoupling.stats import claims as claims_module
+    from blockcoupling.stats import vit as stats_vit
+
+    data = Path(__file__).parent / "data" / "vit_default"
+    table = pd.read_csv(data / "vit_models.csv")
+    within = pd.read_csv(data / "vit_coupling_vs_accuracy.csv")
+    claims = claims_module.claims_table(stats_vit.vit_analyses(table), {})
+    panels: dict[str, tuple[list, str]] = {}
+
+    def count(fig, path):
+        for ax in fig.axes:
+            if ax.get_ylabel() == "test accuracy":
+                fits = [line for line in ax.lines if len(line.get_xdata()) == 2]
+                panels[ax.get_xlabel().split(" ")[0]] = (fits, ax.get_title())
+        plt.close(fig)
+
+    monkeypatch.setattr(figure_vit, "save", count)
+    figure_vit.vit_coupling_vs_accuracy(table, "unused", within=within)
+    assert panels and not any(fits for fits, _ in panels.values())  # no claims: no line
+    figure_vit.vit_coupling_vs_accuracy(table, "unused", within=within, claims=claims)
+    fe = smf.ols("test_accuracy ~ coupling_excess + C(sd) + C(seed)", data=table).fit()
+    drawn = {key: fits for key, (fits, _) in panels.items() if fits}
+    assert list(drawn) == ["calibrated"], panels
+    fits = drawn["calibrated"]
+    assert len(fits) == table["sd"].nunique()
+    for line in fits:
+        (x0, x1), (y0, y1) = line.get_xdata(), line.get_ydata()
+        assert (y1 - y0) / (x1 - x0) == pytest.approx(fe.params["coupling_excess"], rel=1e-6)
+    assert "lines: the claim's slope" in panels["calibrated"][1]
+    others = [title for key, (_, title) in panels.items() if key != "calibrated"]
+    assert others and all("no line: no claims row rests on this measure" in t for t in others)
+
+
 # the shapes of a default run: 20 fixed-size runs with long names (the design before issue 41's;
 # config/across_runs.yaml has 52) beside 2 pretrained models, and metrics.ks [4, 8, 10, 30, 50]
 DEFAULT_MODELS = [
