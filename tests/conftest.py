@@ -235,6 +235,32 @@ def root_logging() -> object:
     logging.root.setLevel(level)
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> object:
+    """A disk that fills up: ``small_tmpfs(size)`` mounts a tmpfs of ``size`` (mount's syntax:
+    "64k") on a new folder under ``tmp_path`` and returns it, unmounted when the test ends
+    (lazily: HDF5 may still hold a file). Needs the right to mount (root in a container that
+    allows it); the test is skipped where there is none.
+    """
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        folder = tmp_path / f"tmpfs-{len(mounted)}"
+        folder.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+            capture_output=True,
+        )
+        if done.returncode != 0:
+            pytest.skip("cannot mount a small tmpfs here")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
 def smoke(**changes: dict) -> dict:
     """config/smoke.yaml with sections updated (one level deep), schema-validated."""
     import yaml

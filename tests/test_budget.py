@@ -59,6 +59,33 @@ def test_the_workflow_stops_before_any_job(capsys: pytest.CaptureFixture) -> Non
     setup(smoke(budget={"max_output_gb": None}))  # no limit
 
 
+def test_the_quota_is_checked_once_in_the_main_process_not_in_each_job(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Every job's process re-parses the Snakefile (on Slurm each one's): the quota check ran
+    there again, costing the plan per job and able to stop a job of a started run. It runs in
+    the main process (Snakemake's ``workflow.is_main_process``, which rules/common.smk passes)
+    and in no job's."""
+    from blockcoupling.pipeline import workflow_setup
+
+    calls = []
+    monkeypatch.setattr(
+        workflow_setup, "check_budget", lambda plan: calls.append(plan) or check_budget(plan)
+    )
+    over = smoke(budget={"max_output_gb": 1e-6})
+
+    def setup(main: bool) -> None:
+        setup_workflow(over, str(REPO), {}, ({}, {}), False, main, lambda: False, None)
+
+    setup(main=False)  # a job's process: no check, no refusal, no volume lines
+    assert calls == [] and "plan: output" not in capsys.readouterr().err
+    with pytest.raises(SetupError, match=r"^config error: budget\.max_output_gb"):
+        setup(main=True)
+    assert len(calls) == 1
+    common = (REPO / "rules" / "common.smk").read_text()
+    assert "workflow.is_main_process," in common.split("setup_workflow(", 1)[1].split(")\n", 1)[0]
+
+
 def test_stored_ks_are_planned_and_checked() -> None:
     def output(**extract) -> float:
         plan = check_config(smoke(extract=extract), REPO)

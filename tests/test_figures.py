@@ -720,12 +720,13 @@ def test_a_fit_line_is_drawn_only_where_it_agrees_in_sign_with_its_claims(monkey
 
     monkeypatch.setattr(figure_crossmodel, "save", count)
     for sign in (1, -1):
-        analyses = ANALYSES.iloc[:1].assign(estimate=sign * np.sign(row["r"]) * 0.2)
+        analyses = ANALYSES.iloc[:1].assign(estimate=sign * np.sign(row["r"]) * 0.2, n=4)
         claims = claims_module.claims_table(analyses, {})
         figures.coupling_vs_score(table, "unused", correlations=correlations, claims=claims)
         lines, title = drawn["excess"]
         if sign == 1:
             assert lines == 1 and "no line" not in title, title
+            assert "line: least squares; the claims'" in title and "0.2" in title, title
         else:
             assert lines == 0 and "no line: its slope's sign differs" in title, title
 
@@ -740,10 +741,15 @@ def test_every_caption_names_its_paper_figure():
         assert re.match(r"Paper: (Figures? \d|the .*\(labels? ``|no figure)", first), name
 
 
-def test_fit_lines_only_beside_their_statistics_row(monkeypatch):
-    """coupling_vs_score draws a least-squares line in a panel only where the correlations table
-    estimates that design's correlation for that measure (27e3f5c drew one under "no row")."""
-    ds = make_coupling(MANY).assign_coords(family=("model", ["grid"] * 4 + ["other"]))
+def test_every_fit_line_comes_from_a_claims_row_the_panel_quotes(monkeypatch):
+    """coupling_vs_score drew a least-squares line wherever the correlations table (an analysis
+    row) estimated the panel's correlation: the overlap panel, which no claims row rests on
+    (its slope is only the sign condition of the across-runs claim), had one. Lines now come
+    only where claims rows rest on the panel (n and sign agreeing), quoted in its title; every
+    other panel says why it has none."""
+    from blockcoupling.stats import claims as claims_module
+
+    ds = make_coupling(MANY).assign_coords(family=("model", ["fixed_size"] * 4 + ["other"]))
     table = with_calibration(
         crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=20)))
     )
@@ -751,22 +757,52 @@ def test_fit_lines_only_beside_their_statistics_row(monkeypatch):
     correlations = crossmodel.correlations(
         table, predictors=shown, subsets=crossmodel.table_subsets(table)
     )
-    drawn: dict[tuple[str, str], int] = {}
+    assert all(
+        quotes.estimable(figure_crossmodel._correlation_row(correlations, "fixed_size", m))
+        for m in shown
+    )  # every panel has an exploratory row: none of them may draw a line from it
+    drawn: dict[tuple[int, str], tuple[int, str]] = {}
 
     def count(fig, path):
         for ax in fig.axes:
             fits = [line for line in ax.lines if line.get_color() == "0.3"]
-            column = ax.get_subplotspec().colspan.start  # 0: the family "grid", 1: the others
-            drawn[(column, ax.get_xlabel().split("\n")[0])] = len(fits)
+            column = ax.get_subplotspec().colspan.start  # 0: the family, 1: the others
+            drawn[(column, ax.get_xlabel().split("\n")[0].split(" ")[0])] = (
+                len(fits),
+                ax.get_title(),
+            )
         plt.close(fig)
 
     monkeypatch.setattr(figure_crossmodel, "save", count)
-    figures.coupling_vs_score(table, "unused", correlations=None)
-    assert drawn and not any(drawn.values())  # no table: no line anywhere
-    only = correlations[correlations["predictor"] == "coupling"]
-    figures.coupling_vs_score(table, "unused", correlations=only)
-    lines = {key: n for key, n in drawn.items() if n}
-    assert lines == {(0, "raw coupling"): 1}, drawn
+    figures.coupling_vs_score(table, "unused", correlations=correlations)
+    assert drawn and not any(n for n, _ in drawn.values())  # no claims table: no line anywhere
+    excess = table[table["family"] == "fixed_size"]
+    r = np.corrcoef(excess["coupling_excess"], excess["score"])[0, 1]
+    analyses = pd.DataFrame(
+        dict(
+            analysis=["fixed_size_excess_vs_bpb"],
+            estimate=[np.sign(r) * 0.3],
+            ci_low=[np.nan],
+            ci_high=[np.nan],
+            unit=["run"],
+            n=[4],
+            p=[0.01],
+            p_wild=[0.02],
+            p_holm=[np.nan],
+            note=[""],
+        )
+    )
+    claims = claims_module.claims_table(analyses, {})
+    figures.coupling_vs_score(table, "unused", correlations=correlations, claims=claims)
+    lines = {key: n for key, (n, _) in drawn.items() if n}
+    assert lines == {(0, "calibrated"): 1}, drawn
+    overlap = next(title for (col, x), (_, title) in drawn.items() if col == 0 and x != "raw"
+                   and x != "calibrated")  # fmt: skip
+    assert "no line: no claims row of its own" in overlap, overlap
+    raw = drawn[(0, "raw")][1]
+    assert "no line: its claims rows have no estimate" in raw, raw
+    other = [title for (col, _), (_, title) in drawn.items() if col == 1]
+    assert all("no fit: these models are not one design" in t for t in other), other
 
 
 def test_vit_accuracy_legends_clear_the_axis_labels(tmp_path, monkeypatch):
@@ -787,6 +823,48 @@ def test_vit_accuracy_legends_clear_the_axis_labels(tmp_path, monkeypatch):
     within = pd.read_csv(data / "vit_coupling_vs_accuracy.csv")
     assert_written(figure_vit.vit_coupling_vs_accuracy(table, tmp_path / "acc.png", within=within))
     assert not found, "; ".join(found)
+
+
+def test_vit_accuracy_lines_are_the_claims_rows_within_rate_slope(monkeypatch):
+    """vit_coupling_vs_accuracy drew a least-squares line per rate in every panel from the
+    per-rate correlation table (analysis rows), none from the claim's row: its lines are now
+    the claims row's slope (accuracy per sd of the excess, rate and seed as blocks) through
+    each rate's mean, in the excess panel alone, checked against statsmodels' fixed-effects
+    OLS on the raw measure; the other panels say why they have none."""
+    import statsmodels.formula.api as smf
+
+    from blockcoupling.figures import vit as figure_vit
+    from blockcoupling.stats import claims as claims_module
+    from blockcoupling.stats import vit as stats_vit
+
+    data = Path(__file__).parent / "data" / "vit_default"
+    table = pd.read_csv(data / "vit_models.csv")
+    within = pd.read_csv(data / "vit_coupling_vs_accuracy.csv")
+    claims = claims_module.claims_table(stats_vit.vit_analyses(table), {})
+    panels: dict[str, tuple[list, str]] = {}
+
+    def count(fig, path):
+        for ax in fig.axes:
+            if ax.get_ylabel() == "test accuracy":
+                fits = [line for line in ax.lines if len(line.get_xdata()) == 2]
+                panels[ax.get_xlabel().split(" ")[0]] = (fits, ax.get_title())
+        plt.close(fig)
+
+    monkeypatch.setattr(figure_vit, "save", count)
+    figure_vit.vit_coupling_vs_accuracy(table, "unused", within=within)
+    assert panels and not any(fits for fits, _ in panels.values())  # no claims: no line
+    figure_vit.vit_coupling_vs_accuracy(table, "unused", within=within, claims=claims)
+    fe = smf.ols("test_accuracy ~ coupling_excess + C(sd) + C(seed)", data=table).fit()
+    drawn = {key: fits for key, (fits, _) in panels.items() if fits}
+    assert list(drawn) == ["calibrated"], panels
+    fits = drawn["calibrated"]
+    assert len(fits) == table["sd"].nunique()
+    for line in fits:
+        (x0, x1), (y0, y1) = line.get_xdata(), line.get_ydata()
+        assert (y1 - y0) / (x1 - x0) == pytest.approx(fe.params["coupling_excess"], rel=1e-6)
+    assert "lines: the claim's slope" in panels["calibrated"][1]
+    others = [title for key, (_, title) in panels.items() if key != "calibrated"]
+    assert others and all("no line: no claims row rests on this measure" in t for t in others)
 
 
 # the shapes of a default run: 20 fixed-size runs with long names (the design before issue 41's;

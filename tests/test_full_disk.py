@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,19 +14,9 @@ pytestmark = pytest.mark.usefixtures("root_logging")  # rule scripts run in-proc
 
 
 @pytest.fixture
-def full_disk(tmp_path: Path) -> object:
-    """A 64 KiB tmpfs (needs the right to mount: root in a container that allows it)."""
-    import subprocess
-
-    folder = tmp_path / "full"
-    folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here")
-    yield folder
-    subprocess.run(["umount", "--lazy", str(folder)], check=True)  # HDF5 may hold the file
+def full_disk(small_tmpfs: Callable[[str], Path]) -> Path:
+    """A 64 KiB tmpfs (conftest's ``small_tmpfs``)."""
+    return small_tmpfs("64k")
 
 
 def test_a_full_disk_under_netcdf_says_disk_full_not_permission_denied(full_disk: Path) -> None:
@@ -45,3 +36,12 @@ def test_a_full_disk_under_netcdf_says_disk_full_not_permission_denied(full_disk
     assert error.value.errno == errno.ENOSPC and error.value.filename == str(target)
     assert reason(error.value).startswith("the disk is full (No space left on device")
     assert not list(full_disk.iterdir())  # no partial file left
+
+
+def test_one_disk_full_fixture_serves_every_test() -> None:
+    """The tmpfs that fills up is built once (conftest's ``small_tmpfs``): two test files
+    each mounted and unmounted their own."""
+    here = Path(__file__).parent
+    needle = '"mount", "-t", ' + '"tmpfs"'  # split: this file does not mount one
+    mounting = [p.name for p in here.glob("*.py") if needle in p.read_text()]
+    assert mounting == ["conftest.py"], mounting

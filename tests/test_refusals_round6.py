@@ -408,35 +408,26 @@ def test_the_public_api_says_what_it_expected(
 
 
 def test_a_full_disk_while_saving_a_checkpoint_is_one_oserror_naming_the_folder(
-    tmp_path: Path,
+    small_tmpfs: Callable[[str], Path],
 ) -> None:
-    """On a 96 KiB tmpfs (needs the right to mount, as tests/test_full_disk.py): the tokenizer
-    fits, step 0's weights do not; safetensors' own error was a traceback."""
+    """On a 96 KiB tmpfs (conftest's ``small_tmpfs``): the tokenizer fits, step 0's weights do
+    not; safetensors' own error was a traceback."""
     import errno
 
     from blockcoupling.lm.training.train import TrainConfig, train
     from blockcoupling.runtime.runner import reason
 
-    folder = tmp_path / "small"
-    folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(folder)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here")
+    folder = small_tmpfs("96k")
     cfg = TrainConfig(
         n_layers=2, d_model=32, n_heads=2, vocab_size=300, context_length=64, batch_size=4,
         total_steps=4, checkpoint_steps=(0, 4), n_val_windows=2, max_train_chars=20000,
     )  # fmt: skip
-    try:
-        with pytest.raises(OSError) as error:
-            train(cfg, folder / "run", threads=1, progress=False)
-        assert error.value.errno == errno.ENOSPC
-        assert error.value.filename == str(folder / "run" / "step0.tmp")
-        assert reason(error.value).startswith("the disk is full (No space left on device")
-        assert not (folder / "run" / "step0.tmp").exists()  # no partial checkpoint left
-    finally:
-        subprocess.run(["umount", "--lazy", str(folder)], check=True)
+    with pytest.raises(OSError) as error:
+        train(cfg, folder / "run", threads=1, progress=False)
+    assert error.value.errno == errno.ENOSPC
+    assert error.value.filename == str(folder / "run" / "step0.tmp")
+    assert reason(error.value).startswith("the disk is full (No space left on device")
+    assert not (folder / "run" / "step0.tmp").exists()  # no partial checkpoint left
 
 
 def test_a_safetensors_disk_full_error_becomes_an_enospc_oserror(tmp_path: Path) -> None:

@@ -389,8 +389,8 @@ def test_checkpoint_table_and_correlations():
     corr = checkpoints.checkpoint_correlations(table, methods=("pearson",))
     assert set(corr["design"]) == {
         "within run",
-        "runs combined (t over runs)",
-        "step fixed effects, clustered by run",
+        checkpoints.COMBINED,
+        checkpoints.STEP_EFFECTS,
     }
     assert row(corr, subset="m0", predictor="coupling")["reason"] == "n=3 < 4"
     assert "all" not in set(corr["subset"])  # never one pooled correlation of all checkpoints

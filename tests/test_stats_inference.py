@@ -119,12 +119,78 @@ def test_spearman_of_plus_minus_one_has_no_clipped_interval():
     )
 
 
-def test_combined_correlation_uses_runs_as_units():
-    runs = pd.DataFrame({"r": [0.5, 0.8, -0.2, 0.4, 0.6, np.nan], "n": [7, 13, 6, 6, 6, 3]})
+def test_combined_correlation_uses_initializations_as_units():
+    """Its n counted checkpoints (38) and its t ran over runs: runs that share an init (two
+    learning rates at one seed) are one unit, their r averaged first; n = initializations."""
+    r = [0.5, 0.7, 0.8, -0.2, 0.0, 0.4, 0.6, 0.3, np.nan]
+    runs = pd.DataFrame(
+        {
+            "r": r,
+            "n": [7, 7, 13, 6, 6, 6, 6, 6, 3],
+            "init": ["a", "a", "b", "c", "c", "d", "e", "f", "f"],
+        }
+    )
     got = checkpoints.combined_correlation(runs)
-    ref = sps.ttest_1samp([0.5, 0.8, -0.2, 0.4, 0.6], 0.0)
-    assert got["r"] == pytest.approx(0.42) and got["p"] == pytest.approx(ref.pvalue)
-    assert got["n_groups"] == 5 and got["n"] == 38
+    units = [0.6, 0.8, -0.1, 0.4, 0.6, 0.3]
+    ref = sps.ttest_1samp(units, 0.0)
+    low, high = ref.confidence_interval(0.95)
+    assert got["r"] == pytest.approx(np.mean(units)) and got["p"] == pytest.approx(ref.pvalue)
+    assert (got["ci_low"], got["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert got["n"] == 6 and got["n_runs"] == 8 and got["n_checkpoints"] == 57
+    assert got["unit"] == "initialization (8 runs)" and "t(5) over initializations" in got["reason"]
+    ones = np.ones((6, 1))
+    assert got["p_wild"] == pytest.approx(inference.wild_cluster_p(units, ones, 0, np.arange(6)))
+
+
+def test_checkpoint_tests_over_runs_take_initializations_as_units():
+    """10 runs from 5 inits (two learning rates per seed, identical step-0 values): the
+    checkpoint correlations, the trend and the step-fixed-effects slopes have 5 units, not 10
+    runs or 50 checkpoints."""
+    rng = np.random.default_rng(3)
+    steps = np.array([0, 4, 16, 64, 256])
+    models = [f"lr{lr}-s{s}" for s in range(5) for lr in (1, 4)]
+    values = rng.normal(size=(10, 5, 6)) + np.linspace(0, 1, 5)[None, :, None]
+    values[1::2, 0] = values[0::2, 0]  # runs of one seed share their init
+    cube = xr.Dataset(
+        {
+            "coupling": (("model", "step", "prompt"), values),
+            "adjacent_coupling": (("model", "step", "prompt"), values / 2),
+            "coupling_excess": (("model", "step", "prompt"), values - 0.5),
+        },
+        coords=dict(model=models, step=steps, family=("model", ["emergence"] * 10)),
+    )
+    history = pd.DataFrame(
+        [
+            dict(model=m, step=int(s), val_loss=float(5 - i * 0.3 + rng.normal(scale=0.2)))
+            for m in models
+            for i, s in enumerate(steps)
+        ]
+    )
+    table = checkpoints.checkpoint_table(cube, history, boot=Bootstrap(n_boot=0))
+    assert table.groupby("init")["model"].nunique().tolist() == [2] * 5
+    corr = checkpoints.checkpoint_correlations(table, methods=("pearson",))
+    combined = corr[corr["design"] == checkpoints.COMBINED].set_index("predictor")
+    fixed = corr[corr["design"] == checkpoints.STEP_EFFECTS].set_index("predictor")
+    for pred in ("coupling", "adjacent_coupling"):
+        within = corr[(corr["design"] == "within run") & (corr["predictor"] == pred)]
+        per_init = within.assign(init=[m.split("-")[1] for m in within["subset"]])
+        expected = per_init.groupby("init")["r"].mean()
+        assert combined.loc[pred, "n"] == 5 and combined.loc[pred, "n_checkpoints"] == 50
+        assert combined.loc[pred, "r"] == pytest.approx(expected.mean())
+        assert combined.loc[pred, "p"] == pytest.approx(sps.ttest_1samp(expected, 0).pvalue)
+        assert fixed.loc[pred, "n"] == 5 and "t(4)" in fixed.loc[pred, "reason"]
+    emergence = checkpoints.emergence_analyses(
+        cube, table, Selection(), "coupling_excess", Bootstrap(n_boot=0)
+    ).set_index("analysis")
+    for name in ("emergence_trend", "emergence_loss_slope", "emergence_peak_vs_init"):
+        assert emergence.loc[name, "n"] == 5, name
+    assert emergence.loc["emergence_trend", "unit"] == "initialization (10 runs)"
+    within = corr[corr["design"] == "within run"]  # one run's checkpoints: a time series
+    assert within["r"].notna().all() and within[["p", "ci_low", "ci_high"]].isna().all().all()
+    tested = corr.dropna(subset=["p"])
+    assert set(tested["design"]) == {checkpoints.COMBINED, checkpoints.STEP_EFFECTS}
+    assert tested["p_holm"].notna().all() and len(tested) == 4
+    assert "t(4)" in emergence.loc["emergence_loss_slope", "note"]
 
 
 def test_holm_runs_over_the_declared_primaries_alone():
@@ -490,7 +556,7 @@ def test_emergence_trend_and_step_fixed_effects_slope():
         cube, table, Selection(), boot=Bootstrap(n_boot=50)
     ).set_index("analysis")
     trend = out.loc["emergence_trend"]
-    assert trend["n"] == 6 and trend["unit"] == "run" and trend["ci_low"] > 0
+    assert trend["n"] == 6 and trend["unit"] == "initialization (6 runs)" and trend["ci_low"] > 0
     slope = out.loc["emergence_loss_slope"]  # neg_val_loss = excess + step effect: slope 1/sd
     sd = table["coupling_excess"].std(ddof=1)
     assert slope["estimate"] == pytest.approx(sd, rel=1e-6) and slope["n"] == 6

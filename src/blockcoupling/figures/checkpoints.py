@@ -36,6 +36,7 @@ from blockcoupling.figures.common import (
 )
 from blockcoupling.figures.heatmaps import heatmap_grid, matrix, require_dims
 from blockcoupling.figures.quotes import add_claims_note, exploratory_title, first_row
+from blockcoupling.stats.checkpoints import COMBINED
 from blockcoupling.stats.core import select
 
 
@@ -247,8 +248,9 @@ def coupling_vs_validation_loss(
     FacetGrid, one panel per measure): colour = log10(step + 1), marker = model, a thin line
     through each run's checkpoints, light grey ``_``: the chance level. Titles: the run-level
     estimate from ``correlations`` (a `checkpoint_correlations` table: the mean within-run r,
-    t over runs, n = runs), exploratory; no line is fitted through the pooled points. Under the
-    grid: the within-run claim's row of ``claims``, K and the chance level drawn.
+    t over initializations, n = initializations), exploratory; no line is fitted through the
+    pooled points. Under the grid: the within-run claim's row of ``claims``, K and the chance
+    level drawn.
     """
     require_columns(table, ["model", "step", "coupling", "val_loss"])
     shown = measures(table) or ["coupling"]
@@ -270,13 +272,9 @@ def coupling_vs_validation_loss(
         draw_panels(grid, _loss_panel, models=models, norm=norm)
         for measure, ax in grid.axes_dict.items():
             row = first_row(
-                correlations,
-                dict(design="runs combined (t over runs)", predictor=measure, method="pearson"),
-            )
-            if row is not None and "n_groups" in row.index:  # its units: runs, not checkpoints
-                row = row.copy()
-                row["n"] = row["n_groups"]
-            title = exploratory_title(row, "mean within-run r").replace(", n = ", ", runs = ")
+                correlations, dict(design=COMBINED, predictor=measure, method="pearson")
+            )  # its n: initializations (runs sharing one averaged first), not checkpoints
+            title = exploratory_title(row, "mean within-run r").replace(", n = ", ", inits = ")
             ax.set_title(title, fontsize="small")
             ax.set(xlabel=label("val_loss"), ylabel=label(measure))
         if models:

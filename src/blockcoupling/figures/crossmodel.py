@@ -30,23 +30,28 @@ from blockcoupling.figures.common import (
 )
 from blockcoupling.figures.quotes import (
     add_claims_note,
-    estimable,
     exploratory_title,
     first_row,
     stat_row,
 )
 from blockcoupling.stats.claims import claim_of
+from blockcoupling.stats.claims_markdown import number
 
 OTHER = "other models"
 # (design, measure) -> the analyses whose claims rows rest on that panel's measure against the
-# score: a least-squares line is drawn there only when its slope has each row's sign
+# score: the only panels with a least-squares line, drawn when the rows' n is the panel's and
+# its slope has each row's sign (the panel quotes them); every other panel says why it has none
 PANEL_CLAIMS = {
     ("fixed_size", "coupling_excess"): (
         "fixed_size_excess_vs_bpb",
         "fixed_size_excess_vs_bpb_rank_adjusted",
     ),
     ("fixed_size", "coupling"): ("fixed_size_coupling_vs_bpb_rank_adjusted",),
+    ("all models", "coupling"): ("crossmodel_coupling_vs_score",),  # when they are one kind
 }
+# (design, measure) -> the analysis whose claim that panel's measure is a condition of (its
+# sign must agree) without a claims row of its own: no line there
+PANEL_CONDITIONS = {("fixed_size", "overlap_u"): "fixed_size_excess_vs_bpb"}
 
 
 def designs(table: pd.DataFrame, y: str = "score") -> list[tuple[str, pd.DataFrame]]:
@@ -89,13 +94,13 @@ def coupling_vs_score(
 
     One marker per model (one legend under the grid, no text on the points); horizontal bars:
     the table's CI (``{measure}_low/_high``); light grey ``|`` behind each point: that model's
-    chance level (``coupling_null``, ``overlap_null``), a dashed line at the excess's 0. A
-    least-squares line only in a panel whose correlation ``correlations`` (a stats table) holds
-    for that design's subset; the title quotes it as exploratory (estimate, interval, p, n),
-    never computed here. In a panel whose measure claims rest on (``PANEL_CLAIMS``) the line is
-    drawn only when its slope has the sign of each of those rows of ``claims`` (else the title
-    says why there is none). Under the grid: the claims rows this figure draws, as claims.csv
-    has them, with K and the chance levels drawn.
+    chance level (``coupling_null``, ``overlap_null``), a dashed line at the excess's 0. The
+    title quotes the panel's exploratory correlation from ``correlations`` (a stats table:
+    estimate, interval, p, n; never computed here). A least-squares line only in a panel whose
+    measure claims rows rest on (``PANEL_CLAIMS``), drawn when those rows of ``claims`` count
+    the panel's points and its slope has the sign of each, whose estimates its title then
+    quotes; every other panel says why it has no line (``fit_reason``). Under the grid: the
+    claims rows this figure draws, as claims.csv has them, with K and the chance levels drawn.
     """
     shown = measures(table) or ["coupling"]
     groups = designs(table.dropna(subset=[y]) if y in table.columns else table, y)
@@ -117,7 +122,7 @@ def coupling_vs_score(
             despine=False,
         )
         order = list(dict.fromkeys(long["model"]))  # one marker and colour per model, all designs
-        draw_panels(grid, _score_panel, y=y, correlations=correlations, order=order, claims=claims)
+        draw_panels(grid, _score_panel, y=y, order=order, claims=claims)
         for (measure, design), ax in grid.axes_dict.items():
             row = _correlation_row(correlations, design, measure)
             stat = (
@@ -125,8 +130,9 @@ def coupling_vs_score(
                 if design == OTHER
                 else exploratory_title(row, "Pearson r")
             )
-            against = _against_claims(row, claims, design, measure)
-            stat = f"{stat}\nno line: {against}" if against and estimable(row) else stat
+            if design != OTHER:
+                points = long[(long["measure"] == measure) & (long["design"] == design)]
+                stat += "\n" + fit_reason(points.dropna(subset=["value", y]), y, claims)[1]
             ax.set_title(f"{design}\n{stat}" if measure == shown[0] else stat, fontsize="small")
             ax.set(xlabel=label(measure), ylabel="")
             ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
@@ -137,25 +143,38 @@ def coupling_vs_score(
         return save(grid.figure, path)
 
 
-def _against_claims(
-    row: pd.Series | None, claims: pd.DataFrame | None, design: str, measure: str
-) -> str:
-    """Why a panel's least-squares line is not drawn: the claims rows (``PANEL_CLAIMS``) whose
-    estimate's sign its correlation ``row`` does not share ('' when it shares every one).
+def fit_reason(data: pd.DataFrame, y: str, claims: pd.DataFrame | None) -> tuple[bool, str]:
+    """Whether a panel of ``coupling_vs_score`` (its points: ``long_form`` rows of one measure
+    and design with a value and a score) gets a least-squares line, and the title line saying
+    why: only where claims rows rest on its measure (``PANEL_CLAIMS``), those of ``claims``
+    with an estimate count its points, and its slope has each one's sign; the line then quotes
+    their estimates (claims.md's digits).
     """
-    if not estimable(row):
-        return ""
-    assert row is not None
-    r = float(row["r"])
-    differ = []
-    for analysis in PANEL_CLAIMS.get((design, measure), ()):
-        claim_row = stat_row(claims, claim=claim_of(analysis))
-        estimate = float(claim_row["estimate"]) if claim_row is not None else np.nan
-        if np.isfinite(estimate) and np.sign(estimate) != np.sign(r):
-            differ.append(f"{estimate:+.3g}")
-    if not differ:
-        return ""
-    return f"its slope's sign differs from the claims' {', '.join(differ)} (note below)"
+    if data.empty:
+        return False, ""
+    measure, design = str(data["measure"].iloc[0]), str(data["design"].iloc[0])
+    analyses = PANEL_CLAIMS.get((design, measure), ())
+    if not analyses:
+        if (design, measure) in PANEL_CONDITIONS:
+            return False, "no line: no claims row of its own\n(a claim's sign condition, below)"
+        return False, "no line: no claims row rests on this panel"
+    rows = [stat_row(claims, claim=claim_of(analysis)) for analysis in analyses]
+    rows = [r for r in rows if r is not None and np.isfinite(float(r["estimate"]))]
+    if not rows:
+        return False, "no line: its claims rows have no estimate"
+    x = data["value"].to_numpy(float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        return False, "no line: too few distinct points"
+    counts = {int(r["n"]) for r in rows if pd.notna(r["n"])}
+    if counts and counts != {len(x)}:
+        n = ", ".join(str(c) for c in sorted(counts))
+        return False, f"no line: its claims rows count n = {n},\nnot these {len(x)} points"
+    slope = np.polyfit(x, data[y].to_numpy(float), 1)[0]
+    estimates = [float(r["estimate"]) for r in rows]
+    quoted = ", ".join(f"{'+' if e > 0 else ''}{number(e)}" for e in estimates)
+    if any(np.sign(e) != np.sign(slope) for e in estimates):
+        return False, f"no line: its slope's sign differs from\nthe claims' {quoted} (note below)"
+    return True, f"line: least squares; the claims'\n{quoted} (note below) share its sign"
 
 
 def _legend(grid: sns.FacetGrid) -> None:
@@ -196,7 +215,6 @@ def _correlation_row(
 def _score_panel(
     data: pd.DataFrame,
     y: str,
-    correlations: pd.DataFrame | None,
     order: list[str],
     claims: pd.DataFrame | None = None,
     **_: object,
@@ -234,10 +252,8 @@ def _score_panel(
             zorder=3,
             label=model,
         )
-    x = data["value"].to_numpy(float)
-    row = _correlation_row(correlations, design, measure)
-    if estimable(row) and np.ptp(x) > 0 and not _against_claims(row, claims, design, measure):
-        _fit_line(ax, x, data[y].to_numpy(float))
+    if design != OTHER and fit_reason(data, y, claims)[0]:
+        _fit_line(ax, data["value"].to_numpy(float), data[y].to_numpy(float))
 
 
 def populated(table: pd.DataFrame) -> list[str]:

@@ -14,7 +14,6 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
 from blockcoupling.figures.common import (
-    MIN_N_FIT,
     draw_panels,
     label,
     long_form,
@@ -29,12 +28,17 @@ from blockcoupling.figures.quotes import (
     estimable,
     exploratory_title,
     first_row,
+    stat_row,
     stat_title,
 )
+from blockcoupling.stats.claims import claim_of
+from blockcoupling.stats.claims_markdown import number
 
 SD_LABEL = "stochastic-depth rate (drop-path rate of the last block)"
 RATE_LABEL = "stochastic-depth rate"
 CMAP = "viridis"
+CLAIM = "vit_accuracy_within_rate"  # the claims row whose slope the accuracy figure draws
+CLAIM_MEASURE = "coupling_excess"  # its measure (stats.vit.vit_analyses, no suffix)
 
 
 def _measure_grid(
@@ -181,9 +185,10 @@ def vit_coupling_vs_accuracy(
     k: object = None,
 ) -> list[Path]:
     """Test accuracy vs each coupling measure (one panel each), one point per ViT coloured by
-    its stochastic-depth rate, with its CI (horizontal bars), grey ``|`` at its chance level,
-    and a least-squares line for each rate whose correlation the table estimates (its r,
-    interval and verdict in the legend).
+    its stochastic-depth rate, with its CI (horizontal bars), grey ``|`` at its chance level.
+    Lines only in the panel of the claim's measure (``CLAIM_MEASURE``): the claims row's
+    within-rate slope drawn through each rate's mean (``claim_slope``); every other panel, or
+    that one when the row is missing, says why it has none.
 
     `table`: a `stats.vit_model_table`. Titles: the pooled within-rate estimate from ``within``
     (a `stats.vit_coupling_accuracy` table), exploratory; under the grid: the claim's row of
@@ -196,24 +201,19 @@ def vit_coupling_vs_accuracy(
     long = long_form(table.dropna(subset=["test_accuracy"]), shown, "measure")
     with style():
         grid = _measure_grid(long, shown, share="y", height=5.4)  # room for the legends below
-        draw_panels(grid, _accuracy_panel, rates=rates, norm=norm, within=within)
+        draw_panels(grid, _accuracy_panel, rates=rates, norm=norm, claims=claims)
         for measure, ax in grid.axes_dict.items():
             row = first_row(
                 within,
                 dict(sd="pooled", method="within_r", measure=measure),
                 *([dict(sd="pooled", method="within_r")] if measure == "coupling" else []),
             )
-            ax.set_title(_title(row, "within-rate r"), fontsize="small")
+            values = long[long["measure"] == measure].dropna(subset=["value"])
+            why = claim_slope(values, claims)[1] if len(values) else ""
+            title = _title(row, "within-rate r") + (f"\n{why}" if why else "")
+            ax.set_title(title, fontsize="small")
             ax.set(xlabel=label(measure), ylabel="test accuracy")
             ax.locator_params(axis="x", nbins=4)  # long tick labels stay apart
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(
-                    loc="upper center",
-                    bbox_to_anchor=(0.5, -0.3),  # under the two-line x label
-                    fontsize="x-small",
-                    title="least-squares line per rate (exploratory r)",
-                    frameon=False,
-                )
         bar = grid.figure.colorbar(
             ScalarMappable(norm=norm, cmap=CMAP), ax=grid.axes.ravel().tolist(), label=RATE_LABEL
         )
@@ -227,7 +227,7 @@ def _accuracy_panel(
     data: pd.DataFrame,
     rates: list[float],
     norm: Normalize,
-    within: pd.DataFrame | None,
+    claims: pd.DataFrame | None,
     **_: object,
 ) -> None:
     """One panel of ``vit_coupling_vs_accuracy`` (long rows of one measure), current axes."""
@@ -243,16 +243,44 @@ def _accuracy_panel(
         )
     if data["null"].notna().any():
         ax.scatter(data["null"], data["test_accuracy"], marker="|", color="0.6", s=30, zorder=1)
-    measure = str(data["measure"].iloc[0])
+    slope = claim_slope(data, claims)[0]
     for rate in rates:
         rows = data[data["sd"] == rate]
         color = plt.get_cmap(CMAP)(norm(rate))
         ax.scatter(
             rows["value"], rows["test_accuracy"], color=color, edgecolor="0.2", lw=0.3, zorder=3
         )
-        row = first_row(within, dict(measure=measure, sd=f"{rate:g}", method="pearson"))
-        if estimable(row) and len(rows) >= MIN_N_FIT and np.ptp(rows["value"]) > 0:
-            slope, intercept = np.polyfit(rows["value"], rows["test_accuracy"], 1)
+        if np.isfinite(slope) and len(rows) >= 2 and np.ptp(rows["value"]) > 0:
+            x0, y0 = rows["value"].mean(), rows["test_accuracy"].mean()
             xs = np.array([rows["value"].min(), rows["value"].max()])
-            text = stat_title(row, f"rate {rate:g}: r")
-            ax.plot(xs, intercept + slope * xs, color=color, lw=1, label=text)
+            ax.plot(xs, y0 + slope * (xs - x0), color=color, lw=1)
+
+
+def claim_slope(data: pd.DataFrame, claims: pd.DataFrame | None) -> tuple[float, str]:
+    """The slope (test accuracy per unit of the measure) a panel of ``vit_coupling_vs_accuracy``
+    draws within each rate, from the claims row of ``CLAIM`` (accuracy per sd of the measure,
+    rate and seed as blocks: per unit, its estimate over the sd of the ViTs' values, as the
+    statistics standardize it), and the title line saying so; NaN and why there is none where
+    the panel's measure is not the claim's, the row has no estimate, or it counts other ViTs
+    than the panel's (``data``: its long rows with a value).
+    """
+    measure = str(data["measure"].iloc[0])
+    if measure != CLAIM_MEASURE:
+        return np.nan, "no line: no claims row rests on this measure"
+    row = stat_row(claims, claim=claim_of(CLAIM))
+    if row is None or not np.isfinite(float(row["estimate"])):
+        return np.nan, "no line: its claims row has no estimate"
+    points = data.dropna(subset=["value", "test_accuracy"])
+    if pd.notna(row["n"]) and int(row["n"]) != len(points):
+        return (
+            np.nan,
+            f"no line: its claims row counts n = {int(row['n'])},\nnot these {len(points)} ViTs",
+        )
+    sd = float(points["value"].std(ddof=1))
+    if not (np.isfinite(sd) and sd > 0):
+        return np.nan, "no line: the measure does not vary"
+    estimate = float(row["estimate"])
+    return (
+        estimate / sd,
+        f"lines: the claim's slope {number(estimate)} per sd\nwithin each rate (note below)",
+    )

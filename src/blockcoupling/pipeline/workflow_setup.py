@@ -1,9 +1,10 @@
 """What the workflow does once when its Snakefile is parsed, before any rule is declared:
 ``setup_workflow`` checks the config into the Plan, reads the Slurm settings, sizes the shards,
 prints the planned output and downloads by rule (a plan over ``budget.max_output_gb`` stops
-here), sets the jobs' environment (hub offline, pinned math libraries), checks the fetched
-folders against the lock file and the Slurm jobs against their partitions. Each refusal is one
-line (``SetupError``) that the workflow exits with.
+here; in the main process only, not again in each job's, which re-parses the Snakefile),
+sets the jobs' environment (hub offline, pinned math libraries), checks the fetched folders
+against the lock file and the Slurm jobs against their partitions. Each refusal is one line
+(``SetupError``) that the workflow exits with.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def setup_workflow(
         plan = shard_plan(plan, settings, nodes_of, slurm_profile, environ)
     except TooLong as error:
         raise SetupError(f"slurm: {error}") from None
-    try:  # the quota: the planned output by rule, and no job when it exceeds the budget
-        volumes = check_budget(plan)
+    # The quota, once, before the first job: in the main process (a job's own process re-parses
+    # the Snakefile, on Slurm each job's: it costs the plan again and could stop a started run)
+    try:
+        volumes = check_budget(plan) if is_main_process else []
     except ValueError as error:
         raise SetupError(f"config error: {error}") from None
     jobs = JobRequests(plan, settings, on_slurm, nodes_of)

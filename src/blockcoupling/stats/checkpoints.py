@@ -4,7 +4,7 @@ their relation over training (checkpoints of one run are repeated measures, neve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,6 +34,8 @@ from blockcoupling.stats.inference import (
 from blockcoupling.stats.selection import Bootstrap, Selection
 
 EMERGENCE_FAMILY = "emergence"
+COMBINED = "runs combined (t over initializations)"  # checkpoint_correlations' designs
+STEP_EFFECTS = "step fixed effects, clustered by initialization"
 
 
 def run_histories(models: dict[str, str], history_files: dict[str, str]) -> pd.DataFrame:
@@ -61,8 +63,10 @@ def checkpoint_table(
     `coupling_checkpoints`: dims (model, step, ..., prompt); `history`: columns model, step,
     val_loss (+ val_accuracy); `trajectories` (optional): lss, expodistance (model, step, prompt,
     token), averaged over prompts and tokens. Adds neg_val_loss (higher = better), log10_params,
-    n_layers, d_model and group (models that differ only by seed share it), and
-    ``effective_rank`` (median over prompts and blocks) when the dataset has it.
+    n_layers, d_model, group (models that differ only by seed share it), init (the
+    initialization the run starts from, ``init_blocks``: runs that share it are one unit of
+    every test over runs), and ``effective_rank`` (median over prompts and blocks) when the
+    dataset has it.
     """
     require_columns(history, ["model", "step", "val_loss"])
     n_boot, seed, ci = boot.n_boot, boot.seed, boot.ci
@@ -102,6 +106,7 @@ def checkpoint_table(
         return meta[name].values if name in meta.coords else np.full(meta.size, np.nan)
 
     groups = np.asarray(coord("group"), dtype=object)
+    inits = init_blocks(select(coupling_checkpoints["coupling"], **selection))
     table = table.merge(
         pd.DataFrame(
             {
@@ -112,6 +117,7 @@ def checkpoint_table(
                 "log10_params": _log10(coord("params")),
                 "n_layers": coord("n_layers"),
                 "d_model": coord("d_model"),
+                "init": [inits.get(str(m), str(m)) for m in meta.values],
             }
         ),
         on="model",
@@ -128,20 +134,44 @@ def checkpoint_table(
 
 
 def combined_correlation(rows: pd.DataFrame, ci: float = 0.95) -> dict:
-    """Per-run correlations (columns r, n) combined with the run as the unit: r (mean of the runs'
-    r), ci_low, ci_high and p of a one-sample t test over runs (t(R-1); none from fewer than
-    ``inference.MIN_CLUSTERS`` runs), n (rows in all), n_groups (runs), reason (method, sign test).
+    """Per-run correlations (columns r, n: checkpoints, init: the run's initialization)
+    combined with the initialization as the unit (runs that share one are not independent:
+    their r are averaged first; checkpoints of a run are one time series, never units): r (mean
+    over initializations), ci_low, ci_high, p (one-sample t(I-1) over initializations; none from
+    fewer than ``inference.MIN_CLUSTERS``), p_wild (the wild cluster bootstrap beside it), n
+    (initializations), n_runs, n_checkpoints, unit, reason (method, sign test).
     """
+    require_columns(rows, ["r", "n", "init"])
     usable = rows[np.isfinite(rows["r"]) & (rows["n"] >= MIN_N_CORRELATION)]
-    test = run_level_test(usable["r"], ci)
+    by_init = usable.groupby("init", sort=True)["r"].mean()
+    test = run_level_test(by_init.to_numpy(), ci)
+    runs = len(usable)
     return dict(
         r=test["estimate"],
         ci_low=test["ci_low"],
         ci_high=test["ci_high"],
         p=test["p"],
-        n=int(usable["n"].sum()),
-        n_groups=len(usable),
-        reason=test["note"],
+        p_wild=test["p_wild"],
+        n=len(by_init),
+        n_runs=runs,
+        n_checkpoints=int(usable["n"].sum()),
+        unit=f"initialization ({runs} run{'s' if runs != 1 else ''})",
+        reason=_over_inits(test["note"]),
+    )
+
+
+def descriptive(result: dict) -> dict:
+    """A ``correlate`` result over one run's checkpoints as a description: its r and n, no
+    interval or p (the checkpoints of a run are one time series, not independent draws).
+    """
+    reason = result["reason"] or "descriptive: one run's checkpoints, no interval or p"
+    return result | dict(ci_low=np.nan, ci_high=np.nan, p=np.nan, ci_method="", reason=reason)
+
+
+def _over_inits(note: str) -> str:
+    """A ``run_level_test`` note over initializations (its units here)."""
+    return note.replace("over runs", "over initializations").replace(
+        " runs < ", " initializations < "
     )
 
 
@@ -152,46 +182,53 @@ def checkpoint_correlations(
     methods: Sequence[str] = METHODS,
     ci: float = 0.95,
 ) -> pd.DataFrame:
-    """Coupling vs ``target`` over training; checkpoints of one run are repeated measures.
+    """Coupling vs ``target`` over training; checkpoints of one run are repeated measures, and
+    runs that share an initialization (``table``'s ``init``) one unit.
 
     They are never pooled as independent samples:
 
     - ``design="within run"``: each model's own correlation over its checkpoints (``subset`` =
-      the model; descriptive, its checkpoints form one time series);
-    - ``design="runs combined (t over runs)"``: those correlations, one per run, by a one-sample
-      t test over runs (``combined_correlation``);
-    - ``design="step fixed effects, clustered by run"``: OLS slope of target per sd of the
-      predictor with one intercept per step (the common training trend removed), CR1 standard
-      errors by run and t(R-1) (``coef``; ``r`` is NaN).
+      the model; descriptive, its checkpoints form one time series: r alone, no interval or p,
+      which would take them as independent draws);
+    - ``design="runs combined (t over initializations)"``: those correlations, averaged within
+      an initialization, by a one-sample t test over initializations (``combined_correlation``);
+    - ``design="step fixed effects, clustered by initialization"``: OLS slope of target per sd
+      of the predictor with one intercept per step (the common training trend removed), CR1
+      standard errors by initialization and t(I-1), the wild cluster bootstrap beside it
+      (``coef``; ``r`` is NaN).
 
+    ``n``: the rows' units (checkpoints of one run; initializations), named in ``unit``;
     ``p_holm``: Holm-adjusted over every test of the table (``note`` says so).
     """
-    require_columns(table, ["model", target, *predictors])
+    require_columns(table, ["model", "init", target, *predictors])
     rows = []
     for name, part in table.groupby("model", sort=True):
         for pred in predictors:
             for method in methods:
                 rows.append(
                     dict(subset=str(name), design="within run", target=target, predictor=pred)
-                    | {"method": method}
-                    | correlate(part[pred], part[target], method, ci)
+                    | {"method": method, "unit": "checkpoint (one run, descriptive)"}
+                    | descriptive(correlate(part[pred], part[target], method, ci))
                 )
     within = pd.DataFrame(rows)
+    within["init"] = within["subset"].map(table.groupby("model")["init"].first())
     for pred in predictors:
         for method in methods:
             runs = within[(within["predictor"] == pred) & (within["method"] == method)]
             rows.append(
-                dict(subset="all runs", design="runs combined (t over runs)", target=target)
-                | dict(predictor=pred, method=method, ci_method="t over run-level r")
+                dict(subset="all runs", design=COMBINED, target=target)
+                | dict(predictor=pred, method=method, ci_method="t over initializations' mean r")
                 | combined_correlation(runs, ci)
             )
         data = table.assign(x=_z(table[pred]))
-        fit = cluster_slope(data, target, "x", "model", fixed=("step",), ci=ci)
+        fit = cluster_slope(data, target, "x", "init", fixed=("step",), ci=ci)
         rows.append(
-            dict(subset="all runs", design="step fixed effects, clustered by run", target=target)
-            | dict(predictor=pred, method="ols", ci_method="CR1 by run, t(R-1)")
+            dict(subset="all runs", design=STEP_EFFECTS, target=target)
+            | dict(predictor=pred, method="ols", ci_method="CR1 by initialization, t(I-1)")
             | dict(coef=fit["estimate"], ci_low=fit["ci_low"], ci_high=fit["ci_high"])
-            | dict(p=fit["p"], n=fit["n"], n_groups=fit["n_clusters"], reason=fit["note"])
+            | dict(p=fit["p"], p_wild=fit["p_wild"], n=fit["n_clusters"])
+            | dict(n_checkpoints=fit["n"], unit="initialization")
+            | dict(reason=f"{fit['n']} checkpoints; {fit['note']}")
         )
     out = pd.DataFrame(rows)
     out["p_holm"] = holm(out["p"])
@@ -243,14 +280,18 @@ def emergence_analyses(
 ) -> pd.DataFrame:
     """Emergence over training, runs as units (checkpoints of a run are one time series).
 
+    Runs that share an initialization (``init_blocks``) are one unit: their values are
+    averaged, or their checkpoints clustered, together.
+
     - ``emergence_trend``: each run's Spearman rho of ``variable`` (mean over prompts) vs log
-      step, combined by a one-sample t test over runs (t(R-1)) and an exact sign test (note);
+      step, combined by a one-sample t test over initializations (t(I-1)) and an exact sign
+      test (note);
     - ``emergence_loss_slope``: minus val_loss per sd of ``variable`` with step fixed effects
-      (the common training trend removed), CR1 by run, t(R-1);
+      (the common training trend removed), CR1 by initialization, t(I-1);
     - ``emergence_peak_vs_init`` / ``_vs_final``: per run, the peak step chosen on a random half
       of the prompts, the differences peak - first and peak - last measured on the other half;
-      combined by a t test over runs; per run (``...:<model>``) a paired percentile bootstrap
-      over the held-out half's prompts (exploratory);
+      combined by a t test over initializations; per run (``...:<model>``) a paired percentile
+      bootstrap over the held-out half's prompts (exploratory);
     - the paper's claims, one paired test each over initializations (``paired_claims``):
       ``emergence_final_vs_init``, ``emergence_relaxation`` (final - the declared
       ``peak_step``) and ``emergence_locality`` (adjacent minus all pairs, final - first step).
@@ -268,33 +309,37 @@ def emergence_analyses(
     models = meta.values.astype(str)
     if "family" in meta.coords and (meta["family"].values.astype(str) == EMERGENCE_FAMILY).any():
         models = models[meta["family"].values.astype(str) == EMERGENCE_FAMILY]
+    values = select(coupling_checkpoints[variable], **selection)
+    blocks = init_blocks(values.sel(model=list(models)))
     part = table[table["model"].isin(models)].dropna(subset=[variable])
-    rhos = [
-        correlate(np.log1p(rows["step"]), rows[variable], "spearman", ci)["r"]
-        for _, rows in part.groupby("model", sort=True)
-    ]
-    trend = run_level_test(rhos, ci)
+    rhos = {
+        str(model): correlate(np.log1p(rows["step"]), rows[variable], "spearman", ci)["r"]
+        for model, rows in part.groupby("model", sort=True)
+    }
+    trend = run_level_test(init_means(rhos, blocks), ci)
     rows = [
         analysis_row(
             names[0],
-            "run",
+            _init_unit(rhos, blocks),
             trend["n"],
-            "Spearman rho vs log step per run; one-sample t over runs",
+            "Spearman rho vs log step per run, runs sharing an init averaged; one-sample t "
+            "over initializations",
             trend["estimate"],
             trend["ci_low"],
             trend["ci_high"],
             trend["p"],
-            trend["note"],
+            _over_inits(trend["note"]),
+            p_wild=trend["p_wild"],
         )
     ]
-    data = part.assign(x=_z(part[variable]))
-    fit = cluster_slope(data, "neg_val_loss", "x", "model", fixed=("step",), ci=ci)
+    data = part.assign(x=_z(part[variable]), init=part["model"].map(blocks))
+    fit = cluster_slope(data, "neg_val_loss", "x", "init", fixed=("step",), ci=ci)
     rows.append(
         analysis_row(
             names[1],
-            "run",
+            "initialization",
             fit["n_clusters"],
-            "OLS per sd, step fixed effects, CR1 by run, t(R-1)",
+            "OLS per sd, step fixed effects, CR1 by initialization, t(I-1)",
             fit["estimate"],
             fit["ci_low"],
             fit["ci_high"],
@@ -303,12 +348,16 @@ def emergence_analyses(
             p_wild=fit["p_wild"],
         )
     )
-    values = select(coupling_checkpoints[variable], **selection)
     per_run = [_split_half_peak(values.sel(model=m), n_boot, seed, m, ci) for m in models]
     for key, name in zip(("init", "final"), names[2:]):
-        test = run_level_test([r[key][0] for r in per_run], ci)
-        method = "peak chosen on half the prompts, tested on the other; t over runs"
-        rows.append(test_row(name, "run", method, test))
+        differences = {str(m): r[key][0] for m, r in zip(models, per_run)}
+        test = run_level_test(init_means(differences, blocks), ci)
+        method = (
+            "peak chosen on half the prompts, tested on the other; runs sharing an init "
+            "averaged; t over initializations"
+        )
+        unit = _init_unit(differences, blocks)
+        rows.append(test_row(name, unit, method, test, _over_inits(test["note"])))
         for model, res in zip(models, per_run):
             estimate, low, high, n = res[key]
             rows.append(
@@ -341,6 +390,21 @@ def init_blocks(values: xr.DataArray) -> dict[str, str]:
         key = np.round(run.isel(step=0).values.astype(float), 12).tobytes()
         out[model] = blocks.setdefault(key, model)
     return out
+
+
+def init_means(per_run: Mapping[str, float], blocks: Mapping[str, str]) -> np.ndarray:
+    """The finite run-level values of ``per_run`` (model -> value) averaged within each
+    initialization of ``blocks`` (model -> init, ``init_blocks``): one value per init.
+    """
+    finite = {m: v for m, v in per_run.items() if np.isfinite(v) and m in blocks}
+    frame = pd.DataFrame({"value": finite, "init": {m: blocks[m] for m in finite}})
+    return frame.groupby("init")["value"].mean().to_numpy() if len(frame) else np.array([])
+
+
+def _init_unit(per_run: Mapping[str, float], blocks: Mapping[str, str]) -> str:
+    """'initialization (R runs)': the unit of a test over ``init_means``."""
+    runs = sum(1 for m, v in per_run.items() if np.isfinite(v) and m in blocks)
+    return f"initialization ({runs} run{'s' if runs != 1 else ''})"
 
 
 def paired_claims(
@@ -378,14 +442,9 @@ def paired_claims(
     method = "paired difference per run, runs sharing an init averaged; t over inits"
 
     def row(name: str, per_run: dict[str, float], what: str) -> dict:
-        per_run = {m: v for m, v in per_run.items() if np.isfinite(v) and m in blocks}
-        frame = pd.DataFrame({"value": per_run, "init": {m: blocks[m] for m in per_run}})
-        by_init = frame.groupby("init")["value"].mean() if len(frame) else pd.Series()
-        test = run_level_test(by_init.to_numpy(), ci)
-        unit = f"initialization ({len(per_run)} run{'s' if len(per_run) != 1 else ''})"
-        note = f"{what}; {test['note']}".replace("over runs", "over initializations")
-        note = note.replace(" runs < ", " initializations < ")
-        return test_row(f"{name}{suffix}", unit, method, test, note)
+        test = run_level_test(init_means(per_run, blocks), ci)
+        note = _over_inits(f"{what}; {test['note']}")
+        return test_row(f"{name}{suffix}", _init_unit(per_run, blocks), method, test, note)
 
     def at(data: xr.DataArray, model: str, where: str | int) -> float:
         run = data.sel(model=model).dropna("step")

@@ -30,6 +30,7 @@ from blockcoupling.stats.inference import (
     MIN_CLUSTERS,
     analysis_row,
     analysis_table,
+    cluster_slope,
     term_identified,
 )
 from blockcoupling.stats.selection import Bootstrap, Selection
@@ -256,8 +257,9 @@ def vit_coupling_accuracy(
     on the measure with one intercept per rate (``test_accuracy ~ measure + C(sd)``; accuracy
     per unit of the measure) and the within-rate partial correlation it implies (``within_r``,
     Fisher z with se ``1/sqrt(n - 2 - n_rates)``); ``mixedlm``, statsmodels MixedLM with a
-    random intercept per rate. Columns: measure, sd, method, estimate, ci_low, ci_high, p,
-    p_holm, n, note.
+    random intercept per rate. Where seeds recur across rates the seed is the unit
+    (``_by_seed``: CR1 by seed, t(S-1); n = seeds). Columns: measure, sd, method, estimate,
+    ci_low, ci_high, p, p_holm, n, note.
     """
     require_columns(table, ["sd", "coupling", "test_accuracy"])
     rows = []
@@ -318,6 +320,8 @@ def _vit_pooled_within_rate(table: pd.DataFrame, measure: str, ci: float) -> lis
     t = float(fit.tvalues["x"])
     r = t / np.sqrt(t**2 + fit.df_resid)
     r_low, r_high = fisher_ci(r, n, ci, se=1 / np.sqrt(n - 2 - groups))
+    if "seed" in table and table.groupby("seed")["sd"].nunique().max() > 1:
+        return _by_seed(table, measure, shown, float(fit.params["x"]), float(r), ci)
     rows = [
         dict(
             sd="pooled",
@@ -353,6 +357,36 @@ def _vit_pooled_within_rate(table: pd.DataFrame, measure: str, ci: float) -> lis
         }
     )
     return rows
+
+
+def _by_seed(
+    table: pd.DataFrame, measure: str, shown: str, slope: float, r: float, ci: float
+) -> list[dict]:
+    """The pooled within-rate rows when a seed recurs across rates: a seed fixes a ViT's init
+    and data order at every rate, so the within-rate association across seeds repeats at each
+    rate and the seed is the unit. ``within_ols``: the same slope, CR1 by seed, t(S-1) (none
+    from fewer than ``MIN_CLUSTERS`` seeds), its wild cluster bootstrap p in the note;
+    ``within_r``: the partial r, its p the slope's, no Fisher-z interval (that one counts
+    ViTs); ``mixedlm`` (a random intercept per rate, the ViTs independent) not fitted.
+    """
+    data = table[["sd", "seed", measure, "test_accuracy"]].dropna().rename(columns={measure: "x"})
+    fit = cluster_slope(data, "test_accuracy", "x", "seed", fixed=("sd",), ci=ci)
+    seeds = fit["n_clusters"]
+    said = f"seeds recur across rates: the unit is the seed ({seeds} seeds, {len(data)} ViTs)"
+    wild = f", wild cluster bootstrap p={fit['p_wild']:.3g}" if np.isfinite(fit["p_wild"]) else ""
+    nan = dict(ci_low=np.nan, ci_high=np.nan, p_holm=np.nan, n=seeds)
+    return [
+        dict(sd="pooled", method="within_ols", estimate=slope, p=fit["p"])
+        | nan
+        | dict(ci_low=fit["ci_low"], ci_high=fit["ci_high"])
+        | {"note": f"{shown}: accuracy per unit {measure}; {said}; {fit['note']}{wild}"},
+        dict(sd="pooled", method="within_r", estimate=r, p=fit["p"])
+        | nan
+        | {"note": f"partial r given the rate; {said}: p of within_ols, no interval"},
+        dict(sd="pooled", method="mixedlm", estimate=np.nan, p=np.nan)
+        | nan
+        | {"note": f"not fitted: {said} (a random intercept per rate takes ViTs as units)"},
+    ]
 
 
 def vit_run_table(combined: xr.Dataset, selection: Selection) -> pd.DataFrame:
