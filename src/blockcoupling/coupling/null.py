@@ -22,8 +22,9 @@ and prompts; what every file of one width shares is the pool's error (sd / sqrt(
 needs only R1's and R2's head columns and C, which are functions of Gaussian heads and one
 2 K_max x 2 K_max Wishart matrix (the Gram matrix of the two tails, from Bartlett's factor by
 its K_max x K_max blocks): O(K_max^3) per draw, whatever d. Per draw the pool keeps what m_K
-needs of it at every K of the call: ``diag A`` is linear in ``[s; t]`` and ``||A_K||_F^2`` a quadratic form in it, so a
-(Jacobian, draw) costs O(K_max^2) per K, and one product serves all Jacobians of a call.
+needs of it at every K of the call: ``diag A`` is linear in ``[s; t]`` and ``||A_K||_F^2`` a
+quadratic form in it, so a (Jacobian, draw) costs O(K_max^2) per K, and one product serves all
+Jacobians of a call.
 """
 
 from __future__ import annotations
