@@ -566,9 +566,9 @@ def shape_floors(model: nn.Module, tokens: int, k_max: int) -> dict[str, float]:
     ``dsyevr`` of its top K_max eigenpairs (scipy, as ``gram.gram_top_k``) and ``J V``;
     stats: the stacked Jacobians against every reference basis ``(L d, d) x (d, 2 L K)``, per
     Jacobian the batched ``P_j^T (J_i Q_j)`` ``(2 L, K, d) x (2 L, d, K)`` and the basis corners
-    ``X^T X`` of ``X (d, L K)`` for U and V (float32); metric: numpy's float64 product of the
-    Jacobians' quadratic-form vectors with the pool's terms ``(L, Q) x (Q, len(KS) pool)`` and
-    the diagonals of each Jacobian's draws ``(draws K, K + 1) x (K + 1)``.
+    ``X^T X`` of ``X (d, L K)`` for U and V (float32, numpy's ``syrk``); metric: numpy's float64
+    product of the Jacobians' quadratic-form vectors with the pool's terms ``(L, Q) x (Q,
+    len(KS) pool)`` and the diagonals of each Jacobian's draws ``(draws K, K + 1) x (K + 1)``.
     """
     import scipy.linalg
 
@@ -612,14 +612,14 @@ def shape_floors(model: nn.Module, tokens: int, k_max: int) -> dict[str, float]:
         groups = len(VARIANTS) * n_layers
         stacked, columns = randn(n_layers * d, d), randn(d, groups * k_max)
         rows, x = randn(groups, k_max, d), randn(groups, d, k_max)
-        side = randn(d, n_layers * k_max)
+        side = randn(d, n_layers * k_max).numpy()
 
         def stats() -> None:
             stacked @ columns
             for _ in range(n_layers):
                 torch.bmm(rows, x)
             for _ in range(2):
-                side.mT @ side
+                side.T @ side  # numpy's syrk, as ``basis_corners`` where routed
 
         floors["stats"] = _cpu_seconds(stats)
     rng = np.random.default_rng(0)
