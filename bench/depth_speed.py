@@ -69,8 +69,9 @@ Floors: each worker also measures its single-thread GEMM rate (``gemm_rates``, f
 float64) around its run; the floor table divides each phase's FLOPs of (d) (``phase_flops``)
 by the rate at its dtype (the GEMM floor), and beside it gives the shape floor: the phase's own
 kernels run bare at the phase's shapes in the same worker (``shape_floors``; small shapes, such
-as a 26-token forward, do not reach the 1024 x 1024 GEMM's rate). The null's pool (``coupling.null``: sampled once per process and
-width) is timed before the run and reported apart, so the metric phase is what a prompt costs.
+as a 26-token forward, do not reach the 1024 x 1024 GEMM's rate). The null's pool
+(``coupling.null``: sampled once per process and width) is timed before the run and reported
+apart, so the metric phase is what a prompt costs.
 
 Prints markdown tables (results, memory, phases, rates for a cost model, floors) and writes the
 results as CSV to ``--csv``. ``--quick`` runs a tiny subset (a few minutes on the shared
