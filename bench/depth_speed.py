@@ -67,8 +67,11 @@ x d`` floats; ``--chunk-size`` bounds them.
 
 Floors: each worker also measures its single-thread GEMM rate (``gemm_rates``, float32 and
 float64) around its run; the floor table divides each phase's FLOPs of (d) (``phase_flops``)
-by the rate at its dtype. The null's pool (``coupling.null``: sampled once per process and
-width) is timed before the run and reported apart, so the metric phase is what a prompt costs.
+by the rate at its dtype (the GEMM floor), and beside it gives the shape floor: the phase's own
+kernels run bare at the phase's shapes in the same worker (``shape_floors``; small shapes, such
+as a 26-token forward, do not reach the 1024 x 1024 GEMM's rate). The null's pool
+(``coupling.null``: sampled once per process and width) is timed before the run and reported
+apart, so the metric phase is what a prompt costs.
 
 Prints markdown tables (results, memory, phases, rates for a cost model, floors) and writes the
 results as CSV to ``--csv``. ``--quick`` runs a tiny subset (a few minutes on the shared
@@ -544,6 +547,95 @@ def phase_flops(model: nn.Module, tokens: int, k_max: int) -> dict[str, float]:
     }
 
 
+def _cpu_seconds(work: Callable[[], object], repeats: int = 3) -> float:
+    """Median CPU seconds of ``work()`` over ``repeats`` calls after one warm-up call."""
+    times = []
+    for _ in range(repeats + 1):
+        start = time.process_time()
+        work()
+        times.append(time.process_time() - start)
+    return statistics.median(times[1:])
+
+
+def shape_floors(model: nn.Module, tokens: int, k_max: int) -> dict[str, float]:
+    """Each phase's shape-matched floor in CPU seconds: the phase's own kernels run bare on
+    random operands of the same shapes and dtypes (one prompt, L blocks, width d), median of 3
+    after a warm-up; small shapes (a 26-token forward) run below the 1024 x 1024 GEMM's rate, so
+    this floor is the one a phase's code can reach without other kernels.
+
+    forward: ``F.linear`` of every ``nn.Linear`` over ``tokens`` rows (float32); jacobians: per
+    block the composed ``J_tt``'s three GEMMs, ``(d, H d_h) x (H d_h, d)``, ``(d, I) x (I, d)``,
+    ``(d, d) x (d, d)`` (float32); svd: per Jacobian the float64 Gram ``J^T J``, LAPACK's
+    ``dsyevr`` of its top K_max eigenpairs (scipy, as ``gram.gram_top_k``) and ``J V``;
+    stats: the stacked Jacobians against every reference basis ``(L d, d) x (d, 2 L K)``, per
+    Jacobian the batched ``P_j^T (J_i Q_j)`` ``(2 L, K, d) x (2 L, d, K)`` and the basis corners
+    ``X^T X`` of ``X (d, L K)`` for U and V (float32, numpy's ``syrk``); metric: numpy's float64
+    product of the Jacobians' quadratic-form vectors with the pool's terms ``(L, Q) x (Q,
+    len(KS) pool)`` and the diagonals of each Jacobian's draws ``(draws K, K + 1) x (K + 1)``.
+    """
+    import scipy.linalg
+
+    config = model.config
+    d, n_layers = config.hidden_size, len(blocks_of(model))
+    head_dim = getattr(config, "head_dim", None) or d // config.num_attention_heads
+    heads = config.num_attention_heads * head_dim
+    inter = getattr(config, "intermediate_size", 4 * d)
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    floors = {}
+    with torch.no_grad():
+        linears = [m.weight.detach() for m in model.modules() if isinstance(m, nn.Linear)]
+        inputs = {w.shape[1]: randn(tokens, w.shape[1]) for w in linears}
+        floors["forward"] = _cpu_seconds(
+            lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in linears]
+        )
+        products = [(randn(d, heads), randn(heads, d)), (randn(d, inter), randn(inter, d)),
+                    (randn(d, d), randn(d, d))]  # fmt: skip
+        floors["jacobians"] = n_layers * _cpu_seconds(lambda: [a @ b for a, b in products])
+        singular = torch.arange(1, d + 1, dtype=torch.float64) ** -0.5
+        jacs = [
+            torch.linalg.qr(randn(d, d, dtype=torch.float64))[0]
+            * singular
+            @ torch.linalg.qr(randn(d, d, dtype=torch.float64))[0].mT
+            for _ in range(3)
+        ]
+
+        def spectra() -> None:
+            for jac in jacs:
+                gram = (jac.mT @ jac).numpy()
+                _, v = scipy.linalg.eigh(
+                    gram, subset_by_index=(d - k_max, d - 1), driver="evr", check_finite=False
+                )
+                jac @ torch.from_numpy(v)
+
+        floors["svd"] = n_layers / len(jacs) * _cpu_seconds(spectra)
+        groups = len(VARIANTS) * n_layers
+        stacked, columns = randn(n_layers * d, d), randn(d, groups * k_max)
+        rows, x = randn(groups, k_max, d), randn(groups, d, k_max)
+        side = randn(d, n_layers * k_max).numpy()
+
+        def stats() -> None:
+            stacked @ columns
+            for _ in range(n_layers):
+                torch.bmm(rows, x)
+            for _ in range(2):
+                side.T @ side  # numpy's syrk, as ``basis_corners`` where routed
+
+        floors["stats"] = _cpu_seconds(stats)
+    rng = np.random.default_rng(0)
+    q = k_max * (k_max + 1) // 2 + k_max + 1
+    vector, terms = rng.random((n_layers, q)), rng.random((q, len(KS) * NULL_POOL))
+    diag, x_top = (
+        rng.random((n_layers, NULL_DRAWS * k_max, k_max + 1)),
+        rng.random((n_layers, k_max + 1, 1)),
+    )
+    floors["metric"] = _cpu_seconds(lambda: (vector @ terms, diag @ x_top))
+    return floors
+
+
 # ---------------------------------------------------------------- worker process
 
 
@@ -603,6 +695,9 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "null_pool_seconds": pool_seconds,
         "gemm_rates": rates,
         "flops": phase_flops(model, int(input_ids.shape[1]), max(KS)),
+        "shape_floors": shape_floors(model, int(input_ids.shape[1]), max(KS))
+        if spec["method"] != "authors"
+        else {},
         "seconds": seconds,
         "phases": phases.seconds,
         "peak_gib": rss_kib("VmHWM") / 2**20,
@@ -736,6 +831,9 @@ def run_case(case: Case, args: argparse.Namespace) -> dict[str, Any]:
         row[f"gflop_{phase}"] = flops / 1e9
         row[f"floor_{phase}_d"] = flops / 1e9 / row[f"gemm_{dtype}"]
         row[f"over_floor_{phase}_d"] = row[f"{phase}_d"] / row[f"floor_{phase}_d"]
+        row[f"shape_floor_{phase}_d"] = _median([r["shape_floors"][phase] for r in library])
+        row[f"over_shape_floor_{phase}_d"] = row[f"{phase}_d"] / row[f"shape_floor_{phase}_d"]
+        row[f"shape_rate_{phase}_d"] = flops / 1e9 / row[f"shape_floor_{phase}_d"]
     return row
 
 
@@ -844,32 +942,40 @@ def rates_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def floor_table(rows: Sequence[dict[str, Any]]) -> str:
     """Per row, the library's default (d) by phase: median CPU seconds, FLOPs
-    (``phase_flops``), the same workers' single-thread GEMM rate at the phase's dtype, the
-    floor (FLOPs over that rate) and the time over it; then the total, the null's pool (once
+    (``phase_flops``), its rate (FLOPs over seconds), the same workers' single-thread 1024 x
+    1024 GEMM rate at the phase's dtype, the GEMM floor (FLOPs over that rate) and the time over
+    it, the shape-matched floor (``shape_floors``: the phase's own kernels bare at its shapes),
+    its rate and the time over it; then the total, the null's pool (once
     per process and width, not in the metric phase) and the ratio to the authors' method (a).
     """
-    header = ["model", "tokens", "phase", "CPU s", "GFLOP", "GEMM rate GFLOP/s", "floor s",
-              "over floor"]  # fmt: skip
+    header = ["model", "tokens", "phase", "CPU s", "GFLOP", "rate GFLOP/s", "GEMM rate GFLOP/s",
+              "GEMM floor s", "over GEMM floor", "shape floor s", "shape rate GFLOP/s",
+              "over shape floor"]  # fmt: skip
     body = []
     for r in rows:
         for phase, dtype in FLOOR_DTYPES.items():
+            rate = r[f"gflop_{phase}"] / r[f"{phase}_d"]
             body.append(
                 [r["model"], str(r["tokens"]), PHASE_NAMES[phase], _cell(r[f"{phase}_d"], ".3f"),
-                 _cell(r[f"gflop_{phase}"], ".2f"), f"{r[f'gemm_{dtype}']:.0f} ({dtype})",
-                 _cell(r[f"floor_{phase}_d"], ".3f"), _cell(r[f"over_floor_{phase}_d"], ".2f", "x")]
+                 _cell(r[f"gflop_{phase}"], ".2f"), _cell(rate, ".0f"),
+                 f"{r[f'gemm_{dtype}']:.0f} ({dtype})", _cell(r[f"floor_{phase}_d"], ".3f"),
+                 _cell(r[f"over_floor_{phase}_d"], ".2f", "x"),
+                 _cell(r[f"shape_floor_{phase}_d"], ".3f"),
+                 _cell(r[f"shape_rate_{phase}_d"], ".0f"),
+                 _cell(r[f"over_shape_floor_{phase}_d"], ".2f", "x")]
             )  # fmt: skip
         with_pool = r["seconds_a"] / (r["seconds_d"] + r["null_pool_d"])
+        blank = [""] * 8
         body.append(
-            [r["model"], str(r["tokens"]), "rest (not counted)", _cell(r["rest_d"], ".3f"),
-             "", "", "", ""]
+            [r["model"], str(r["tokens"]), "rest (not counted)", _cell(r["rest_d"], ".3f"), *blank]
         )  # fmt: skip
         body.append(
-            [r["model"], str(r["tokens"]), "**total (d)**", _cell(r["seconds_d"], ".3f"), "", "",
-             "", f"(a) {r['seconds_a']:.2f} s: **{r['ratio_ad']:.1f}x**"]
+            [r["model"], str(r["tokens"]), "**total (d)**", _cell(r["seconds_d"], ".3f"),
+             *blank[1:], f"(a) {r['seconds_a']:.2f} s: **{r['ratio_ad']:.1f}x**"]
         )  # fmt: skip
         body.append(
             [r["model"], str(r["tokens"]), "null pool, once per process and width",
-             _cell(r["null_pool_d"], ".3f"), "", "", "", f"with it in the prompt: {with_pool:.1f}x"]
+             _cell(r["null_pool_d"], ".3f"), *blank[1:], f"with it in the prompt: {with_pool:.1f}x"]
         )  # fmt: skip
     return markdown(header, body)
 

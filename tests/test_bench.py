@@ -177,3 +177,33 @@ def test_phase_flops_count_the_products_torch_counts(bench) -> None:
         basis_corners(top.v)
     total = counter.get_total_flops() + corners.get_total_flops() / 2
     assert flops["stats"] == pytest.approx(total)
+
+
+def test_shape_floors_run_the_products_the_phases_count(bench, monkeypatch) -> None:
+    """The shape-matched floors run, per phase, the products ``phase_flops`` counts at the
+    phase's shapes (torch's FlopCounterMode over each floor's kernels on the tiny Llama: the
+    forward, the Jacobians' three GEMMs per block and the pair statistics' torch products; the
+    basis corners run in numpy's ``syrk``, counted apart), and every floor is positive.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counted: list[int] = []
+
+    def once(work, repeats=3):
+        with FlopCounterMode(display=False) as counter:
+            work()
+        counted.append(counter.get_total_flops())
+        return 1.0
+
+    model, ids = bench.tiny_llama()
+    k_max, layers, d = 4, model.config.num_hidden_layers, model.config.hidden_size
+    flops = bench.phase_flops(model, ids.shape[1], k_max)
+    monkeypatch.setattr(bench, "_cpu_seconds", once)
+    floors = bench.shape_floors(model, ids.shape[1], k_max)
+    assert set(floors) == set(bench.FLOOR_DTYPES)
+    forward, jacobians, _, stats, _ = counted
+    assert forward == pytest.approx(flops["forward"])
+    assert layers * jacobians == pytest.approx(flops["jacobians"])
+    assert stats == pytest.approx(flops["stats"] - 2 * d * (layers * k_max) ** 2)
+    monkeypatch.undo()
+    assert all(v > 0 for v in bench.shape_floors(model, ids.shape[1], k_max).values())

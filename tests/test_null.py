@@ -54,13 +54,17 @@ def test_draw_terms_equal_the_explicit_null_matrices() -> None:
 
 
 def sample_in_one_piece(d: int, k_max: int, n: int, rng: np.random.Generator) -> null.Draws:
-    """The draws as sampled before chunking: every matrix of all ``n`` draws at once."""
+    """The draws as the definition says, every matrix of all ``n`` draws at once: Gaussian
+    heads, then Bartlett's factor F of the tails' Gram matrix (its Gaussians below the diagonal
+    row by row, then its chi diagonal) and the full ``F F^T``.
+    """
     heads = rng.standard_normal((2, n, k_max, k_max))
     p = 2 * k_max
     if d - k_max >= p:
-        lower = np.tril(rng.standard_normal((n, p, p)), -1)
-        index = np.arange(p)
-        lower[..., index, index] = np.sqrt(rng.chisquare(d - k_max - index, size=(n, p)))
+        below, index = np.tril_indices(p, -1), np.arange(p)
+        lower = np.zeros((n, p, p))
+        lower[:, below[0], below[1]] = rng.standard_normal((n, len(below[0])))
+        lower[:, index, index] = np.sqrt(rng.chisquare(d - k_max - index, size=(n, p)))
     else:
         lower = rng.standard_normal((n, p, d - k_max))
     gram = lower @ null._transposed(lower)
@@ -72,20 +76,23 @@ def sample_in_one_piece(d: int, k_max: int, n: int, rng: np.random.Generator) ->
 
 
 @pytest.mark.parametrize(("d", "k_max"), [(20, 6), (40, 30), (8, 8), (9, 8)])
-def test_sampling_in_chunks_draws_the_same_bits(monkeypatch, d, k_max) -> None:
+def test_sampling_in_chunks_draws_the_same_draws(monkeypatch, d, k_max) -> None:
+    """Chunked, with the tails' Gram matrix by Bartlett's blocks: the full ``F F^T`` of the
+    same random numbers, to rounding.
+    """
     monkeypatch.setattr(null, "_SAMPLE_CHUNK", 7)
     one = sample_in_one_piece(d, k_max, 30, np.random.default_rng(3))
     chunked = null.Draws.sample(d, k_max, (5, 6), np.random.default_rng(3))
     for name in null.Draws.names():
-        assert np.array_equal(getattr(chunked, name).reshape(30, k_max, k_max), getattr(one, name))
+        got = getattr(chunked, name).reshape(30, k_max, k_max)
+        np.testing.assert_allclose(got, getattr(one, name), rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("n_jac", [3, 9])  # 3 x 16 draws <= pool: sampled apart before
 def test_every_call_takes_its_draws_from_the_pool(n_jac: int) -> None:
     """Each Jacobian's null is the mean m_K of its own random subset of the pool's draws (the
-    generator seeded by ``seed`` samples the pool, then the subsets), evaluated exactly as the
-    explicit ``A``; a Jacobian with NaN inputs takes none. Before, a call of at most pool /
-    draws Jacobians sampled fresh draws instead (other values).
+    generator seeded by ``seed`` samples the pool, ``pick_generator`` the subsets), evaluated
+    exactly as the explicit ``A``; a Jacobian with NaN inputs takes none.
     """
     rng = np.random.default_rng(4)
     d, k_max, ks, pool, draws, seed = 30, 8, (3, 8), 64, 16, 7
@@ -95,9 +102,9 @@ def test_every_call_takes_its_draws_from_the_pool(n_jac: int) -> None:
     mean, se = null.spectrum_null(
         s_top, sum2, d, ks, formulas.READINGS, formulas.NORMS, draws=draws, seed=seed, pool=pool
     )
-    generator = np.random.default_rng(seed)
-    pool_draws = sample_in_one_piece(d, k_max, pool, generator)
+    pool_draws = sample_in_one_piece(d, k_max, pool, np.random.default_rng(seed))
     valid = np.flatnonzero(np.isfinite(s_top).all(-1))
+    generator = null.pick_generator(seed, s_top, sum2)
     pick = np.argsort(generator.random((len(valid), pool)), axis=-1)[:, :draws]
     tail = null.tail_value(s_top[valid], sum2[valid], d)
     values = explicit_samples(s_top[valid], tail, picked(pool_draws, pick), ks)
@@ -191,3 +198,30 @@ def test_each_jacobian_has_its_own_draws(n: int) -> None:
     pool, draws = null.NULL_POOL, null.NULL_DRAWS
     mean_se = np.mean(se) * np.sqrt(draws) * np.sqrt(1 / pool + (1 / draws - 1 / pool) / n)
     assert abs(values.mean() - brute) < 4 * np.hypot(mean_se, brute_se)
+
+
+def test_block_i_of_two_files_takes_different_draws(monkeypatch) -> None:
+    """Two files (trained and twin, two runs) of one width: block i of each takes its own
+    subset of the pool (keyed by the file's spectra), so the pool subsets add no Monte Carlo
+    error common to them; the same inputs take the same subsets. Before, every call's picks
+    came from the generator seeded by ``seed`` alone: block i of every file took one subset.
+    """
+    seen: list[np.ndarray] = []
+    samples = null.DrawTerms.samples
+
+    def spy(self, s_top, tail, pick, *args):
+        seen.append(pick.copy())
+        return samples(self, s_top, tail, pick, *args)
+
+    monkeypatch.setattr(null.DrawTerms, "samples", spy)
+    rng = np.random.default_rng(5)
+    d, k_max, n_jac = 30, 8, 4
+    files = [np.sort(rng.gamma(1.0, size=(n_jac, d)), axis=-1)[:, ::-1] for _ in range(2)]
+    for s in (*files, files[0]):
+        null.spectrum_null(
+            s[:, :k_max], (s**2).sum(-1), d, (4,), ("authors",), ("p",), draws=16, pool=64
+        )
+    first, second, again = seen
+    assert np.array_equal(first, again)
+    for i in range(n_jac):
+        assert not np.array_equal(np.sort(first[i]), np.sort(second[i])), i

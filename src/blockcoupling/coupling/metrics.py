@@ -21,7 +21,13 @@ from blockcoupling.coupling.formulas import (
     mis_coupling_from_stats,
     mis_from_numerator,
 )
-from blockcoupling.coupling.null import NULL_DRAWS, NULL_POOL, NULL_SEED, spectrum_null
+from blockcoupling.coupling.null import (
+    NULL_DRAWS,
+    NULL_PICKS,
+    NULL_POOL,
+    NULL_SEED,
+    spectrum_null,
+)
 from blockcoupling.coupling.registry import MEASURES, Measure, PairStats, chance_descriptions
 
 
@@ -443,6 +449,7 @@ def coupling_dataset(depth: xr.Dataset, config: MetricConfig = MetricConfig()) -
     for name, description in chance_descriptions().items():
         ds[name].attrs["description"] = description
     ds.attrs["null_draws"], ds.attrs["null_seed"] = config.null_draws, config.null_seed
+    ds.attrs["null_pool"], ds.attrs["null_picks"] = NULL_POOL, NULL_PICKS
     return ds
 
 

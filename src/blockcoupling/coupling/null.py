@@ -15,20 +15,22 @@ share of ``A`` is ``t * C`` with ``C = R1[:, K_max:] R2[:, K_max:]^T``, one K_ma
 per draw. The tests bound what the flat tail changes against a full-spectrum Monte Carlo.
 
 The draws: a pool of ``NULL_POOL`` draws per process, hidden size d, K_max and seed (sampled once,
-``_pool``), from which each Jacobian takes its own ``draws`` distinct draws at random: the Monte
-Carlo errors of different Jacobians are mostly independent, so they average out in a model's
-mean over blocks and prompts (one set of draws shared by every Jacobian of a file left one
-offset per width in every absolute excess); what they share is the pool's error
-(sd / sqrt(pool)). A draw needs only R1's and R2's head columns and C, which are functions of
-Gaussian heads and one 2 K_max x 2 K_max Wishart matrix (the Gram matrix of the two tails):
-O(K_max^3) per draw, whatever d. Per draw the pool keeps what m_K needs of it at every K of the
-call: ``diag A`` is linear in ``[s; t]`` and ``||A_K||_F^2`` a quadratic form in it, so a
-(Jacobian, draw) costs O(K_max^2) per K, and one product serves all Jacobians of a call.
+``_pool``), from which each Jacobian takes its own ``draws`` distinct draws at random, the picks
+keyed by the call's inputs (``pick_generator``): the Monte Carlo errors of different Jacobians,
+of one file or of two, are mostly independent, so they average out in a model's mean over blocks
+and prompts; what every file of one width shares is the pool's error (sd / sqrt(pool)). A draw
+needs only R1's and R2's head columns and C, which are functions of Gaussian heads and one
+2 K_max x 2 K_max Wishart matrix (the Gram matrix of the two tails, from Bartlett's factor by
+its K_max x K_max blocks): O(K_max^3) per draw, whatever d. Per draw the pool keeps what m_K
+needs of it at every K of the call: ``diag A`` is linear in ``[s; t]`` and ``||A_K||_F^2`` a
+quadratic form in it, so a (Jacobian, draw) costs O(K_max^2) per K, and one product serves all
+Jacobians of a call.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -39,6 +41,7 @@ from blockcoupling.coupling.formulas import mis_coupling_from_stats
 NULL_DRAWS = 128
 NULL_SEED = 0
 NULL_POOL = 4096  # draws per process, width, K_max and seed; each Jacobian takes its own of them
+NULL_PICKS = "each Jacobian's draws from the pool, keyed by null_seed and BLAKE2b of the spectra"
 _CHUNK_FLOATS = 4_000_000  # bound on the working arrays of (Jacobian, draw) and (Jacobian, pool)
 _SAMPLE_CHUNK = 256  # draws turned into Haar heads at a time (bounds the working arrays)
 
@@ -50,21 +53,41 @@ def _transposed(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(x, -1, -2))
 
 
-def _tail_factor(rng: np.random.Generator, shape: tuple[int, ...], p: int, m: int) -> np.ndarray:
-    """``F (*shape, p, q)`` with ``F F^T`` Wishart(m, I_p) per leading index (the Gram matrix
-    of a Gaussian ``(p, m)`` matrix): Bartlett's lower-triangular factor when m >= p (O(p^3)),
-    else the Gaussian matrix itself.
+def _tail_gaussians(rng: np.random.Generator, n: int, p: int, m: int) -> np.ndarray:
+    """The random numbers of ``n`` factors ``F (p, q)`` with ``F F^T`` Wishart(m, I_p) (the Gram
+    matrix of a Gaussian ``(p, m)`` matrix), ``(n, ...)``: when m >= p, Bartlett's
+    lower-triangular factor's p (p - 1) / 2 Gaussians below the diagonal (row by row) then its
+    diagonal's p chi values; else the Gaussian matrix itself, flattened (``_tail_factor``).
     """
-    if m == 0:
-        return np.zeros((*shape, p, 0))
     if m < p:
-        return rng.standard_normal((*shape, p, m))
-    lower = rng.standard_normal((*shape, p, p))
-    upper = np.triu_indices(p)
-    lower[..., upper[0], upper[1]] = 0.0
-    index = np.arange(p)
-    lower[..., index, index] = np.sqrt(rng.chisquare(m - index, size=(*shape, p)))
+        return rng.standard_normal((n, p * m))
+    below = rng.standard_normal((n, p * (p - 1) // 2))
+    return np.concatenate([below, np.sqrt(rng.chisquare(m - np.arange(p), size=(n, p)))], -1)
+
+
+def _tail_factor(numbers: np.ndarray, p: int, m: int) -> np.ndarray:
+    """``F (n, p, min(p, m))`` from its random numbers ``(n, ...)`` (``_tail_gaussians``)."""
+    if m < p:
+        return numbers.reshape(len(numbers), p, m)
+    below, index = np.tril_indices(p, -1), np.arange(p)
+    lower = np.zeros((len(numbers), p, p))
+    lower[:, below[0], below[1]] = numbers[:, : len(below[0])]
+    lower[:, index, index] = numbers[:, len(below[0]) :]
     return lower
+
+
+def _tail_grams(f: np.ndarray, k_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The blocks ``W11, W22, W12 (..., K_max, K_max)`` of ``W = F F^T`` (``F (..., 2 K_max,
+    q)``); for Bartlett's square factor ``[[F11, 0], [F21, F22]]`` by its blocks (half the
+    products of the full ``F F^T``).
+    """
+    f1, f2 = f[..., :k_max, :], f[..., k_max:, :]
+    if f.shape[-1] != f.shape[-2]:
+        return f1 @ _transposed(f1), f2 @ _transposed(f2), f1 @ _transposed(f2)
+    f11 = np.ascontiguousarray(f1[..., :k_max])
+    f21, f22 = np.ascontiguousarray(f2[..., :k_max]), np.ascontiguousarray(f2[..., k_max:])
+    w22 = f21 @ _transposed(f21) + f22 @ _transposed(f22)
+    return f11 @ _transposed(f11), w22, f11 @ _transposed(f21)
 
 
 @dataclass(frozen=True)
@@ -107,13 +130,10 @@ def draw_chunks(
         raise ValueError(f"K_max={k_max} is outside 1..{d} (d)")
     n = int(np.prod(shape, dtype=int))
     heads = rng.standard_normal((2, n, k_max, k_max))
-    factor = _tail_factor(rng, (n,), 2 * k_max, d - k_max)
+    numbers = _tail_gaussians(rng, n, 2 * k_max, d - k_max)
     for start in range(0, n, _SAMPLE_CHUNK):
         part = slice(start, start + _SAMPLE_CHUNK)
-        f = factor[part]
-        gram = f @ _transposed(f)
-        w1, w2 = gram[..., :k_max, :k_max], gram[..., k_max:, k_max:]
-        w12 = np.ascontiguousarray(gram[..., :k_max, k_max:])
+        w1, w2, w12 = _tail_grams(_tail_factor(numbers[part], 2 * k_max, d - k_max), k_max)
         h1, h2 = heads[0, part], heads[1, part]
         inv1 = np.linalg.inv(np.linalg.cholesky(h1 @ _transposed(h1) + w1))
         inv2 = np.linalg.inv(np.linalg.cholesky(h2 @ _transposed(h2) + w2))
@@ -233,14 +253,25 @@ class DrawTerms:
 
 
 @functools.lru_cache(maxsize=1)
-def _pool(d: int, k_max: int, pool: int, seed: int, ks: tuple[int, ...]) -> tuple[DrawTerms, dict]:
-    """The terms of the ``pool`` draws a generator seeded by ``seed`` samples first, and its
-    state after them: every call at one (d, K_max, ks) shares them (a job measuring several
-    models of one width samples them once; ~1 s at d = 576, K_max = 50). Read only.
+def _pool(d: int, k_max: int, pool: int, seed: int, ks: tuple[int, ...]) -> DrawTerms:
+    """The terms of the ``pool`` draws a generator seeded by ``seed`` samples: every call at one
+    (d, K_max, ks) shares them (a job measuring several models of one width samples them
+    once). Read only.
     """
-    rng = np.random.default_rng(seed)
-    terms = DrawTerms.of(draw_chunks(d, k_max, (pool,), rng), ks, k_max)
-    return terms, rng.bit_generator.state
+    return DrawTerms.of(draw_chunks(d, k_max, (pool,), np.random.default_rng(seed)), ks, k_max)
+
+
+def pick_generator(seed: int, s_top: np.ndarray, sv_sum2: np.ndarray) -> np.random.Generator:
+    """The generator of a call's picks from the pool, keyed by ``seed`` and the call's inputs
+    (BLAKE2b of ``s_top`` and ``sv_sum2`` as float64): block i of two files (trained and twin,
+    two runs) takes different subsets, so the picks add no error common to them; the same
+    inputs take the same picks.
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    for values in (s_top, sv_sum2):
+        digest.update(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+    words = np.frombuffer(digest.digest(), dtype=np.uint32)
+    return np.random.default_rng([seed, *words.tolist()])
 
 
 def spectrum_null(
@@ -260,9 +291,10 @@ def spectrum_null(
     ``s_top (..., K_max)``: each Jacobian's top singular values (descending); ``sv_sum2 (...)``:
     the sum of squares of its full spectrum; ``d``: the hidden size. NaN where the inputs are.
     Each Jacobian takes ``draws`` distinct draws at random from the process's ``pool`` draws
-    (``_pool``; the generator seeded by ``seed`` samples the pool, then the picks): the Monte
-    Carlo error a model's mean shares is that of ``pool`` draws (sd / sqrt(pool)), not of
-    ``draws`` (the stored ``se`` is the per-Jacobian one).
+    (``_pool``, sampled by the generator seeded by ``seed``; the picks by ``pick_generator``,
+    keyed by the call's inputs): the Monte Carlo error a model's mean shares is that of
+    ``pool`` draws (sd / sqrt(pool)), not of ``draws`` (the stored ``se`` is the per-Jacobian
+    one), and that pool error is common to every file of one width.
     """
     if not 2 <= draws <= pool:
         raise ValueError(f"metrics.null_draws must be in 2..{pool}, got {draws}")
@@ -278,9 +310,8 @@ def spectrum_null(
     index = np.flatnonzero(valid)
     if len(index) == 0:
         return mean.reshape(*mean.shape[:3], *shape), se.reshape(*se.shape[:3], *shape)
-    terms, state = _pool(d, k_max, pool, seed, tuple(ks))
-    rng = np.random.default_rng(seed)
-    rng.bit_generator.state = state
+    terms = _pool(d, k_max, pool, seed, tuple(ks))
+    rng = pick_generator(seed, s_flat, sum2)
     chunk = max(1, _CHUNK_FLOATS // (len(ks) * pool))  # the quadratic forms of a chunk
     for start in range(0, len(index), chunk):
         rows = index[start : start + chunk]

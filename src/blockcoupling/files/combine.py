@@ -42,6 +42,8 @@ KEEP_ATTRS = (
     "extract_config",
     "null_draws",
     "null_seed",
+    "null_pool",
+    "null_picks",
 )
 
 
