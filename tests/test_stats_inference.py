@@ -1018,3 +1018,20 @@ def test_a_sampled_wild_bootstrap_p_counts_the_observed_draw_and_is_never_zero()
     p = inference.wild_cluster_p(null, x, 0, groups, draws=199, seed=3)
     extreme = p * 200 - 1
     assert 0 < p <= 1 and extreme == pytest.approx(round(extreme), abs=1e-9)
+
+
+def test_trained_vs_twin_note_names_configurations_its_unit() -> None:
+    """The twin test averages each configuration's seeds first, so its t runs over
+    configurations (6 here, from 12 runs): its note must say so, not "over runs".
+    """
+    from blockcoupling.stats import fixed_size
+
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame(
+        {"group": np.repeat([f"c{i}" for i in range(6)], 2), "twin_difference": rng.normal(size=12)}
+    )
+    row = fixed_size._twin_row(table, 0.95)
+    assert row["n"] == 6
+    assert "t(5) over configurations" in row["note"] and "over runs" not in row["note"]
+    few = fixed_size._twin_row(table[table["group"].isin(["c0", "c1"])], 0.95)
+    assert few["note"].startswith("2 configurations < ")
