@@ -3,6 +3,8 @@ primaries, claims; simulated data with known effects and nulls, few clusters."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -730,6 +732,36 @@ def test_vit_sd_effect_has_seed_as_a_block_and_accuracy_a_within_rate_slope():
     within = out.loc["vit_accuracy_within_rate"]
     assert "C(sd)" in within["note"] and "C(seed)" in within["note"]
     assert "not measured" in out.loc["vit_sd_effect_overlap_u", "note"]
+
+
+def test_vit_sd_effect_carries_the_wild_bootstrap_by_seed_and_the_verdict_takes_both():
+    """Its p_wild: the restricted wild cluster bootstrap by seed, here every one of the 2^4 sign
+    vectors refitted by statsmodels with CR1 errors by seed; Holm takes the larger p.
+    """
+    import statsmodels.formula.api as smf
+
+    rng = np.random.default_rng(11)
+    runs = vit_runs(rng, seeds=4, effect=0.02)
+    runs["coupling_excess"] += 0.05 * rng.normal(size=len(runs))  # a weak slope: p's differ
+    row = vit.vit_analyses(runs).set_index("analysis").loc["vit_sd_effect"]
+    formula = "coupling_excess ~ sd + C(seed)"
+    cluster = dict(cov_type="cluster", cov_kwds={"groups": runs["seed"]})
+    t_data = smf.ols(formula, runs).fit(**cluster).tvalues["sd"]
+    restricted = smf.ols("coupling_excess ~ C(seed)", runs).fit()
+    extreme = 0
+    for signs in itertools.product([-1, 1], repeat=4):
+        star = runs.assign(
+            coupling_excess=restricted.fittedvalues
+            + restricted.resid * np.array(signs)[runs["seed"]]
+        )
+        extreme += abs(smf.ols(formula, star).fit(**cluster).tvalues["sd"]) >= abs(t_data) - 1e-12
+    assert row["p_wild"] == pytest.approx(extreme / 16)
+    assert "wild cluster bootstrap by seed (4 seeds)" in row["note"]
+    assert row["p_wild"] != pytest.approx(row["p"])
+    table = inference.combine_analyses([vit.vit_analyses(runs)], ("vit_sd_effect",)).set_index(
+        "analysis"
+    )
+    assert table.loc["vit_sd_effect", "p_holm"] == pytest.approx(max(row["p"], row["p_wild"]))
 
 
 def test_vit_accuracy_within_rate_blocks_on_seed():
