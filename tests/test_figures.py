@@ -229,6 +229,18 @@ def assert_written(paths: list[Path]) -> None:
 MANY = ["m-a", "m-b", "m-c", "m-d", "m-e"]
 
 
+def fixed_size_runs(table: pd.DataFrame) -> pd.DataFrame:
+    """A fixed_size_runs.csv of ``table``'s fixed-size models: held-out means (the table's
+    measures, shifted) and -bpb (its score)."""
+    fixed = table[table["family"] == "fixed_size"]
+    held = {
+        f"{m}_held_out": fixed[m].to_numpy() + 0.01
+        for m in ("coupling", "coupling_excess", "overlap_u")
+        if m in fixed
+    }
+    return pd.DataFrame({"model": fixed["model"].to_numpy(), **held, "neg_bpb": fixed["score"]})
+
+
 def with_nan_padding(ds: xr.Dataset, traj: xr.Dataset, models: list[str]) -> None:
     """Outer-join gaps in place: a shallower model, a model without data, short prompts, missing
     tokens (``models``: at least four)."""
@@ -335,6 +347,7 @@ def test_render_reads_the_tables_the_registry_names(tmp_path):
     crossmodel.correlations(table).to_csv(correlations, index=False)
     assert figures.FIGURES["coupling_vs_score"][3] == (
         "results/stats/correlations.csv",
+        "results/stats/fixed_size_runs.csv",
         "results/stats/claims.csv",
     )
     assert_written(
@@ -539,6 +552,7 @@ def registered_inputs(folder: Path, few: bool = False) -> dict[str, tuple[Path, 
         "vit_coupling_vs_accuracy.csv": vit.vit_coupling_accuracy(vit_table),
         "claims.csv": make_claims(),
         "calibration.csv": calibration_frame(table),
+        "fixed_size_runs.csv": fixed_size_runs(table),
     }
     for name, frame in frames.items():
         core.write_table(frame, folder / name)
@@ -729,6 +743,51 @@ def test_a_fit_line_is_drawn_only_where_it_agrees_in_sign_with_its_claims(monkey
             assert "line: least squares; the claims'" in title and "0.2" in title, title
         else:
             assert lines == 0 and "no line: its slope's sign differs" in title, title
+
+
+def test_fixed_size_panels_plot_the_claims_held_out_data(monkeypatch):
+    """coupling_vs_score plotted summary.csv (every prompt) in the fixed-size column while its
+    claims rows are fitted on the held-out prompts (fixed_size_runs.csv): there the points fell
+    while the claims rose, so no line. Given the runs table, that column plots each run's
+    held-out mean against -bpb: the claims' points, and the line with their sign.
+    """
+    from blockcoupling.stats import claims as claims_module
+
+    ds = make_coupling(MANY).assign_coords(family=("model", ["fixed_size"] * 4 + ["other"]))
+    table = with_calibration(
+        crossmodel.model_table(crossmodel.model_coupling(ds, boot=Bootstrap(n_boot=20)))
+    )
+    fixed = table[table["family"] == "fixed_size"]
+    everything = np.polyfit(fixed["coupling_excess"], fixed["score"], 1)[0]
+    held_out = -fixed["coupling_excess"].to_numpy() + 0.01 * np.arange(4)  # the other sign
+    runs = pd.DataFrame(
+        {
+            "model": fixed["model"].to_numpy(),
+            "coupling_excess_held_out": held_out,
+            "neg_bpb": fixed["score"].to_numpy(),
+        }
+    )
+    assert np.sign(np.polyfit(held_out, runs["neg_bpb"], 1)[0]) == -np.sign(everything)
+    analyses = ANALYSES.iloc[:1].assign(estimate=-np.sign(everything) * 0.2, n=4)
+    claims = claims_module.claims_table(analyses, {})
+    drawn: dict[str, object] = {}
+
+    def inspect(fig, path):
+        for ax in fig.axes:
+            if (
+                ax.get_xlabel().startswith("calibrated excess")
+                and ax.get_subplotspec().colspan.start == 0
+            ):
+                drawn["lines"] = [line for line in ax.lines if line.get_color() == "0.3"]
+                drawn["x"] = np.concatenate([c.get_offsets()[:, 0] for c in ax.collections])
+                drawn["title"] = ax.get_title()
+        plt.close(fig)
+
+    monkeypatch.setattr(figure_crossmodel, "save", inspect)
+    figures.coupling_vs_score(table, "unused", claims=claims, fixed_size_runs=runs)
+    assert len(drawn["lines"]) == 1, drawn["title"]
+    assert sorted(drawn["x"]) == pytest.approx(sorted(held_out))
+    assert "held-out prompts" in drawn["title"] and "0.2" in drawn["title"]
 
 
 def test_every_caption_names_its_paper_figure():

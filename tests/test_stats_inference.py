@@ -3,6 +3,8 @@ primaries, claims; simulated data with known effects and nulls, few clusters."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -732,6 +734,36 @@ def test_vit_sd_effect_has_seed_as_a_block_and_accuracy_a_within_rate_slope():
     assert "not measured" in out.loc["vit_sd_effect_overlap_u", "note"]
 
 
+def test_vit_sd_effect_carries_the_wild_bootstrap_by_seed_and_the_verdict_takes_both():
+    """Its p_wild: the restricted wild cluster bootstrap by seed, here every one of the 2^4 sign
+    vectors refitted by statsmodels with CR1 errors by seed; Holm takes the larger p.
+    """
+    import statsmodels.formula.api as smf
+
+    rng = np.random.default_rng(11)
+    runs = vit_runs(rng, seeds=4, effect=0.02)
+    runs["coupling_excess"] += 0.05 * rng.normal(size=len(runs))  # a weak slope: p's differ
+    row = vit.vit_analyses(runs).set_index("analysis").loc["vit_sd_effect"]
+    formula = "coupling_excess ~ sd + C(seed)"
+    cluster = dict(cov_type="cluster", cov_kwds={"groups": runs["seed"]})
+    t_data = smf.ols(formula, runs).fit(**cluster).tvalues["sd"]
+    restricted = smf.ols("coupling_excess ~ C(seed)", runs).fit()
+    extreme = 0
+    for signs in itertools.product([-1, 1], repeat=4):
+        star = runs.assign(
+            coupling_excess=restricted.fittedvalues
+            + restricted.resid * np.array(signs)[runs["seed"]]
+        )
+        extreme += abs(smf.ols(formula, star).fit(**cluster).tvalues["sd"]) >= abs(t_data) - 1e-12
+    assert row["p_wild"] == pytest.approx(extreme / 16)
+    assert "wild cluster bootstrap by seed (4 seeds)" in row["note"]
+    assert row["p_wild"] != pytest.approx(row["p"])
+    table = inference.combine_analyses([vit.vit_analyses(runs)], ("vit_sd_effect",)).set_index(
+        "analysis"
+    )
+    assert table.loc["vit_sd_effect", "p_holm"] == pytest.approx(max(row["p"], row["p_wild"]))
+
+
 def test_vit_accuracy_within_rate_blocks_on_seed():
     # seeds shift excess and accuracy in opposite directions; within a seed, accuracy rises
     # 0.05 per unit excess: only a seed block recovers the within-seed slope
@@ -1018,3 +1050,20 @@ def test_a_sampled_wild_bootstrap_p_counts_the_observed_draw_and_is_never_zero()
     p = inference.wild_cluster_p(null, x, 0, groups, draws=199, seed=3)
     extreme = p * 200 - 1
     assert 0 < p <= 1 and extreme == pytest.approx(round(extreme), abs=1e-9)
+
+
+def test_trained_vs_twin_note_names_configurations_its_unit() -> None:
+    """The twin test averages each configuration's seeds first, so its t runs over
+    configurations (6 here, from 12 runs): its note must say so, not "over runs".
+    """
+    from blockcoupling.stats import fixed_size
+
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame(
+        {"group": np.repeat([f"c{i}" for i in range(6)], 2), "twin_difference": rng.normal(size=12)}
+    )
+    row = fixed_size._twin_row(table, 0.95)
+    assert row["n"] == 6
+    assert "t(5) over configurations" in row["note"] and "over runs" not in row["note"]
+    few = fixed_size._twin_row(table[table["group"].isin(["c0", "c1"])], 0.95)
+    assert few["note"].startswith("2 configurations < ")

@@ -65,12 +65,13 @@ __all__ = [
 ]
 
 # The figures (name -> category, input, options, tables): pipeline.figure_registry.FIGURES.
-# The keyword under which each figure function takes the statistics table its titles read.
+# The keyword under which each figure function takes each statistics table (by file stem) it
+# reads beside its input.
 TABLE_KEYWORDS = {
-    "coupling_vs_score": "correlations",
-    "coupling_vs_validation_loss": "correlations",
-    "vit_coupling_vs_sd": "trend",
-    "vit_coupling_vs_accuracy": "within",
+    "coupling_vs_score": {"correlations": "correlations", "fixed_size_runs": "fixed_size_runs"},
+    "coupling_vs_validation_loss": {"checkpoint_correlations": "correlations"},
+    "vit_coupling_vs_sd": {"vit_sd_trend": "trend"},
+    "vit_coupling_vs_accuracy": {"vit_coupling_vs_accuracy": "within"},
 }
 
 
@@ -93,7 +94,9 @@ def render(
     data = pd.read_csv(source) if str(source).endswith(".csv") else read_netcdf(source)
     at = dict(selection or {})
     extra = {
-        "claims" if Path(table).name == "claims.csv" else TABLE_KEYWORDS[name]: pd.read_csv(table)
+        "claims" if Path(table).name == "claims.csv" else TABLE_KEYWORDS[name][Path(table).stem]: (
+            pd.read_csv(table)
+        )
         for table in tables
     }
     adapters = {

@@ -36,6 +36,7 @@ from blockcoupling.figures.quotes import (
 )
 from blockcoupling.stats.claims import claim_of
 from blockcoupling.stats.claims_markdown import number
+from blockcoupling.stats.fixed_size import FAMILY as FIXED_SIZE
 
 OTHER = "other models"
 # (design, measure) -> the analyses whose claims rows rest on that panel's measure against the
@@ -87,6 +88,7 @@ def coupling_vs_score(
     correlations: pd.DataFrame | None = None,
     claims: pd.DataFrame | None = None,
     k: object = None,
+    fixed_size_runs: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Score vs each coupling measure (a seaborn FacetGrid; rows: raw m_K-based coupling,
     calibrated excess, overlap, as the table has them) per design (columns: a family of at
@@ -101,13 +103,23 @@ def coupling_vs_score(
     the panel's points and its slope has the sign of each, whose estimates its title then
     quotes; every other panel says why it has no line (``fit_reason``). Under the grid: the
     claims rows this figure draws, as claims.csv has them, with K and the chance levels drawn.
+
+    ``fixed_size_runs`` (stats.fixed_size.run_table): the ``fixed_size`` column then plots the
+    data its claims rows are fitted on, not ``table``'s: per run, each measure's mean over the
+    held-out prompts (``{measure}_held_out``) against minus bits per byte (``neg_bpb``), so its
+    points are the claims' n and its line's sign is theirs to share (no intervals there).
     """
     shown = measures(table) or ["coupling"]
-    groups = designs(table.dropna(subset=[y]) if y in table.columns else table, y)
-    long = pd.concat(
-        [long_form(rows, shown, "measure").assign(design=name) for name, rows in groups],
-        ignore_index=True,
-    ).astype({"model": str})
+    held = _held_out_long(fixed_size_runs, shown, y)
+    if held is not None and "family" in table.columns:
+        table = table[table["family"].astype(str) != FIXED_SIZE]
+    scored = table.dropna(subset=[y]) if y in table.columns else table
+    groups = designs(scored, y) if held is None or not scored.empty else []
+    parts = [long_form(rows, shown, "measure").assign(design=name) for name, rows in groups]
+    if held is not None:
+        groups = [(FIXED_SIZE, None), *groups]
+        parts = [held, *parts]
+    long = pd.concat(parts, ignore_index=True).astype({"model": str})
     with style():
         grid = sns.FacetGrid(
             long,
@@ -125,11 +137,12 @@ def coupling_vs_score(
         draw_panels(grid, _score_panel, y=y, order=order, claims=claims)
         for (measure, design), ax in grid.axes_dict.items():
             row = _correlation_row(correlations, design, measure)
-            stat = (
-                "no fit: these models are not one design"
-                if design == OTHER
-                else exploratory_title(row, "Pearson r")
-            )
+            if design == OTHER:
+                stat = "no fit: these models are not one design"
+            elif held is not None and design == FIXED_SIZE:
+                stat = "held-out prompts, y: -bits per byte\n(the claims' data)"
+            else:
+                stat = exploratory_title(row, "Pearson r")
             if design != OTHER:
                 points = long[(long["measure"] == measure) & (long["design"] == design)]
                 stat += "\n" + fit_reason(points.dropna(subset=["value", y]), y, claims)[1]
@@ -141,6 +154,32 @@ def coupling_vs_score(
         chance = "grey | at each model's null level, dashed 0 for the excess"
         add_claims_note(grid.figure, claims, "coupling_vs_score", k, chance)
         return save(grid.figure, path)
+
+
+def _held_out_long(runs: pd.DataFrame | None, shown: list[str], y: str) -> pd.DataFrame | None:
+    """``fixed_size_runs`` in ``long_form``'s shape for the ``fixed_size`` column: per run and
+    measure of ``shown``, value = the measure's held-out mean (NaN where not measured), ``y`` =
+    ``neg_bpb``, no interval or chance level. None with fewer than MIN_N_FIT runs with -bpb
+    (as ``designs`` gives a family its own column).
+    """
+    if runs is None or "neg_bpb" not in runs or runs["neg_bpb"].notna().sum() < MIN_N_FIT:
+        return None
+    parts = [
+        pd.DataFrame(
+            {
+                "model": runs["model"].astype(str),
+                "measure": measure,
+                "design": FIXED_SIZE,
+                "value": runs.get(f"{measure}_held_out", np.nan),
+                y: runs["neg_bpb"],
+                "low": np.nan,
+                "high": np.nan,
+                "null": np.nan,
+            }
+        )
+        for measure in shown
+    ]
+    return pd.concat(parts, ignore_index=True)
 
 
 def fit_reason(data: pd.DataFrame, y: str, claims: pd.DataFrame | None) -> tuple[bool, str]:

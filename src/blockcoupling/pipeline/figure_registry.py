@@ -52,7 +52,7 @@ _FIGURES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
         "cross-model",
         "results/stats/summary.csv",
         (),
-        ("results/stats/correlations.csv",),
+        ("results/stats/correlations.csv", "results/stats/fixed_size_runs.csv"),
     ),
     "hyperparameter_correlations": (
         "cross-model",

@@ -247,5 +247,5 @@ def _twin_row(table: pd.DataFrame, ci: float) -> dict:
     if "twin_difference" not in table or table["twin_difference"].isna().all():
         return analysis_row(name, "configuration", 0, method, note="not measured: no twin excess")
     means = table.groupby("group")["twin_difference"].mean()
-    test = run_level_test(means.to_numpy(), ci)
+    test = run_level_test(means.to_numpy(), ci, units="configurations")
     return test_row(name, "configuration", method, test)

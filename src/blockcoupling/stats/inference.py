@@ -207,10 +207,11 @@ def term_identified(model: OLS, term: str) -> bool:
     return identified(model.exog, list(model.exog_names).index(term))
 
 
-def run_level_test(values: Sequence[float], ci: float = 0.95) -> dict:
-    """One-sample t test of run-level statistics against 0 (one value per run): estimate (their
+def run_level_test(values: Sequence[float], ci: float = 0.95, units: str = "runs") -> dict:
+    """One-sample t test of run-level statistics against 0 (one value per unit): estimate (their
     mean), ci_low, ci_high (t with n - 1 df), p, n (finite values), p_sign (exact two-sided sign
-    test of the nonzero values), note. Fewer than ``MIN_CLUSTERS`` runs: mean and range only.
+    test of the nonzero values), note (naming ``units``, plural: what one value is). Fewer than
+    ``MIN_CLUSTERS`` units: mean and range only.
     """
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]
@@ -227,12 +228,12 @@ def run_level_test(values: Sequence[float], ci: float = 0.95) -> dict:
         out["p_sign"] = float(sps.binomtest(positive, nonzero.size).pvalue)
     if n < MIN_CLUSTERS:
         return out | {
-            "note": f"{n} runs < {MIN_CLUSTERS}: range [{values.min():.4g}, {values.max():.4g}], "
-            "no interval"
+            "note": f"{n} {units} < {MIN_CLUSTERS}: range "
+            f"[{values.min():.4g}, {values.max():.4g}], no interval"
         }
     sd = float(values.std(ddof=1))
     if sd == 0:
-        return out | {"note": "every run gives the same value: no interval"}
+        return out | {"note": f"all {n} {units} give the same value: no interval"}
     test = sps.ttest_1samp(values, 0.0)
     interval = test.confidence_interval(confidence_level=ci)
     return out | dict(
@@ -240,7 +241,7 @@ def run_level_test(values: Sequence[float], ci: float = 0.95) -> dict:
         ci_high=float(interval.high),
         p=float(test.pvalue),
         p_wild=wild_cluster_p(values, np.ones((n, 1)), 0, np.arange(n)),
-        note=f"one-sample t({n - 1}) over runs; sign test p={out['p_sign']:.3g}",
+        note=f"one-sample t({n - 1}) over {units}; sign test p={out['p_sign']:.3g}",
     )
 
 

@@ -86,7 +86,7 @@ def token_analyses(
         diff = table[f"{name}_trained"] - table[f"{name}_random"]
         runs = pd.DataFrame({"diff": diff, "group": group if group is not None else table.model})
         means = runs[trained_here].dropna().groupby("group")["diff"].mean()
-        test = run_level_test(means.to_numpy(), ci)
+        test = run_level_test(means.to_numpy(), ci, units="configurations")
         unit = f"configuration ({int(trained_here.sum())} runs)"
         rows.append(test_row(f"tokens_{name}_trained_vs_random", unit, method, test))
         for model, value in zip(table["model"][~trained_here], diff[~trained_here]):

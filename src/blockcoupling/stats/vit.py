@@ -32,6 +32,7 @@ from blockcoupling.stats.inference import (
     analysis_table,
     cluster_slope,
     term_identified,
+    wild_cluster_p,
 )
 from blockcoupling.stats.selection import Bootstrap, Selection
 
@@ -408,7 +409,8 @@ def vit_analyses(runs: pd.DataFrame, primary: Sequence[str] = (), ci: float = 0.
     """The sweep's designed tests, one trained ViT per unit (each its own training run).
 
     - ``vit_sd_effect[_{measure}]``: slope of the measure per unit drop-path rate, OLS with seed
-      as a block (``y ~ sd + C(seed)``, + ``C(wd)`` when several weight decays), t(n - p);
+      as a block (``y ~ sd + C(seed)``, + ``C(wd)`` when several weight decays), t(n - p),
+      and the wild cluster bootstrap p by seed beside it (the verdict takes the larger);
     - ``vit_sd_effect_accuracy``: the same for test accuracy;
     - ``vit_accuracy_within_rate[_{measure}]``: test accuracy per sd of the measure, pooled
       within rates, seed as a block (``test_accuracy ~ z + C(sd) + C(seed)``, + ``C(wd)`` when
@@ -438,14 +440,18 @@ def vit_analyses(runs: pd.DataFrame, primary: Sequence[str] = (), ci: float = 0.
 def _ols_row(
     data: pd.DataFrame, name: str, response: str, term: str, blocks: list[str], ci: float
 ) -> dict:
-    """OLS ``response ~ term + C(block)...`` (blocks with one level left out): the term's row."""
+    """OLS ``response ~ term + C(block)...`` (blocks with one level left out): the term's row,
+    classical SE and t(n - parameters), and beside it ``p_wild``, the wild cluster bootstrap
+    clustered by seed (a seed fixes init and data order at every rate and weight decay): the
+    verdict takes the larger p (``inference.deciding_p``). NaN ``p_wild`` from one seed.
+    """
     import statsmodels.formula.api as smf
 
     data = data[[response, term, *blocks]].dropna()
     used = [b for b in blocks if data[b].nunique() > 1]
     formula = f"{response} ~ {term}" + "".join(f" + C({b})" for b in used)
     n_params = 2 + sum(data[b].nunique() - 1 for b in used)
-    method = "OLS, classical SE, t(n - parameters)"
+    method = "OLS, classical SE, t(n - parameters); wild cluster bootstrap p by seed"
     if len(data) <= n_params + 1 or data[term].nunique() < 2:
         note = f"{formula}: n={len(data)} too small for {n_params} parameters"
         return analysis_row(name, "run", len(data), method, note=note)
@@ -455,6 +461,15 @@ def _ols_row(
         return analysis_row(name, "run", len(data), method, note=note)
     fit = model.fit()
     low, high = fit.conf_int(alpha=1 - ci).loc[term]
+    seeds = data["seed"].to_numpy() if "seed" in data else np.zeros(len(data))
+    column = model.exog_names.index(term)
+    p_wild = wild_cluster_p(model.endog, model.exog, column, seeds)
+    n_seeds = len(np.unique(seeds))
+    wild = (
+        f"wild cluster bootstrap by seed ({n_seeds} seeds), p={p_wild:.3g}"
+        if np.isfinite(p_wild)
+        else "no wild cluster bootstrap: one seed"
+    )
     return analysis_row(
         name,
         "run",
@@ -464,5 +479,6 @@ def _ols_row(
         low,
         high,
         fit.pvalues[term],
-        f"{formula}; df={int(fit.df_resid)}",
+        f"{formula}; df={int(fit.df_resid)}; {wild}",
+        p_wild=p_wild,
     )
