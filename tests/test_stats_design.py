@@ -369,3 +369,40 @@ def test_the_defaults_declarations_are_the_pilots_and_its_primaries_powered():
             assert table.loc[name, "effect"] == entry["effect"]
             assert table.loc[name, "power"] >= 0.8, (extra, name)
             assert table.loc[name, "alpha"] == pytest.approx(0.05 / len(stats["primary"]))
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        ["config.yaml"],
+        ["config.yaml", "config/across_runs.yaml"],
+        ["config.yaml", "config/within_arms.yaml"],
+        ["config/paper.yaml"],
+    ],
+)
+def test_every_shipped_configs_power_file_is_the_power_model_of_its_primaries(files, tmp_path):
+    """Each shipped config's power file has one row per declared primary, in order, at its
+    declared effect and Holm's first threshold over them, and its design's n; a config whose
+    pilot cannot size it (config/paper.yaml: K = 10, hub models) has exactly the table that
+    `blockcoupling pilot power` writes for it now (no power), never an earlier method's."""
+    import argparse
+    from pathlib import Path
+
+    from blockcoupling.cli.config_commands import layered
+    from blockcoupling.cli.pilot import KS, design_units, write_power
+
+    root = Path(__file__).resolve().parents[1]
+    paths = [root / f for f in files]
+    stats = layered(paths)["stats"]
+    table = pd.read_csv(root / stats["power_file"])
+    assert list(table["analysis"]) == list(stats["primary"]), files
+    units = design_units(layered(paths))
+    for row in table.itertuples():
+        assert row.effect == stats["primary"][row.analysis]["effect"]
+        assert row.alpha == pytest.approx(0.05 / len(stats["primary"]))
+        assert row.n == units[row.analysis], (files, row.analysis)
+    if int(stats["k"]) not in KS:
+        out = tmp_path / "power.csv"
+        args = argparse.Namespace(configfile=paths, seed=0, out=out)
+        write_power(args)
+        pd.testing.assert_frame_equal(table, pd.read_csv(out))

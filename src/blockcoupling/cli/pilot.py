@@ -93,8 +93,9 @@ def summarize(depth: Any, tokens: Any) -> dict[str, float]:
 def design_units(config: dict[str, Any]) -> dict[str, int]:
     """The independent units of each primary in a config's design: its fixed-size runs (family
     ``fixed_size``, one seed each) for the across-runs and token-wise tests, its checkpoint
-    suites (family ``emergence``) for the emergence tests, and for the arms test the suites of
-    its smaller arm (the largest data fraction against the others).
+    suites (family ``emergence``) for the emergence tests, for the arms test the suites of
+    its smaller arm (the largest data fraction against the others), and its ViTs (``vit.grid``,
+    each one OLS row) for the ViT sweep's tests.
     """
     from blockcoupling.pipeline.grids import expand_grids
 
@@ -107,6 +108,12 @@ def design_units(config: dict[str, Any]) -> dict[str, int]:
         if m.get("family") == "emergence" and not n.endswith("-final")
     ]
     full = sum(f == max(fractions) for f in fractions) if fractions else 0
+    vit = config.get("vit") or {}
+    grid = vit.get("grid") or {}
+    vits = int(
+        np.prod([len(grid.get(a) or []) for a in ("drop_path_rate", "weight_decay", "seeds")])
+    )
+    vits = vits if vit.get("enabled") else 0
     return {
         "fixed_size_excess_vs_bpb": runs,
         "tokens_self_trained_vs_random": runs,
@@ -115,12 +122,17 @@ def design_units(config: dict[str, Any]) -> dict[str, int]:
         "emergence_final_vs_init": len(fractions),
         "emergence_relaxation": len(fractions),
         "emergence_within_arms": min(full, len(fractions) - full),
+        "vit_sd_effect": vits,
+        "vit_accuracy_within_rate": vits,
     }
 
 
 def design_steps(config: dict[str, Any]) -> list[int]:
-    """The checkpoint steps of the config's emergence suites."""
-    return list(config["train"]["grids"]["emergence"]["base"]["checkpoint_steps"])
+    """The checkpoint steps of the config's emergence suites ([]: it trains none)."""
+    grids = (config.get("train") or {}).get("grids") or {}
+    if "emergence" not in grids:
+        return []
+    return list(grids["emergence"]["base"]["checkpoint_steps"])
 
 
 def pilot_table(path: Path, columns: list[str]) -> pd.DataFrame:
@@ -161,12 +173,7 @@ def write_power(args: argparse.Namespace) -> str:
     """
     from blockcoupling.cli.config_commands import layered
     from blockcoupling.cli.parser import configfiles
-    from blockcoupling.stats.pilot_power import (
-        declared_peak_step,
-        declared_window,
-        pilot_tests,
-        power_table,
-    )
+    from blockcoupling.stats.pilot_power import power_table
 
     config = layered(configfiles(args))
     files = " ".join(map(str, configfiles(args)))
@@ -177,10 +184,29 @@ def write_power(args: argparse.Namespace) -> str:
     try:
         k, steps = int(stats["k"]), design_steps(config)
     except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{files}: stats.k is missing or not a number ({error!r})") from None
+    if k not in KS:  # e.g. config/paper.yaml: its models are not the pilot's
+        tests, said = {}, f"nothing: it measures K in {list(KS)}, not stats.k = {k}; no power"
+    else:
+        tests, said = _pilot_tests(args, stats, k, steps, files)
+    table = power_table(tests, stats["primary"], design_units(config), seed=args.seed)
+    out = Path(args.out or stats.get("power_file", "resources/power.csv"))
+    table.to_csv(out, index=False)
+    return f"{out} (the pilot declares {said}):\n{table.to_string(index=False)}"
+
+
+def _pilot_tests(
+    args: argparse.Namespace, stats: dict[str, Any], k: int, steps: list[int], files: str
+) -> tuple[dict[str, Any], str]:
+    """The pilot of each primary at K = ``k`` (``pilot_tests``) and what the pilot declares;
+    a one-line error where the config's declarations are not the pilot's.
+    """
+    from blockcoupling.stats.pilot_power import declared_peak_step, declared_window, pilot_tests
+
+    if not steps:
         raise ValueError(
-            f"{files}: needs stats.k and train.grids.emergence.base.checkpoint_steps (missing "
-            f"or not numbers: {error!r}); layer it over config.yaml"
-        ) from None
+            f"{files}: needs train.grids.emergence.base.checkpoint_steps; layer it over config.yaml"
+        )
     col = f"excess_k{k}"
     within = pilot_table(args.within, ["step", "val_loss", col])
     declared = {
@@ -201,11 +227,7 @@ def write_power(args: argparse.Namespace) -> str:
         stats.get("peak_step"),
         stats.get("within_window"),
     )
-    table = power_table(tests, stats["primary"], design_units(config), seed=args.seed)
-    out = Path(args.out or stats.get("power_file", "resources/power.csv"))
-    table.to_csv(out, index=False)
-    said = ", ".join(f"{k} {v}" for k, v in declared.items())
-    return f"{out} (the pilot declares {said}):\n{table.to_string(index=False)}"
+    return tests, ", ".join(f"{key} {value}" for key, value in declared.items())
 
 
 def run_pilot(args: argparse.Namespace) -> str:
