@@ -144,7 +144,7 @@ def combined_correlation(rows: pd.DataFrame, ci: float = 0.95) -> dict:
     require_columns(rows, ["r", "n", "init"])
     usable = rows[np.isfinite(rows["r"]) & (rows["n"] >= MIN_N_CORRELATION)]
     by_init = usable.groupby("init", sort=True)["r"].mean()
-    test = run_level_test(by_init.to_numpy(), ci)
+    test = run_level_test(by_init.to_numpy(), ci, units="initializations")
     runs = len(usable)
     return dict(
         r=test["estimate"],
@@ -156,7 +156,7 @@ def combined_correlation(rows: pd.DataFrame, ci: float = 0.95) -> dict:
         n_runs=runs,
         n_checkpoints=int(usable["n"].sum()),
         unit=f"initialization ({runs} run{'s' if runs != 1 else ''})",
-        reason=_over_inits(test["note"]),
+        reason=test["note"],
     )
 
 
@@ -166,13 +166,6 @@ def descriptive(result: dict) -> dict:
     """
     reason = result["reason"] or "descriptive: one run's checkpoints, no interval or p"
     return result | dict(ci_low=np.nan, ci_high=np.nan, p=np.nan, ci_method="", reason=reason)
-
-
-def _over_inits(note: str) -> str:
-    """A ``run_level_test`` note over initializations (its units here)."""
-    return note.replace("over runs", "over initializations").replace(
-        " runs < ", " initializations < "
-    )
 
 
 def checkpoint_correlations(
@@ -316,7 +309,7 @@ def emergence_analyses(
         str(model): correlate(np.log1p(rows["step"]), rows[variable], "spearman", ci)["r"]
         for model, rows in part.groupby("model", sort=True)
     }
-    trend = run_level_test(init_means(rhos, blocks), ci)
+    trend = run_level_test(init_means(rhos, blocks), ci, units="initializations")
     rows = [
         analysis_row(
             names[0],
@@ -328,7 +321,7 @@ def emergence_analyses(
             trend["ci_low"],
             trend["ci_high"],
             trend["p"],
-            _over_inits(trend["note"]),
+            trend["note"],
             p_wild=trend["p_wild"],
         )
     ]
@@ -351,13 +344,13 @@ def emergence_analyses(
     per_run = [_split_half_peak(values.sel(model=m), n_boot, seed, m, ci) for m in models]
     for key, name in zip(("init", "final"), names[2:]):
         differences = {str(m): r[key][0] for m, r in zip(models, per_run)}
-        test = run_level_test(init_means(differences, blocks), ci)
+        test = run_level_test(init_means(differences, blocks), ci, units="initializations")
         method = (
             "peak chosen on half the prompts, tested on the other; runs sharing an init "
             "averaged; t over initializations"
         )
         unit = _init_unit(differences, blocks)
-        rows.append(test_row(name, unit, method, test, _over_inits(test["note"])))
+        rows.append(test_row(name, unit, method, test))
         for model, res in zip(models, per_run):
             estimate, low, high, n = res[key]
             rows.append(
@@ -442,8 +435,8 @@ def paired_claims(
     method = "paired difference per run, runs sharing an init averaged; t over inits"
 
     def row(name: str, per_run: dict[str, float], what: str) -> dict:
-        test = run_level_test(init_means(per_run, blocks), ci)
-        note = _over_inits(f"{what}; {test['note']}")
+        test = run_level_test(init_means(per_run, blocks), ci, units="initializations")
+        note = f"{what}; {test['note']}"
         return test_row(f"{name}{suffix}", _init_unit(per_run, blocks), method, test, note)
 
     def at(data: xr.DataArray, model: str, where: str | int) -> float:

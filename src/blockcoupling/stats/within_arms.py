@@ -156,8 +156,8 @@ def trajectory_emergence(
                 per_run[model] = float(part[measure].iloc[-1] - part[measure].iloc[0])
         inits = pd.Series({m: blocks[m] for m in per_run}, dtype=object)
         by_init = pd.Series(per_run, dtype=float).groupby(inits).mean()
-        test = run_level_test(by_init.to_numpy(), ci)
-        note = f"last - first step; {test['note']}".replace("over runs", "over initializations")
+        test = run_level_test(by_init.to_numpy(), ci, units="initializations")
+        note = f"last - first step; {test['note']}"
         unit = f"initialization ({len(per_run)} runs)"
         rows.append(test_row(name, unit, method, test, note))
     return analysis_table(rows, primary)
