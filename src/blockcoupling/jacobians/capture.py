@@ -11,6 +11,7 @@ model passed to the block, so no per-architecture code is needed.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,7 @@ def record_calls(model: nn.Module, **model_inputs: Any) -> list[BlockCall]:
         handles.append(block.register_forward_pre_hook(pre_hook(index), with_kwargs=True))
         handles.append(block.register_forward_hook(post_hook(index), with_kwargs=True))
     cached = "past_key_values" in model_inputs
+    model_inputs = {**_one_logit(model), **model_inputs}
     try:
         with torch.no_grad():
             if cached:
@@ -145,10 +147,22 @@ def record_token_calls(model: nn.Module, input_ids: torch.Tensor, t: int) -> lis
     if t == 0:
         return record_calls(model, input_ids=input_ids[:, :1])
     with torch.no_grad():
-        prefix = model(input_ids=input_ids[:, :t], use_cache=True)
+        prefix = model(input_ids=input_ids[:, :t], use_cache=True, **_one_logit(model))
     return record_calls(
         model, input_ids=input_ids[:, t : t + 1], past_key_values=prefix.past_key_values
     )
+
+
+def _one_logit(model: nn.Module) -> dict[str, Any]:
+    """``{"logits_to_keep": 1}`` for a model whose forward takes it (transformers' causal LMs:
+    the head then scores the last token only, a recording never reads the logits), else ``{}``.
+    """
+    forward = getattr(model, "forward", None)
+    try:
+        parameters = inspect.signature(forward).parameters if forward is not None else {}
+    except (TypeError, ValueError):
+        return {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
 
 
 def _snapshot(value: Any, layer: int | None = None) -> Any:
@@ -199,23 +213,49 @@ def states(calls: list[BlockCall]) -> torch.Tensor:
 
 
 def _cast(value: Any, dtype: torch.dtype, device: torch.device) -> Any:
-    """Floating tensors of a nested structure (KV caches included: a copy) in ``dtype`` on
-    ``device``; other tensors on ``device``.
+    """Floating tensors of a nested structure (KV caches included) in ``dtype`` on ``device``;
+    other tensors on ``device``. A cache with a list of per-layer entries becomes a shallow
+    copy whose entries are shallow copies holding the converted tensors (an entry already in
+    ``dtype`` on ``device`` is shared: nothing writes to it, ``residual_function`` copies the
+    block's own entry before each call); any other cache is copied deep.
     """
 
     def convert(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             return v.to(device, dtype) if v.is_floating_point() else v.to(device)
         if _is_cache(v):
-            cache = copy.deepcopy(v)
-            for layer in getattr(cache, "layers", ()):
-                for name, tensor in list(vars(layer).items()):
-                    if isinstance(tensor, torch.Tensor):
-                        setattr(layer, name, convert(tensor))
+            entries = getattr(v, "layers", None)
+            if not isinstance(entries, list):
+                cache = copy.deepcopy(v)
+                for layer in getattr(cache, "layers", ()):
+                    _convert_entry(layer, convert)
+                return cache
+            cache = copy.copy(v)
+            cache.layers = [_cast_entry(layer, convert) for layer in entries]
             return cache
         return v
 
     return tree_map(convert, value)
+
+
+def _cast_entry(layer: Any, convert: Callable[[Any], Any]) -> Any:
+    """``layer`` itself when converting changes none of its tensors, else a shallow copy with
+    the converted tensors (the original untouched).
+    """
+    tensors = {name: t for name, t in vars(layer).items() if isinstance(t, torch.Tensor)}
+    converted = {name: convert(t) for name, t in tensors.items()}
+    if all(converted[name] is tensors[name] for name in tensors):
+        return layer
+    fresh = copy.copy(layer)
+    for name, tensor in converted.items():
+        setattr(fresh, name, tensor)
+    return fresh
+
+
+def _convert_entry(layer: Any, convert: Callable[[Any], Any]) -> None:
+    for name, tensor in list(vars(layer).items()):
+        if isinstance(tensor, torch.Tensor):
+            setattr(layer, name, convert(tensor))
 
 
 def _is_cache(value: Any) -> bool:
