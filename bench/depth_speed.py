@@ -519,32 +519,48 @@ def phase_flops(model: nn.Module, tokens: int, k_max: int) -> dict[str, float]:
     """FLOPs of each phase of the library's default path for one prompt (L blocks, width d;
     a multiply-add counts 2), at the dtype ``FLOOR_DTYPES`` names:
 
-    forward: every ``nn.Linear`` (the lm head included) over the tokens; jacobians: the composed
-    ``J_tt``'s three GEMMs per block, ``W_o dO`` (d x H d_h x d), the MLP (d x I x d) and ``M dA``
-    (d^3); svd (spectra, the Gram path): ``J^T J`` (2 d^3), ``dsyevr``'s reduction to
-    tridiagonal form (4/3 d^3) and the top-K vectors (back-transform and ``J V``, 4 d^2 K);
-    stats: ``J_i Q_j`` of every Jacobian and reference basis (2 L d^2 2 L K), ``P_j^T (J_i Q_j)``
-    (2 L 2 L K d K), the basis corners' symmetric products (U and V, 2 d (L K)^2); metric: the
-    null's quadratic forms against the pool (2 L Q len(KS) pool, Q = K(K+1)/2 + K + 1) and each
-    Jacobian's own draws' diagonals (2 L draws K (K + 1)); the m_K formulas are negligible.
+    forward: every block's ``nn.Linear`` over the tokens and the lm head over the last token (a
+    recording scores one token, ``capture.record_calls``); jacobians: the composed ``J_tt``'s three
+    GEMMs per block, ``W_o dO`` (d x H d_h x d), the MLP (d x I x d) and ``M dA`` (d^3), and the
+    forwards the phase runs besides: the KV-cache prefix (tokens - 1), the recorded single-token
+    call and the guard's re-invocation of it (one token each) through every block's ``nn.Linear``,
+    the head on one token in the first two; svd (spectra, the Gram path): ``J^T J`` (2 d^3),
+    ``dsyevr``'s reduction to tridiagonal form (4/3 d^3) and the top-K vectors (back-transform and
+    ``J V``, 4 d^2 K); stats: ``J_i Q_j`` of every Jacobian and reference basis (2 L d^2 2 L K),
+    ``P_j^T (J_i Q_j)`` (2 L 2 L K d K), the basis corners' symmetric products (U and V, 2 d (L
+    K)^2); metric: the null's quadratic forms against the pool (2 L Q len(KS) pool, Q = K(K+1)/2 + K
+    + 1) and each Jacobian's own draws' diagonals (2 L draws K (K + 1)); the m_K formulas are
+    negligible.
     """
     config = model.config
     d, n_layers = config.hidden_size, len(blocks_of(model))
     head_dim = getattr(config, "head_dim", None) or d // config.num_attention_heads
     heads = config.num_attention_heads * head_dim
     inter = getattr(config, "intermediate_size", 4 * d)
-    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    block_weights, head = _linear_weights(model)
+    linear = sum(w.numel() for w in block_weights)
     groups = len(VARIANTS) * n_layers
     q = k_max * (k_max + 1) // 2 + k_max + 1
     return {
-        "forward": 2.0 * tokens * linear,
-        "jacobians": 2.0 * n_layers * d * d * (heads + inter + d),
+        "forward": 2.0 * tokens * linear + 2.0 * head.numel(),
+        "jacobians": 2.0 * n_layers * d * d * (heads + inter + d)
+        + 2.0 * (tokens + 1) * linear
+        + 4.0 * head.numel(),
         "svd": n_layers * (10 / 3 * d**3 + 4.0 * d * d * k_max),
         "stats": 2.0 * n_layers * d * d * groups * k_max
         + 2.0 * n_layers * groups * k_max * d * k_max
         + 2.0 * d * (n_layers * k_max) ** 2,
         "metric": 2.0 * n_layers * (q * len(KS) * NULL_POOL + NULL_DRAWS * k_max * (k_max + 1)),
     }
+
+
+def _linear_weights(model: nn.Module) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The weights of every ``nn.Linear`` but the lm head, and the lm head's weight."""
+    head = model.get_output_embeddings()
+    blocks = [
+        m.weight.detach() for m in model.modules() if isinstance(m, nn.Linear) and m is not head
+    ]
+    return blocks, head.weight.detach()
 
 
 def _cpu_seconds(work: Callable[[], object], repeats: int = 3) -> float:
@@ -563,15 +579,17 @@ def shape_floors(model: nn.Module, tokens: int, k_max: int) -> dict[str, float]:
     after a warm-up; small shapes (a 26-token forward) run below the 1024 x 1024 GEMM's rate, so
     this floor is the one a phase's code can reach without other kernels.
 
-    forward: ``F.linear`` of every ``nn.Linear`` over ``tokens`` rows (float32); jacobians: per
-    block the composed ``J_tt``'s three GEMMs, ``(d, H d_h) x (H d_h, d)``, ``(d, I) x (I, d)``,
-    ``(d, d) x (d, d)`` (float32); svd: per Jacobian the float64 Gram ``J^T J``, LAPACK's
-    ``dsyevr`` of its top K_max eigenpairs (scipy, as ``gram.gram_top_k``) and ``J V``;
+    forward: ``F.linear`` of every block's ``nn.Linear`` over ``tokens`` rows and the lm head over
+    one (float32); jacobians: per block the composed ``J_tt``'s three GEMMs, ``(d, H d_h) x (H d_h,
+    d)``, ``(d, I) x (I, d)``, ``(d, d) x (d, d)``, and the phase's forwards: every block's
+    ``nn.Linear`` over ``tokens - 1`` rows (the prefix) and twice over one (the token call, its
+    guard), the head twice over one (float32); svd: per Jacobian the float64 Gram ``J^T J``,
+    LAPACK's ``dsyevr`` of its top K_max eigenpairs (scipy, as ``gram.gram_top_k``) and ``J V``;
     stats: the stacked Jacobians against every reference basis ``(L d, d) x (d, 2 L K)``, per
     Jacobian the batched ``P_j^T (J_i Q_j)`` ``(2 L, K, d) x (2 L, d, K)`` and the basis corners
     ``X^T X`` of ``X (d, L K)`` for U and V (float32, numpy's ``syrk``); metric: numpy's float64
-    product of the Jacobians' quadratic-form vectors with the pool's terms ``(L, Q) x (Q,
-    len(KS) pool)`` and the diagonals of each Jacobian's draws ``(draws K, K + 1) x (K + 1)``.
+    product of the Jacobians' quadratic-form vectors with the pool's terms ``(L, Q) x (Q, len(KS)
+    pool)`` and the diagonals of each Jacobian's draws ``(draws K, K + 1) x (K + 1)``.
     """
     import scipy.linalg
 
@@ -587,14 +605,23 @@ def shape_floors(model: nn.Module, tokens: int, k_max: int) -> dict[str, float]:
 
     floors = {}
     with torch.no_grad():
-        linears = [m.weight.detach() for m in model.modules() if isinstance(m, nn.Linear)]
-        inputs = {w.shape[1]: randn(tokens, w.shape[1]) for w in linears}
-        floors["forward"] = _cpu_seconds(
-            lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in linears]
-        )
+        linears, head = _linear_weights(model)
+        linear = torch.nn.functional.linear
+
+        def forward(rows: int) -> Callable[[], object]:
+            inputs = {w.shape[1]: randn(rows, w.shape[1]) for w in linears}
+            return lambda: [linear(inputs[w.shape[1]], w) for w in linears]
+
+        one_row = randn(1, head.shape[1])
+        over_tokens, prefix, token = forward(tokens), forward(tokens - 1), forward(1)
+        floors["forward"] = _cpu_seconds(lambda: (over_tokens(), linear(one_row, head)))
         products = [(randn(d, heads), randn(heads, d)), (randn(d, inter), randn(inter, d)),
                     (randn(d, d), randn(d, d))]  # fmt: skip
-        floors["jacobians"] = n_layers * _cpu_seconds(lambda: [a @ b for a, b in products])
+        floors["jacobians"] = n_layers * _cpu_seconds(
+            lambda: [a @ b for a, b in products]
+        ) + _cpu_seconds(
+            lambda: (prefix(), token(), token(), linear(one_row, head), linear(one_row, head))
+        )
         singular = torch.arange(1, d + 1, dtype=torch.float64) ** -0.5
         jacs = [
             torch.linalg.qr(randn(d, d, dtype=torch.float64))[0]

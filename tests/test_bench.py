@@ -153,21 +153,35 @@ def cost_rates_read(path: Path) -> bool:
 
 def test_phase_flops_count_the_products_torch_counts(bench) -> None:
     """The floor table's FLOPs against torch's own count of the matrix products (FlopCounterMode)
-    on the tiny Llama: the forward (every linear layer, the attention's 4 L n^2 d left out) and
-    the pair statistics (the basis corners' symmetric products at half their GEMM count, as
-    numpy's syrk runs them where the matmuls are routed).
+    on the tiny Llama: the forward (the recording: every block's linear layers, the head on the
+    last token, the attention's 4 L n^2 d left out), the Jacobians' forwards (the KV-cache prefix
+    and the token call as ``record_token_calls`` runs them, the guard's re-invocation of each
+    block's token call; their attention left out) and the pair statistics (the basis corners'
+    symmetric products at half their GEMM count, as numpy's syrk runs them where the matmuls are
+    routed).
     """
     from torch.utils.flop_counter import FlopCounterMode
 
+    from blockcoupling.jacobians.capture import (
+        record_calls,
+        record_token_calls,
+        residual_function,
+    )
     from blockcoupling.jacobians.spectral import svd
     from blockcoupling.jacobians.statistics import basis_corners, pair_stats
 
     model, ids = bench.tiny_llama()
     flops = bench.phase_flops(model, ids.shape[1], 4)
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(ids)
     n, d, layers = ids.shape[1], model.config.hidden_size, model.config.num_hidden_layers
+    with FlopCounterMode(display=False) as counter:
+        full = record_calls(model, input_ids=ids)
     assert flops["forward"] == pytest.approx(counter.get_total_flops() - 4 * layers * n**2 * d)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        for call, reference in zip(record_token_calls(model, ids, n - 1), full, strict=True):
+            residual_function(call)(reference.input[n - 1 :])
+    attention = 4 * layers * (n - 1) ** 2 * d + 2 * 4 * layers * n * d  # prefix; call and guard
+    composition = 2 * layers * d * d * (d + model.config.intermediate_size + d)
+    assert flops["jacobians"] - composition == pytest.approx(counter.get_total_flops() - attention)
     jacs = torch.randn(layers, d, d)
     top = svd(jacs).top(4)
     with FlopCounterMode(display=False) as counter:
@@ -201,9 +215,9 @@ def test_shape_floors_run_the_products_the_phases_count(bench, monkeypatch) -> N
     monkeypatch.setattr(bench, "_cpu_seconds", once)
     floors = bench.shape_floors(model, ids.shape[1], k_max)
     assert set(floors) == set(bench.FLOOR_DTYPES)
-    forward, jacobians, _, stats, _ = counted
+    forward, jacobians, jacobian_forwards, _, stats, _ = counted
     assert forward == pytest.approx(flops["forward"])
-    assert layers * jacobians == pytest.approx(flops["jacobians"])
+    assert layers * jacobians + jacobian_forwards == pytest.approx(flops["jacobians"])
     assert stats == pytest.approx(flops["stats"] - 2 * d * (layers * k_max) ** 2)
     monkeypatch.undo()
     assert all(v > 0 for v in bench.shape_floors(model, ids.shape[1], k_max).values())
