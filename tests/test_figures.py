@@ -1063,3 +1063,13 @@ def test_colour_bar_steps_are_spaced_so_their_labels_cannot_collide():
     assert kept[0] == ticks[0] and kept[-1] == ticks[-1]
     assert np.diff(kept).min() >= (ticks[-1] - ticks[0]) / 8
     assert np.diff(ticks).min() < (ticks[-1] - ticks[0]) / 8  # the case it guards
+
+
+def test_every_measure_panel_of_coupling_vs_validation_loss_quotes_its_row(
+    registered, monkeypatch
+):
+    """The excess panel said "no row in the statistics table": checkpoint_correlations had rows
+    for the raw and adjacent coupling only. Every measure drawn now has its combined row."""
+    text = " ".join(figure_texts("coupling_vs_validation_loss", registered, monkeypatch))
+    assert "no row in the statistics table" not in text, text
+    assert text.count("mean within-run r") >= 2, text

@@ -173,7 +173,7 @@ def test_checkpoint_tests_over_runs_take_initializations_as_units():
     corr = checkpoints.checkpoint_correlations(table, methods=("pearson",))
     combined = corr[corr["design"] == checkpoints.COMBINED].set_index("predictor")
     fixed = corr[corr["design"] == checkpoints.STEP_EFFECTS].set_index("predictor")
-    for pred in ("coupling", "adjacent_coupling"):
+    for pred in ("coupling", "adjacent_coupling", "coupling_excess"):  # the excess has rows
         within = corr[(corr["design"] == "within run") & (corr["predictor"] == pred)]
         per_init = within.assign(init=[m.split("-")[1] for m in within["subset"]])
         expected = per_init.groupby("init")["r"].mean()
@@ -191,7 +191,7 @@ def test_checkpoint_tests_over_runs_take_initializations_as_units():
     assert within["r"].notna().all() and within[["p", "ci_low", "ci_high"]].isna().all().all()
     tested = corr.dropna(subset=["p"])
     assert set(tested["design"]) == {checkpoints.COMBINED, checkpoints.STEP_EFFECTS}
-    assert tested["p_holm"].notna().all() and len(tested) == 4
+    assert tested["p_holm"].notna().all() and len(tested) == 6
     assert "t(4)" in emergence.loc["emergence_loss_slope", "note"]
 
 

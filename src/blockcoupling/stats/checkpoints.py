@@ -11,6 +11,7 @@ import pandas as pd
 import xarray as xr
 from scipy import stats as sps
 
+from blockcoupling.coupling import registry as measures_registry
 from blockcoupling.stats.core import (
     CALIBRATED,
     METHODS,
@@ -168,10 +169,16 @@ def descriptive(result: dict) -> dict:
     return result | dict(ci_low=np.nan, ci_high=np.nan, p=np.nan, ci_method="", reason=reason)
 
 
+# every summary a figure draws (the registry's shown measures) and the adjacent coupling
+CHECKPOINT_PREDICTORS = tuple(
+    dict.fromkeys([*(m.summary for m in measures_registry.shown()), "adjacent_coupling"])
+)
+
+
 def checkpoint_correlations(
     table: pd.DataFrame,
     target: str = "neg_val_loss",
-    predictors: Sequence[str] = ("coupling", "adjacent_coupling"),
+    predictors: Sequence[str] | None = None,
     methods: Sequence[str] = METHODS,
     ci: float = 0.95,
 ) -> pd.DataFrame:
@@ -190,9 +197,17 @@ def checkpoint_correlations(
       standard errors by initialization and t(I-1), the wild cluster bootstrap beside it
       (``coef``; ``r`` is NaN).
 
+    ``predictors``: by default every one of ``CHECKPOINT_PREDICTORS`` (the measures a figure
+    draws, and the adjacent coupling) the table holds with a finite value.
     ``n``: the rows' units (checkpoints of one run; initializations), named in ``unit``;
     ``p_holm``: Holm-adjusted over every test of the table (``note`` says so).
     """
+    if predictors is None:
+        predictors = [
+            name
+            for name in CHECKPOINT_PREDICTORS
+            if name in table.columns and np.isfinite(table[name].to_numpy(dtype=float)).any()
+        ]
     require_columns(table, ["model", "init", target, *predictors])
     rows = []
     for name, part in table.groupby("model", sort=True):
