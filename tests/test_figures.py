@@ -1065,9 +1065,7 @@ def test_colour_bar_steps_are_spaced_so_their_labels_cannot_collide():
     assert np.diff(ticks).min() < (ticks[-1] - ticks[0]) / 8  # the case it guards
 
 
-def test_every_measure_panel_of_coupling_vs_validation_loss_quotes_its_row(
-    registered, monkeypatch
-):
+def test_every_measure_panel_of_coupling_vs_validation_loss_quotes_its_row(registered, monkeypatch):
     """The excess panel said "no row in the statistics table": checkpoint_correlations had rows
     for the raw and adjacent coupling only. Every measure drawn now has its combined row."""
     text = " ".join(figure_texts("coupling_vs_validation_loss", registered, monkeypatch))

@@ -389,7 +389,8 @@ def test_every_shipped_configs_power_file_is_the_power_model_of_its_primaries(fi
     from pathlib import Path
 
     from blockcoupling.cli.config_commands import layered
-    from blockcoupling.cli.pilot import KS, design_units, write_power
+    from blockcoupling.cli.pilot import KS, write_power
+    from blockcoupling.pipeline.design_units import design_units
 
     root = Path(__file__).resolve().parents[1]
     paths = [root / f for f in files]
@@ -406,3 +407,65 @@ def test_every_shipped_configs_power_file_is_the_power_model_of_its_primaries(fi
         args = argparse.Namespace(configfile=paths, seed=0, out=out)
         write_power(args)
         pd.testing.assert_frame_equal(table, pd.read_csv(out))
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        ["config.yaml"],
+        ["config.yaml", "config/across_runs.yaml"],
+        ["config.yaml", "config/within_arms.yaml"],
+        ["config/paper.yaml"],
+    ],
+)
+def test_no_shipped_config_declares_a_primary_its_design_cannot_test(files):
+    """config/paper.yaml declared three primaries its design had no units for (no fixed-size
+    runs; two Pythia suites): their rows could only come out without an interval, p or verdict,
+    after thousands of GPU-hours. Every shipped config's primaries have at least MIN_CLUSTERS
+    units, and its plan carries each primary's count."""
+    from pathlib import Path
+
+    from blockcoupling.cli.config_commands import load_plan
+    from blockcoupling.pipeline.design_units import primary_unit_warnings
+    from blockcoupling.stats.inference import MIN_CLUSTERS
+
+    root = Path(__file__).resolve().parents[1]
+    plan = load_plan([root / f for f in files], root)
+    assert set(plan.primary_units) == set(plan.primary)
+    assert min(plan.primary_units.values()) >= MIN_CLUSTERS
+    assert primary_unit_warnings(plan) == []
+
+
+def test_a_primary_without_units_is_named_before_the_run(tmp_path):
+    """A design with too few units for a declared primary gets one warning line naming the key,
+    its units and the fix (check-config prints it; the workflow's main process prints it as a
+    plan line), counting hub checkpoint suites (Pythia steps) as the emergence tests' units."""
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    from blockcoupling.cli.config_commands import layered, load_plan
+    from blockcoupling.pipeline.design_units import design_units, primary_unit_warnings
+
+    root = Path(__file__).resolve().parents[1]
+    suite = {"source": {"hub": "EleutherAI/pythia-70m"}, "steps": [0, 1000, 2000]}
+    extra = tmp_path / "few.yaml"
+    extra.write_text(
+        yaml.safe_dump(
+            {
+                "models": {f"pythia-{i}": suite for i in range(2)},
+                "stats": {"primary": {"emergence_final_vs_init": {"effect": 0.05}}},
+            }
+        )
+    )
+    paths = [root / "config.yaml", extra]
+    assert design_units(layered(paths))["emergence_final_vs_init"] == 10 + 2
+    plan = load_plan(paths, root)
+    assert plan.primary_units["emergence_final_vs_init"] == 12  # the default's 10 and two
+    assert primary_unit_warnings(plan) == []
+    units = {**plan.primary_units, "emergence_final_vs_init": 2}
+    few = dataclasses.replace(plan, primary_units=units)
+    (line,) = primary_unit_warnings(few)
+    assert line.startswith("stats.primary.emergence_final_vs_init: this design gives it 2 unit")
+    assert "fewer than the 5" in line and "move it out of stats.primary" in line

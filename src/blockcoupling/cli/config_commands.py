@@ -104,6 +104,7 @@ def check_config_file(
     """Validate a config file (or several, layered) as the workflow does; return a
     one-paragraph summary and a line per warning (K above d/8).
     """
+    from blockcoupling.pipeline.design_units import primary_unit_warnings
     from blockcoupling.pipeline.k_warnings import k_warnings
 
     files = [files] if isinstance(files, (str, Path)) else list(files)
@@ -127,6 +128,7 @@ def check_config_file(
         + vit
         + (check_slurm(plan) if profile == "slurm" else "")
         + "".join(f"\nwarning: {line}" for line in k_warnings(plan))
+        + "".join(f"\nwarning: {line}" for line in primary_unit_warnings(plan))
     )
 
 

@@ -90,43 +90,6 @@ def summarize(depth: Any, tokens: Any) -> dict[str, float]:
     return out
 
 
-def design_units(config: dict[str, Any]) -> dict[str, int]:
-    """The independent units of each primary in a config's design: its fixed-size runs (family
-    ``fixed_size``, one seed each) for the across-runs and token-wise tests, its checkpoint
-    suites (family ``emergence``) for the emergence tests, for the arms test the suites of
-    its smaller arm (the largest data fraction against the others), and its ViTs (``vit.grid``,
-    each one OLS row) for the ViT sweep's tests.
-    """
-    from blockcoupling.pipeline.grids import expand_grids
-
-    models = expand_grids(config).get("models", {})
-    meta = {name: spec.get("meta") or {} for name, spec in models.items()}
-    runs = sum(m.get("family") == "fixed_size" and n.endswith("-final") for n, m in meta.items())
-    fractions = [
-        m.get("data_fraction")
-        for n, m in meta.items()
-        if m.get("family") == "emergence" and not n.endswith("-final")
-    ]
-    full = sum(f == max(fractions) for f in fractions) if fractions else 0
-    vit = config.get("vit") or {}
-    grid = vit.get("grid") or {}
-    vits = int(
-        np.prod([len(grid.get(a) or []) for a in ("drop_path_rate", "weight_decay", "seeds")])
-    )
-    vits = vits if vit.get("enabled") else 0
-    return {
-        "fixed_size_excess_vs_bpb": runs,
-        "tokens_self_trained_vs_random": runs,
-        "fixed_size_trained_vs_random": runs,
-        "emergence_within_loss": len(fractions),
-        "emergence_final_vs_init": len(fractions),
-        "emergence_relaxation": len(fractions),
-        "emergence_within_arms": min(full, len(fractions) - full),
-        "vit_sd_effect": vits,
-        "vit_accuracy_within_rate": vits,
-    }
-
-
 def design_steps(config: dict[str, Any]) -> list[int]:
     """The checkpoint steps of the config's emergence suites ([]: it trains none)."""
     grids = (config.get("train") or {}).get("grids") or {}
@@ -173,6 +136,7 @@ def write_power(args: argparse.Namespace) -> str:
     """
     from blockcoupling.cli.config_commands import layered
     from blockcoupling.cli.parser import configfiles
+    from blockcoupling.pipeline.design_units import design_units
     from blockcoupling.stats.pilot_power import power_table
 
     config = layered(configfiles(args))

@@ -93,6 +93,7 @@ class Plan:
     # (slurm_sizing.fit_shards); it replaces the configured prompts_per_shard where set
     shard_sizes: dict[str, int] = field(default_factory=dict)
     max_output_gb: float | None = None  # ``budget.max_output_gb``: the most output (None: any)
+    primary_units: dict[str, int] = field(default_factory=dict)  # test id -> its design's units
 
     # ------------------------------------------------------------------ what the rules read
     @cached_property

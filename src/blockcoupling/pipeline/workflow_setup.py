@@ -18,6 +18,7 @@ from typing import Any
 from blockcoupling.lm.hub import LockError, stale
 from blockcoupling.pipeline.budget import check_budget
 from blockcoupling.pipeline.checks import check_config
+from blockcoupling.pipeline.design_units import primary_unit_warnings
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.hub_volume import HUB_BYTES_PER_PARAM, hub_volume, size_text
 from blockcoupling.pipeline.job_requests import JobRequests, shard_plan
@@ -104,7 +105,8 @@ def setup_workflow(
             file=sys.stderr,
         )
     if is_main_process:  # after every check: a refused run prints its one line alone
-        print("\n".join(f"plan: {line}" for line in volumes), file=sys.stderr)
+        lines = [*volumes, *(f"warning: {w}" for w in primary_unit_warnings(plan))]
+        print("\n".join(f"plan: {line}" for line in lines), file=sys.stderr)
     return WorkflowSetup(plan, settings, slurm_profile, jobs, nodes_of)
 
 
