@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers as hf
+from tiny_models import llama
 
 from blockcoupling.jacobians.adapters import blocks_of
 from blockcoupling.jacobians.capture import (
@@ -18,25 +18,8 @@ from blockcoupling.jacobians.capture import (
     residual_function,
 )
 
-IDS = torch.tensor([[1, 5, 9, 14, 3, 22, 7, 30]])
+IDS = torch.tensor([[1, 5, 9, 14, 3, 22, 7, 30]])  # inside tiny_models.VOCAB
 LAST = IDS.shape[1] - 1
-
-
-def llama(dtype: torch.dtype) -> torch.nn.Module:
-    config = hf.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=86,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=3,
-        max_position_embeddings=64,
-        attn_implementation="eager",
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    torch.manual_seed(0)
-    return hf.LlamaForCausalLM(config).to(dtype).eval()
 
 
 def cache_of(call) -> object:  # noqa: ANN001

@@ -528,7 +528,7 @@ def test_docs_and_claims_name_a_folder_a_missing_file_and_non_utf8_text(
     latin.write_bytes("caf\xe9\n".encode("latin-1"))
     line = one_line_error(capsys, ["claims", str(results), "--readme", str(latin)])
     assert line == (
-        f"blockcoupling claims: {latin} is not UTF-8 text (byte 3): re-save it as UTF-8, then rerun"
+        f"blockcoupling claims: {latin} is not UTF-8 text (byte 3): re-save it as UTF-8"
     )
 
 

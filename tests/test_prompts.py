@@ -124,7 +124,7 @@ def test_bad_prompt_files(tmp_path, name, content, match):
 def test_non_utf8_file_names_the_file(tmp_path):
     path = tmp_path / "latin.jsonl"
     path.write_bytes('{"text": "caf\u00e9"}\n'.encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin.jsonl: not UTF-8 text \(byte 13\)"):
+    with pytest.raises(ValueError, match=r"latin.jsonl is not UTF-8 text \(byte 13\)"):
         load_prompt_file(path)
 
 

@@ -140,7 +140,7 @@ def _rewrite_block(file: Path, start: str, end: str, body: str) -> None:
     symlink's target is rewritten (the link kept) with its own permissions; a read-only file is
     refused, untouched.
     """
-    from blockcoupling.files.io import replace_marked_block, write_text
+    from blockcoupling.files.io import read_utf8, replace_marked_block, write_text
 
     target = file.resolve()
     if target.is_dir():
@@ -150,12 +150,7 @@ def _rewrite_block(file: Path, start: str, end: str, body: str) -> None:
     mode = stat.S_IMODE(target.stat().st_mode)
     if not mode & stat.S_IWUSR:
         raise ValueError(f"{file} is read-only: make it writable (chmod u+w {file}) first")
-    try:
-        text = target.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{file} is not UTF-8 text (byte {error.start}): re-save it as UTF-8, then rerun"
-        ) from None
+    text = read_utf8(target, str(file))
     write_text(target, replace_marked_block(text, file, start, end, body))
     target.chmod(mode)  # its own permissions, not the umask's
 

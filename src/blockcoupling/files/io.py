@@ -121,6 +121,18 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
     return target
 
 
+def read_utf8(path: str | os.PathLike, name: str | None = None) -> str:
+    """A file's text as UTF-8, or one ValueError naming it (``name``, default the path) and the
+    first byte that is not UTF-8.
+    """
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{name or path} is not UTF-8 text (byte {error.start}): re-save it as UTF-8"
+        ) from None
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write UTF-8 text atomically (see ``atomic_write``)."""
     return atomic_write(path, lambda temp: Path(temp).write_text(text, encoding="utf-8"))

@@ -9,6 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from blockcoupling.files.io import read_utf8
 from blockcoupling.jacobians.options import ExtractConfig, stored_ks
 from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.budget import DEFAULT_MAX_OUTPUT_GB
@@ -37,12 +38,9 @@ def _check_prompt_file(key: str, path: str) -> None:
     if not file.is_file():
         raise ConfigError(f"{key}: prompt file {path!r} does not exist")
     try:
-        file.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"{key}: prompt file {path!r} is not UTF-8 text (byte {error.start}); "
-            "re-save it as UTF-8"
-        ) from None
+        read_utf8(file, f"prompt file {path!r}")
+    except ValueError as error:
+        raise ConfigError(f"{key}: {error}") from None
 
 
 def _check_source(name: str, entry: ModelEntry) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blockcoupling.files.io import write_text
+from blockcoupling.files.io import read_utf8, write_text
 from blockcoupling.lm import hub
 from blockcoupling.lm.text import corpus
 
@@ -178,12 +178,7 @@ def _read_text(path: str | os.PathLike) -> tuple[Path, str]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"prompt file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path}: not UTF-8 text (byte {error.start}); re-save the file as UTF-8"
-        ) from None
+    text = read_utf8(path)
     if not text.strip():
         raise ValueError(f"prompt file is empty: {path}")
     return path, text
