@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "within / across: train small GPT-NeoX runs on seeds disjoint from the run's and "
             "measure them in this process (resources/pilot_within.csv, pilot_across.csv; "
-            "about 10 minutes per suite, 1 per run, on one core). power: each declared "
+            "about 2 CPU minutes per suite, 1 per run, on a quiet core). power: each declared "
             "primary's power at its effect under the verdict's rule (the t test and the wild "
             "bootstrap both below Holm's first threshold), from those tables at the config's "
             "design (blockcoupling.stats.pilot_power), into its stats.power_file."
