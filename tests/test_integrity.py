@@ -640,3 +640,17 @@ def test_recording_a_deleted_lock_names_a_read_only_one_instead_of_failing(tmp_p
     lock.chmod(0o444)
     [line] = lockfile.adopt_all(lock, fetched)
     assert line.startswith(f"hub.lock_file: {lock} is read-only")
+
+
+def test_read_utf8_reads_newlines_as_read_text_does(tmp_path) -> None:
+    """A CRLF file's block rewrite must not mix line endings: read_utf8 gives '\\n' as
+    read_text does (a bytes decode kept '\\r\\n'), and names the first byte that is not UTF-8."""
+    from blockcoupling.files.io import read_utf8
+
+    crlf = tmp_path / "crlf.md"
+    crlf.write_bytes(b"a\r\nb\r\n")
+    assert read_utf8(crlf) == "a\nb\n"
+    latin = tmp_path / "latin.md"
+    latin.write_bytes(b"ab\xe9")
+    with pytest.raises(ValueError, match=r"^README is not UTF-8 text \(byte 2\): re-save it"):
+        read_utf8(latin, "README")

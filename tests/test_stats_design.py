@@ -439,7 +439,9 @@ def test_no_shipped_config_declares_a_primary_its_design_cannot_test(files):
 def test_a_primary_without_units_is_named_before_the_run(tmp_path):
     """A design with too few units for a declared primary gets one warning line naming the key,
     its units and the fix (check-config prints it; the workflow's main process prints it as a
-    plan line), counting hub checkpoint suites (Pythia steps) as the emergence tests' units."""
+    plan line). The units are the analyses': the trained suites' initializations where any
+    exist, else one per hub repository measured at several steps (never for the within-loss
+    test: no validation loss); a ViT OLS row needs its parameters plus two."""
     import dataclasses
     from pathlib import Path
 
@@ -449,23 +451,39 @@ def test_a_primary_without_units_is_named_before_the_run(tmp_path):
     from blockcoupling.pipeline.design_units import design_units, primary_unit_warnings
 
     root = Path(__file__).resolve().parents[1]
-    suite = {"source": {"hub": "EleutherAI/pythia-70m"}, "steps": [0, 1000, 2000]}
+    suites = {
+        f"pythia-{size}": {"source": {"hub": f"EleutherAI/pythia-{size}"}, "steps": [0, 1000]}
+        for size in ("70m", "160m")
+    }
     extra = tmp_path / "few.yaml"
-    extra.write_text(
+    extra.write_text(yaml.safe_dump({"models": suites}))
+    paths = [root / "config.yaml", extra]
+    units = design_units(layered(paths))  # the trained suites only: the analyses read those
+    assert units["emergence_final_vs_init"] == units["emergence_within_loss"] == 10
+    assert units["emergence_within_arms"] == 5
+    hub_only = tmp_path / "hub.yaml"
+    hub_only.write_text(
         yaml.safe_dump(
             {
-                "models": {f"pythia-{i}": suite for i in range(2)},
-                "stats": {"primary": {"emergence_final_vs_init": {"effect": 0.05}}},
+                "models": {**suites, "again": suites["pythia-70m"]},  # one repo: one init
+                "stats": {"primary": {"emergence_final_vs_init": {"effect": 0.05, "source": "t"}}},
             }
         )
     )
-    paths = [root / "config.yaml", extra]
-    assert design_units(layered(paths))["emergence_final_vs_init"] == 10 + 2
-    plan = load_plan(paths, root)
-    assert plan.primary_units["emergence_final_vs_init"] == 12  # the default's 10 and two
-    assert primary_unit_warnings(plan) == []
-    units = {**plan.primary_units, "emergence_final_vs_init": 2}
-    few = dataclasses.replace(plan, primary_units=units)
-    (line,) = primary_unit_warnings(few)
-    assert line.startswith("stats.primary.emergence_final_vs_init: this design gives it 2 unit")
+    plan = load_plan([root / "config/paper.yaml", hub_only], root)
+    assert plan.primary_units["emergence_final_vs_init"] == 2 + 2  # paper's two, two repos here
+    assert (
+        design_units(layered([root / "config/paper.yaml", hub_only]))["emergence_within_loss"] == 0
+    )  # hub suites have no validation loss
+    (line,) = primary_unit_warnings(plan)
+    assert line.startswith("stats.primary.emergence_final_vs_init: this design gives it 4 unit")
     assert "fewer than the 5" in line and "move it out of stats.primary" in line
+    few_vits = dataclasses.replace(
+        plan,
+        primary_units={"vit_sd_effect": 6},
+        primary={"vit_sd_effect": {}, "emergence_trend": {}},
+    )
+    lines = primary_unit_warnings(few_vits)  # 64 ViTs need 2 + 7 + 2: 6 are too few
+    assert lines[0].startswith("stats.primary.vit_sd_effect: this design gives it 6 unit")
+    assert "fewer than the 11" in lines[0]
+    assert lines[1].startswith("stats.primary.emergence_trend: its units are not counted")

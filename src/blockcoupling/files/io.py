@@ -122,11 +122,11 @@ def atomic_write(path: str | Path, write: Callable[[str], Any]) -> Path:
 
 
 def read_utf8(path: str | os.PathLike, name: str | None = None) -> str:
-    """A file's text as UTF-8, or one ValueError naming it (``name``, default the path) and the
-    first byte that is not UTF-8.
+    """A file's text as UTF-8 (newlines as ``read_text`` gives them: CRLF becomes LF), or one
+    ValueError naming it (``name``, default the path) and the first byte that is not UTF-8.
     """
     try:
-        return Path(path).read_bytes().decode("utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(
             f"{name or path} is not UTF-8 text (byte {error.start}): re-save it as UTF-8"
