@@ -345,6 +345,15 @@ def test_pilot_power_reads_the_pilot_tables_at_the_designs_steps():
     )
 
 
+# every shipped config, as --configfile layers it
+SHIPPED_CONFIGS = [
+    ["config.yaml"],
+    ["config.yaml", "config/across_runs.yaml"],
+    ["config.yaml", "config/within_arms.yaml"],
+    ["config/paper.yaml"],
+]
+
+
 def test_the_defaults_declarations_are_the_pilots_and_its_primaries_powered():
     """config.yaml's peak step and window are what its pilot (resources/pilot_within.csv,
     seeds disjoint from the run's) declares, never read from the run; relaxation is primary;
@@ -371,15 +380,7 @@ def test_the_defaults_declarations_are_the_pilots_and_its_primaries_powered():
             assert table.loc[name, "alpha"] == pytest.approx(0.05 / len(stats["primary"]))
 
 
-@pytest.mark.parametrize(
-    "files",
-    [
-        ["config.yaml"],
-        ["config.yaml", "config/across_runs.yaml"],
-        ["config.yaml", "config/within_arms.yaml"],
-        ["config/paper.yaml"],
-    ],
-)
+@pytest.mark.parametrize("files", SHIPPED_CONFIGS)
 def test_every_shipped_configs_power_file_is_the_power_model_of_its_primaries(files, tmp_path):
     """Each shipped config's power file has one row per declared primary, in order, at its
     declared effect and Holm's first threshold over them, and its design's n; a config whose
@@ -409,15 +410,7 @@ def test_every_shipped_configs_power_file_is_the_power_model_of_its_primaries(fi
         pd.testing.assert_frame_equal(table, pd.read_csv(out))
 
 
-@pytest.mark.parametrize(
-    "files",
-    [
-        ["config.yaml"],
-        ["config.yaml", "config/across_runs.yaml"],
-        ["config.yaml", "config/within_arms.yaml"],
-        ["config/paper.yaml"],
-    ],
-)
+@pytest.mark.parametrize("files", SHIPPED_CONFIGS)
 def test_no_shipped_config_declares_a_primary_its_design_cannot_test(files):
     """config/paper.yaml declared three primaries its design had no units for (no fixed-size
     runs; two Pythia suites): their rows could only come out without an interval, p or verdict,
