@@ -13,7 +13,7 @@ from blockcoupling.files.io import read_utf8
 from blockcoupling.jacobians.options import ExtractConfig, stored_ks
 from blockcoupling.lm.models import LoadOptions
 from blockcoupling.pipeline.budget import DEFAULT_MAX_OUTPUT_GB
-from blockcoupling.pipeline.design_units import design_units
+from blockcoupling.pipeline.design_units import expanded_units
 from blockcoupling.pipeline.entries import RANDOM, ModelEntry, model_entries, train_config
 from blockcoupling.pipeline.errors import ConfigError
 from blockcoupling.pipeline.grids import expand_grids
@@ -130,7 +130,6 @@ def check_config(
     """
     from blockcoupling.coupling.metrics import MetricConfig
 
-    units = design_units(config)
     config = expand_grids(dict(config))
     if config.get("model_table"):
         config["model_table"] = resource_path(config["model_table"], basedir)
@@ -222,6 +221,7 @@ def check_config(
         )
     if token_model is None and token_families and with_tokens:
         token_model = with_tokens[0]
+    units = expanded_units(config)  # each primary's units in this design
     prompts, evaluate = config["prompts"], config["evaluate"]
     grids = config["train"].get("grids") or {}
     plan = Plan(
@@ -254,7 +254,7 @@ def check_config(
         within_window=stats["within_window"],
         power_file=str(stats["power_file"]),
         max_output_gb=config.get("budget", {}).get("max_output_gb", DEFAULT_MAX_OUTPUT_GB),
-        primary_units={name: units[name] for name in stats["primary"] if name in units},
+        primary_units={n: units[n] for n in stats["primary"] if n in units},
     )
     _check_lock(plan)
     if check_memory:

@@ -1,6 +1,6 @@
 """The independent units each primary test gets from a config's design, and a warning where a
-primary cannot be tested: fewer units than a test needs (``stats.inference.MIN_CLUSTERS``) give a
-row with no interval, p or verdict, after the whole run.
+primary cannot be tested: fewer units than its test needs (``units_needed``) give a row with no
+interval, p or verdict, after the whole run.
 """
 
 from __future__ import annotations
@@ -32,7 +32,13 @@ UNIT_NAMES = {
 
 
 def design_units(config: dict[str, Any]) -> dict[str, int]:
-    """The independent units of each primary in a config's design, as its analysis takes them:
+    """``expanded_units`` of a config as written (its grids not yet expanded)."""
+    return expanded_units(expand_grids(config))
+
+
+def expanded_units(config: dict[str, Any]) -> dict[str, int]:
+    """The independent units of each primary in a design (``config`` with its grids expanded,
+    ``grids.expand_grids``), as its analysis takes them:
     its fixed-size runs (family ``fixed_size``, one seed each) for the across-runs and token-wise
     tests; for the emergence tests the initializations of the checkpoint suites the analyses read
     (``stats.checkpoints``: the family ``emergence`` suites, their seeds, or where none is of that
@@ -41,13 +47,13 @@ def design_units(config: dict[str, Any]) -> dict[str, int]:
     seeds of its smaller arm (the largest data fraction against the others); and its ViTs
     (``vit.grid``, each one OLS row) for the ViT sweep's tests.
     """
-    models = expand_grids(config).get("models", {})
+    models = config.get("models") or {}
     meta = {name: spec.get("meta") or {} for name, spec in models.items()}
     runs = sum(m.get("family") == "fixed_size" and n.endswith("-final") for n, m in meta.items())
     suites = {
         n: m for n, m in meta.items() if m.get("family") == "emergence" and not n.endswith("-final")
     }
-    trained = {(m.get("seed"), n if m.get("seed") is None else "") for n, m in suites.items()}
+    trained = {n if m.get("seed") is None else m["seed"] for n, m in suites.items()}  # inits
     hub = {
         (spec.get("source") or {}).get("hub")
         for name, spec in models.items()
